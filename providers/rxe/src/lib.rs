@@ -1,0 +1,2 @@
+//! rdmasock provider: rxe
+#![deny(missing_docs)]

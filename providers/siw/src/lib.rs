@@ -1,0 +1,2 @@
+//! rdmasock provider: siw
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! rdmasock provider: uiwarp
+#![deny(missing_docs)]

@@ -1,0 +1,49 @@
+//! # rdmasock-verbs
+//!
+//! The verbs layer of rdmasock: RDMA devices, contexts, protection domains, memory regions,
+//! completion channels and queues, and reliable-connected queue pairs, spoken directly to the
+//! kernel's `/dev/infiniband/uverbsN` (legacy write ABI, ioctl, mmap) with no libibverbs.
+//!
+//! The objects in this crate are provider-neutral: each device is driven by a [`Provider`]
+//! (the data path of one device kind: rxe, siw, the userspace iWARP engine, a bridge to
+//! rdma-core). Kernel-backed providers share the uverbs control path in [`kernel`].
+//!
+//! The path a first program walks:
+//!
+//! ```text
+//! DeviceList::discover() -> Context::open() -> ProtectionDomain -> MemoryRegion
+//!     -> CompletionQueue -> QueuePair (RESET -> INIT -> RTR -> RTS)
+//!     -> post_send / post_recv -> poll completions
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod attr;
+pub mod device;
+pub mod error;
+pub mod kernel;
+pub mod memory;
+pub mod objects;
+pub mod provider;
+pub mod qp_attr;
+pub mod sys;
+pub mod types;
+pub mod wc;
+pub mod wr;
+
+pub use attr::{DeviceAttributes, PortAttributes};
+pub use device::{DeviceInfo, DeviceList, GidEntry, GidType, NodeType, PortInfo, Transport};
+pub use error::{Error, Result};
+pub use memory::{AccessFlags, RegisteredMemory};
+pub use objects::{
+    AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
+    ProtectionDomain, QueuePair,
+};
+pub use provider::{Provider, ProviderRegistry};
+pub use qp_attr::{
+    InitAttributes, QpAttributes, QpCapabilities, QpInitAttributes, RtrAttributes,
+    RtsAttributes,
+};
+pub use types::{Gid, Lid, LocalKey, Mtu, PortState, Psn, QpNumber, QpState, RemoteKey};
+pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvRequest, ScatterGather, SendFlags, SendOp, SendRequest};

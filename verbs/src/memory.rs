@@ -1,0 +1,187 @@
+//! Memory that a memory region covers, and the access rights a registration grants.
+#![deny(unsafe_code)] // one documented `unsafe fn` constructor, no unsafe blocks beyond forwarding
+
+use crate::error::{Error, Result};
+use crate::sys::memory::RawMemory;
+use bitflags::bitflags;
+
+bitflags! {
+    /// What a memory region allows (`enum ib_access_flags`).
+    #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct AccessFlags: u32 {
+        /// The local HCA may write (needed for receives, READ responses and atomics' results).
+        const LOCAL_WRITE = 1 << 0;
+        /// Peers may RDMA WRITE into it.
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ from it.
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on it.
+        const REMOTE_ATOMIC = 1 << 3;
+        /// Memory window binding.
+        const MW_BIND = 1 << 4;
+        /// Zero-based addressing.
+        const ZERO_BASED = 1 << 5;
+        /// On-demand paging.
+        const ON_DEMAND = 1 << 6;
+    }
+}
+
+/// A range of memory that stays valid and pinned-in-place while any clone of its owner lives.
+///
+/// Either owned (page-aligned, zeroed, allocated by [`RegisteredMemory::allocate`]) or borrowed
+/// from the caller through the `unsafe` [`RegisteredMemory::from_raw`]. Providers that touch
+/// memory themselves (the userspace engine, inline sends) go through the bounds-checked
+/// accessors here; nothing else dereferences the address.
+#[derive(Debug)]
+pub struct RegisteredMemory {
+    raw: RawMemory,
+}
+
+impl RegisteredMemory {
+    /// Allocates `len` zeroed, page-aligned bytes.
+    pub fn allocate(len: usize) -> Result<RegisteredMemory> {
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "a memory region needs at least one byte".into(),
+            ));
+        }
+        let raw = RawMemory::allocate(len)
+            .map_err(|e| Error::io(format!("allocating {len} bytes for a memory region"), e))?;
+        Ok(RegisteredMemory { raw })
+    }
+
+    /// Describes memory the caller owns.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must be valid for reads and writes for as long as this value (and every
+    /// memory region registered over it) lives, and may be written by the device or a peer at
+    /// any time while registered: the caller must not hold Rust references into it that assume
+    /// it does not change.
+    #[allow(unsafe_code)]
+    pub unsafe fn from_raw(addr: *mut u8, len: usize) -> RegisteredMemory {
+        RegisteredMemory {
+            // SAFETY: forwarded to the caller's contract above.
+            raw: unsafe { RawMemory::borrowed(addr, len) },
+        }
+    }
+
+    /// The first byte's address.
+    pub fn addr(&self) -> u64 {
+        self.raw.addr() as u64
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.raw.len() == 0
+    }
+
+    /// Whether `addr..addr+len` lies inside this memory.
+    pub fn contains(&self, addr: u64, len: usize) -> bool {
+        let start = self.addr();
+        addr >= start
+            && (addr - start)
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.len() as u64)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::InvalidArgument(format!(
+                "range {offset}+{len} outside memory of {} bytes",
+                self.len()
+            ))),
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` into `dst`.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check(offset, dst.len())?;
+        self.raw.read(offset, dst);
+        Ok(())
+    }
+
+    /// Copies `src` into the memory at `offset`.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check(offset, src.len())?;
+        self.raw.write(offset, src);
+        Ok(())
+    }
+
+    /// Atomic fetch-and-add of a native-endian u64 at `offset` (8-byte aligned); returns the old value.
+    pub fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64> {
+        self.check_atomic(offset)?;
+        Ok(self.raw.fetch_add_u64(offset, add))
+    }
+
+    /// Atomic compare-and-swap of a native-endian u64 at `offset`; returns the old value.
+    pub fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64> {
+        self.check_atomic(offset)?;
+        Ok(self.raw.compare_swap_u64(offset, compare, swap))
+    }
+
+    fn check_atomic(&self, offset: usize) -> Result<()> {
+        self.check(offset, 8)?;
+        if (self.raw.addr() + offset) % 8 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "atomic at offset {offset} is not 8-byte aligned"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The bytes, for owned memory held exclusively.
+    ///
+    /// While the memory is registered for remote or device writes, what a slice shows can
+    /// change under it at any time; read it only after the completion that says it was written.
+    pub fn as_slice(&self) -> &[u8] {
+        self.raw.as_slice()
+    }
+
+    /// The bytes, mutably. Same caveat as [`RegisteredMemory::as_slice`].
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.raw.as_mut_slice()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocate_read_write_bounds() {
+        let mut m = RegisteredMemory::allocate(100).unwrap();
+        assert_eq!(m.addr() % 4096, 0);
+        m.write_at(10, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        m.read_at(10, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        assert!(m.write_at(98, b"abc").is_err());
+        assert!(m.read_at(usize::MAX, &mut b).is_err());
+        assert!(m.contains(m.addr() + 95, 5));
+        assert!(!m.contains(m.addr() + 96, 5));
+        assert!(!m.contains(m.addr() - 1, 1));
+        m.as_mut_slice()[0] = 7;
+        assert_eq!(m.as_slice()[0], 7);
+    }
+
+    #[test]
+    fn atomics() {
+        let m = RegisteredMemory::allocate(64).unwrap();
+        assert_eq!(m.fetch_add_u64(8, 5).unwrap(), 0);
+        assert_eq!(m.compare_swap_u64(8, 5, 9).unwrap(), 5);
+        assert_eq!(m.compare_swap_u64(8, 5, 1).unwrap(), 9);
+        assert!(m.fetch_add_u64(3, 1).is_err());
+        assert!(m.fetch_add_u64(60, 1).is_err());
+    }
+
+    #[test]
+    fn zero_length_is_refused() {
+        assert!(RegisteredMemory::allocate(0).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! [`CompletionChannel`] and [`CompletionQueue`].
+
+use crate::error::{Error, Result};
+use crate::provider::{ChannelOps, CqOps};
+use crate::wc::WorkCompletion;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A completion channel: a non-blocking, pollable fd that turns readable when an armed CQ
+/// gets a completion. Register it with mio (`SourceFd`) or epoll, or wait with
+/// [`CompletionChannel::wait`].
+#[derive(Clone, Debug)]
+pub struct CompletionChannel {
+    ops: Arc<dyn ChannelOps>,
+}
+
+impl CompletionChannel {
+    pub(crate) fn new(ops: Arc<dyn ChannelOps>) -> Self {
+        CompletionChannel { ops }
+    }
+
+    /// The provider's object.
+    pub fn ops(&self) -> &Arc<dyn ChannelOps> {
+        &self.ops
+    }
+
+    /// Takes one event without blocking: the cookie of the CQ it is for, or `None`.
+    /// Acknowledge each with [`CompletionQueue::ack_events`].
+    pub fn try_get_event(&self) -> Result<Option<u64>> {
+        self.ops.get_event()
+    }
+
+    /// Waits up to `timeout` (forever with `None`) for an event; `Ok(None)` on timeout.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<Option<u64>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(cookie) = self.ops.get_event()? {
+                return Ok(Some(cookie));
+            }
+            let left = match deadline {
+                None => PollTimeout::NONE,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(None);
+                    }
+                    let ms = (d - now).as_millis().clamp(1, i32::MAX as u128) as i32;
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let mut fds = [PollFd::new(self.ops.fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, left) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(Error::io("waiting on a completion channel", e.into())),
+            }
+        }
+    }
+}
+
+impl AsFd for CompletionChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ops.fd()
+    }
+}
+
+impl AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ops.fd().as_raw_fd()
+    }
+}
+
+/// A completion queue.
+#[derive(Clone, Debug)]
+pub struct CompletionQueue {
+    ops: Arc<dyn CqOps>,
+    channel: Option<CompletionChannel>,
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(ops: Arc<dyn CqOps>, channel: Option<CompletionChannel>) -> Self {
+        CompletionQueue { ops, channel }
+    }
+
+    /// The provider's object.
+    pub fn ops(&self) -> &Arc<dyn CqOps> {
+        &self.ops
+    }
+
+    /// The channel it reports to, if any.
+    pub fn channel(&self) -> Option<&CompletionChannel> {
+        self.channel.as_ref()
+    }
+
+    /// The number of entries.
+    pub fn depth(&self) -> u32 {
+        self.ops.depth()
+    }
+
+    /// The value channel events carry for this CQ.
+    pub fn cookie(&self) -> u64 {
+        self.ops.cookie()
+    }
+
+    /// Moves up to `out.len()` completions into `out` and returns them. The statuses are not
+    /// checked here: call [`WorkCompletion::ok`] on each.
+    pub fn poll<'a>(&self, out: &'a mut [WorkCompletion]) -> Result<&'a [WorkCompletion]> {
+        let n = self.ops.poll(out)?;
+        Ok(&out[..n])
+    }
+
+    /// Arms the CQ: the next completion (`solicited_only`: the next solicited or error one)
+    /// makes the channel readable once.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if self.channel.is_none() {
+            return Err(Error::InvalidArgument(
+                "req_notify on a completion queue created without a completion channel".into(),
+            ));
+        }
+        self.ops.req_notify(solicited_only)
+    }
+
+    /// Acknowledges `n` events taken from the channel for this CQ.
+    pub fn ack_events(&self, n: u32) {
+        self.ops.ack_events(n)
+    }
+}

@@ -1,0 +1,15 @@
+//! The verbs objects a program holds: [`Context`], [`ProtectionDomain`], [`MemoryRegion`],
+//! [`CompletionChannel`], [`CompletionQueue`], [`QueuePair`]. Each wraps the provider's object
+//! and adds what is the same for every provider: argument checks, typed state transitions,
+//! error messages.
+#![forbid(unsafe_code)]
+
+mod context;
+mod cq;
+mod mr;
+mod qp;
+
+pub use context::{AsyncEvent, AsyncEventKind, Context, ProtectionDomain};
+pub use cq::{CompletionChannel, CompletionQueue};
+pub use mr::MemoryRegion;
+pub use qp::QueuePair;

@@ -1,0 +1,173 @@
+//! The provider interface: the one seam every device kind plugs into.
+//!
+//! A provider is the data path (and, for non-kernel devices, also the control path) of one
+//! kind of device. Kernel soft devices (rxe, siw) build on [`crate::kernel`], the shared
+//! uverbs control path, and add their mmap'd rings; the userspace iWARP engine implements
+//! everything itself; a bridge to rdma-core would forward to libibverbs. Nothing above the
+//! provider layer knows which one runs: [`crate::Context`] and the objects it creates hold
+//! these trait objects.
+//!
+//! Objects are destroyed when their last handle drops. Implementations keep what they depend
+//! on alive (a QP holds its CQs and PD, every object holds its context), so drop order is
+//! never the user's problem.
+#![forbid(unsafe_code)]
+
+use crate::attr::{DeviceAttributes, PortAttributes};
+use crate::device::DeviceInfo;
+use crate::error::Result;
+use crate::memory::{AccessFlags, RegisteredMemory};
+use crate::objects::AsyncEvent;
+use crate::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
+use crate::types::{LocalKey, QpNumber, RemoteKey};
+use crate::wc::WorkCompletion;
+use crate::wr::{PostError, RecvRequest, SendRequest};
+use std::any::Any;
+use std::fmt::Debug;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+/// A device kind's implementation.
+pub trait Provider: Send + Sync + Debug + 'static {
+    /// Short name: `rxe`, `siw`, `uiwarp`, `ibverbs`.
+    fn name(&self) -> &'static str;
+    /// Whether this provider drives `device` (by its driver name).
+    fn matches(&self, device: &DeviceInfo) -> bool;
+    /// Opens a context on the device.
+    fn open(&self, device: &DeviceInfo) -> Result<Arc<dyn ContextOps>>;
+}
+
+/// An open device.
+pub trait ContextOps: Send + Sync + Debug {
+    /// The device this context is on.
+    fn device(&self) -> &DeviceInfo;
+    /// The provider's name.
+    fn provider_name(&self) -> &'static str;
+    /// QUERY_DEVICE.
+    fn query_device(&self) -> Result<DeviceAttributes>;
+    /// QUERY_PORT (1-based).
+    fn query_port(&self, port: u8) -> Result<PortAttributes>;
+    /// ALLOC_PD.
+    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>>;
+    /// CREATE_COMP_CHANNEL.
+    fn create_comp_channel(&self) -> Result<Arc<dyn ChannelOps>>;
+    /// CREATE_CQ with at least `depth` entries, reporting to `channel` when armed.
+    fn create_cq(
+        &self,
+        depth: u32,
+        channel: Option<Arc<dyn ChannelOps>>,
+        comp_vector: u32,
+    ) -> Result<Arc<dyn CqOps>>;
+    /// The async event file descriptor (readable when [`ContextOps::read_async_event`] has one).
+    fn async_fd(&self) -> BorrowedFd<'_>;
+    /// Reads one async event without blocking; `Ok(None)` when there is none. The provider
+    /// acknowledges the event itself.
+    fn read_async_event(&self) -> Result<Option<AsyncEvent>>;
+    /// For downcasting by providers that need their own concrete type back.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A protection domain.
+pub trait PdOps: Send + Sync + Debug {
+    /// REG_MR over `memory` (kept alive by the region).
+    fn reg_mr(&self, memory: Arc<RegisteredMemory>, access: AccessFlags) -> Result<Box<dyn MrOps>>;
+    /// CREATE_QP (RC). The QP keeps `send_cq` and `recv_cq` alive.
+    fn create_qp(
+        &self,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+    ) -> Result<Box<dyn QpOps>>;
+    /// For downcasting.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A registered memory region; dropping it deregisters.
+pub trait MrOps: Send + Sync + Debug {
+    /// The local key.
+    fn lkey(&self) -> LocalKey;
+    /// The remote key.
+    fn rkey(&self) -> RemoteKey;
+}
+
+/// A completion channel.
+pub trait ChannelOps: Send + Sync + Debug {
+    /// Readable when a completion event is waiting.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Takes one event without blocking: the cookie of the CQ it is for
+    /// ([`CqOps::cookie`]), or `None` when there is none.
+    fn get_event(&self) -> Result<Option<u64>>;
+    /// For downcasting.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A completion queue.
+pub trait CqOps: Send + Sync + Debug {
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize>;
+    /// Arms the CQ: the next completion (or the next solicited one) raises one channel event.
+    fn req_notify(&self, solicited_only: bool) -> Result<()>;
+    /// Acknowledges `n` events taken from the channel for this CQ.
+    fn ack_events(&self, n: u32);
+    /// The number of entries it holds.
+    fn depth(&self) -> u32;
+    /// The value channel events carry for this CQ.
+    fn cookie(&self) -> u64;
+    /// For downcasting (a provider's QP needs its own CQ type back).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A reliable-connected queue pair.
+pub trait QpOps: Send + Sync + Debug {
+    /// Its number.
+    fn qp_num(&self) -> QpNumber;
+    /// What the queues actually got.
+    fn caps(&self) -> QpCapabilities;
+    /// MODIFY_QP. The caller ([`crate::QueuePair`]) has already checked required attributes.
+    fn modify(&self, attr: &QpAttributes, mask: QpAttrMask) -> Result<()>;
+    /// QUERY_QP.
+    fn query(&self, mask: QpAttrMask) -> Result<QpAttributes>;
+    /// Posts a chained list of send requests, in order.
+    fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError>;
+    /// Posts a chained list of receive requests, in order.
+    fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError>;
+    /// For downcasting (the connection manager needs a kernel QP's handle).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// The providers a program can use, tried in order.
+#[derive(Debug, Default, Clone)]
+pub struct ProviderRegistry {
+    providers: Vec<Arc<dyn Provider>>,
+}
+
+impl ProviderRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a provider (later ones are tried after earlier ones).
+    pub fn register(&mut self, provider: Arc<dyn Provider>) -> &mut Self {
+        self.providers.push(provider);
+        self
+    }
+    /// The providers, in order.
+    pub fn providers(&self) -> &[Arc<dyn Provider>] {
+        &self.providers
+    }
+    /// The provider for `device`, or an error naming its driver.
+    pub fn find(&self, device: &DeviceInfo) -> Result<&Arc<dyn Provider>> {
+        self.providers
+            .iter()
+            .find(|p| p.matches(device))
+            .ok_or_else(|| crate::Error::NoProvider {
+                device: device.name.clone(),
+                driver: device.driver.clone().unwrap_or_else(|| "unknown".into()),
+                known: self
+                    .providers
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
