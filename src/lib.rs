@@ -1,6 +1,14 @@
 //! # rdmasock
 //!
-//! RDMA with the face of a socket.
+//! RDMA with the face of a socket. This crate assembles the layers: the verbs objects
+//! ([`verbs`]), the connection manager ([`cm`]) and the providers, and picks a provider for
+//! each device.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
+pub use rdmasock_cm as cm;
 pub use rdmasock_verbs as verbs;
+
+mod registry;
+
+pub use registry::{default_registry, open_device};

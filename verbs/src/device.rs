@@ -133,3 +133,33 @@ pub struct DeviceList {
     /// The devices, sorted by name.
     pub devices: Vec<DeviceInfo>,
 }
+
+impl DeviceList {
+    /// Discovers the devices from sysfs. (Placeholder until discovery lands: finds none.)
+    pub fn discover() -> crate::Result<DeviceList> {
+        Err(crate::Error::NoDevice)
+    }
+
+    /// The device named `name`, or the first one when `name` is `None`.
+    pub fn pick(&self, name: Option<&str>) -> crate::Result<&DeviceInfo> {
+        match name {
+            None => self.devices.first().ok_or(crate::Error::NoDevice),
+            Some(n) => self
+                .devices
+                .iter()
+                .find(|d| d.name == n)
+                .ok_or_else(|| crate::Error::DeviceNotFound {
+                    name: n.to_string(),
+                    available: if self.devices.is_empty() {
+                        "none".into()
+                    } else {
+                        self.devices
+                            .iter()
+                            .map(|d| d.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                }),
+        }
+    }
+}
