@@ -73,7 +73,11 @@ impl RawMemory {
         // SAFETY: bounds asserted above; the range is valid per the constructor's contract;
         // dst is a distinct Rust buffer so the ranges do not overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         }
     }
 
@@ -100,10 +104,12 @@ impl RawMemory {
 
     /// Atomic compare-and-swap; returns the old value.
     pub fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> u64 {
-        match self
-            .atomic_at(offset)
-            .compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst)
-        {
+        match self.atomic_at(offset).compare_exchange(
+            compare,
+            swap,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
             Ok(v) | Err(v) => v,
         }
     }

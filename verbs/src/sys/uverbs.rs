@@ -1,0 +1,228 @@
+//! The uverbs file: legacy write commands with driver data, and the event fds it hands out.
+
+use super::abi::{
+    has_response_pointer, CommandHeader, CreateCompChannelRequest, GetContextRequest,
+    GetContextResponse, WriteCommand,
+};
+use super::pod::{as_bytes, from_bytes, Pod};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// An open `/dev/infiniband/uverbsN`.
+#[derive(Debug)]
+pub struct UverbsFile {
+    fd: OwnedFd,
+}
+
+/// Size in bytes of the command header.
+const HEADER_LEN: usize = size_of::<CommandHeader>();
+
+impl UverbsFile {
+    /// Wraps an fd opened on a uverbs character device (O_RDWR).
+    pub fn new(fd: OwnedFd) -> UverbsFile {
+        UverbsFile { fd }
+    }
+
+    /// Runs one legacy write command: header + `request` + `driver_in` go in, and the core
+    /// response is returned while the driver's response fills `driver_out`.
+    ///
+    /// `in_words`/`out_words` are computed from the struct sizes and the slice lengths, which
+    /// must be multiples of 4. The request's `response` pointer (commands with a response) is
+    /// set here; whatever the caller put there is ignored.
+    pub fn execute<C: WriteCommand>(
+        &self,
+        request: &C,
+        driver_in: &[u8],
+        driver_out: &mut [u8],
+    ) -> io::Result<C::Response> {
+        let req_len = size_of::<C>();
+        let resp_len = size_of::<C::Response>();
+        let in_len = HEADER_LEN + req_len + driver_in.len();
+        let out_len = resp_len + driver_out.len();
+        if in_len % 4 != 0 || out_len % 4 != 0 || in_len / 4 > 0xffff || out_len / 4 > 0xffff {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: request {in_len} / response {out_len} bytes are not a whole number of \
+                     32-bit words below 256 KiB",
+                    C::COMMAND.name()
+                ),
+            ));
+        }
+        if !has_response_pointer::<C>() && !driver_out.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} has no response, so it cannot take driver output",
+                    C::COMMAND.name()
+                ),
+            ));
+        }
+        // u64 storage keeps the response 8-byte aligned like the kernel's own structs.
+        let mut response = vec![0u64; out_len.div_ceil(8)];
+        let header = CommandHeader {
+            command: C::COMMAND as u32,
+            in_words: (in_len / 4) as u16,
+            out_words: (out_len / 4) as u16,
+        };
+        let mut buf = Vec::with_capacity(in_len);
+        buf.extend_from_slice(as_bytes(&header));
+        buf.extend_from_slice(as_bytes(request));
+        buf.extend_from_slice(driver_in);
+        if has_response_pointer::<C>() {
+            let ptr = response.as_mut_ptr() as u64;
+            buf[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&ptr.to_ne_bytes());
+        }
+        // SAFETY: `buf` is a valid, initialized buffer of `buf.len()` bytes. The only memory
+        // the kernel writes is the response area whose address we put in the request: it is
+        // `response`, owned by this frame, at least `out_len` bytes long (out_words * 4), and
+        // not otherwise accessed until write() returns.
+        let written = unsafe { libc::write(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        if written < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if written as usize != buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("{}: short write of {written} bytes", C::COMMAND.name()),
+            ));
+        }
+        let bytes = words_as_bytes(&response);
+        let core = from_bytes::<C::Response>(&bytes[..resp_len]);
+        driver_out.copy_from_slice(&bytes[resp_len..out_len]);
+        Ok(core)
+    }
+
+    /// GET_CONTEXT: the response and the async event fd it created.
+    pub fn get_context(
+        &self,
+        driver_in: &[u8],
+        driver_out: &mut [u8],
+    ) -> io::Result<(GetContextResponse, OwnedFd)> {
+        let resp = self.execute(&GetContextRequest::default(), driver_in, driver_out)?;
+        Ok((resp, adopt_new_fd(resp.async_fd)?))
+    }
+
+    /// CREATE_COMP_CHANNEL: the new completion channel fd.
+    pub fn create_comp_channel(&self) -> io::Result<OwnedFd> {
+        let resp = self.execute(&CreateCompChannelRequest::default(), &[], &mut [])?;
+        adopt_new_fd(resp.fd)
+    }
+}
+
+impl AsFd for UverbsFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn words_as_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+/// Takes ownership of an fd number the kernel just created for us in a command response.
+fn adopt_new_fd(raw: u32) -> io::Result<OwnedFd> {
+    let raw = raw as RawFd;
+    if raw < 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "kernel returned a negative fd",
+        ));
+    }
+    // SAFETY: the kernel installed this fd in our table as the result of the command that
+    // just succeeded; nothing else in the process knows its number, so we are its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Reads one fixed-size event record from an event fd (completion channel or async fd);
+/// `Ok(None)` when the fd is non-blocking and has none.
+pub fn read_record<T: Pod>(fd: BorrowedFd<'_>) -> io::Result<Option<T>> {
+    let mut buf = vec![0u8; size_of::<T>()];
+    loop {
+        match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
+            Ok(n) if n == buf.len() => return Ok(Some(from_bytes(&buf))),
+            Ok(n) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("event record of {n} bytes, expected {}", buf.len()),
+                ))
+            }
+            Err(nix::errno::Errno::EAGAIN) => return Ok(None),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Puts an fd into non-blocking mode.
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::abi::{DeallocPdRequest, QueryPortRequest};
+    use std::io::Read;
+
+    /// Runs a command against a pipe and returns the bytes the "kernel" saw.
+    fn captured<C: WriteCommand>(req: &C, din: &[u8], dout: &mut [u8]) -> Vec<u8> {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let file = UverbsFile::new(w);
+        file.execute(req, din, dout).unwrap();
+        drop(file);
+        let mut out = Vec::new();
+        std::fs::File::from(r).read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn words_are_computed_from_sizes() {
+        let req = QueryPortRequest {
+            port_num: 1,
+            ..Default::default()
+        };
+        let mut dout = [0u8; 8];
+        let bytes = captured(&req, &[1, 2, 3, 4], &mut dout);
+        // header 8 + request 16 + driver 4 = 28 bytes = 7 words; response 40 + 8 = 12 words.
+        assert_eq!(bytes.len(), 28);
+        assert_eq!(&bytes[0..4], &2u32.to_ne_bytes());
+        assert_eq!(u16::from_ne_bytes([bytes[4], bytes[5]]), 7);
+        assert_eq!(u16::from_ne_bytes([bytes[6], bytes[7]]), 12);
+        assert_ne!(&bytes[8..16], &[0u8; 8], "response pointer filled in");
+        assert_eq!(bytes[16], 1);
+        assert_eq!(&bytes[24..28], &[1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn commands_without_response() {
+        let bytes = captured(&DeallocPdRequest { pd_handle: 5 }, &[], &mut []);
+        assert_eq!(bytes, [4, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0]);
+        let (_r, w) = nix::unistd::pipe().unwrap();
+        let err = UverbsFile::new(w)
+            .execute(&DeallocPdRequest { pd_handle: 5 }, &[], &mut [0u8; 4])
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn odd_lengths_are_refused() {
+        let (_r, w) = nix::unistd::pipe().unwrap();
+        let err = UverbsFile::new(w)
+            .execute(&DeallocPdRequest { pd_handle: 5 }, &[1, 2], &mut [])
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn event_records() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        set_nonblocking(r.as_fd()).unwrap();
+        assert_eq!(read_record::<u64>(r.as_fd()).unwrap(), None);
+        nix::unistd::write(&w, &7u64.to_ne_bytes()).unwrap();
+        assert_eq!(read_record::<u64>(r.as_fd()).unwrap(), Some(7));
+    }
+}
