@@ -1,0 +1,230 @@
+#!/bin/bash
+# run.sh - run rdmasock's VM tests, or any command, in a throw-away qemu VM that boots
+# Debian's stock kernel with soft-RDMA devices (rxe0, and siw0 with --both).
+#
+#   tests/vm/run.sh [options]                     build the tests, run tests/vm/suite.sh in the VM
+#   tests/vm/run.sh [options] -- 'shell command'  run one command in the VM
+#   tests/vm/run.sh [options] -- PROGRAM ARG...
+#
+# Options:
+#   --both       rxe0 on eth0 (10.99.0.2) and siw0 on eth1 (10.99.1.2); the suite's default.
+#                siw.ko comes from tests/vm/build-siw.sh (run here when it is missing).
+#   --rxe        rxe0 only; the default for a command
+#   --release    suite: build and test the release profile (default: the dev profile,
+#                which `cargo test` on the host has already built)
+#   --timeout S  kill the VM after S seconds, exit 124 (default 2400, RDMASOCK_VM_TIMEOUT)
+#   --mem SIZE   guest memory (default 2G);  --cpus N  guest vCPUs (default: nproc)
+#   -v           print the guest's console log even when all went well
+#
+# The guest sees the host's root filesystem read-only (writes go to a tmpfs overlay and
+# are lost) and the project directory, the cargo target directory and the current
+# directory read-write, all at their host paths, so host-built binaries run unchanged.
+# The command runs as root in the current directory with `ulimit -l unlimited`,
+# /dev/infiniband/* mode 666, and RDMA_VM=1, RDMA_VM_DEVICES ("rxe0 siw0"),
+# RDMA_VM_IP / RDMA_VM_RXE_IP (10.99.0.2) and RDMA_VM_SIW_IP (10.99.1.2) set.
+# Its stdout and stderr come out on this script's stdout.
+#
+# Exit status: the command's; 124 when it timed out; 125 when the VM or the RDMA setup
+# failed (the guest's console log is printed then).
+#
+# The kernel is the newest /boot/vmlinuz-* with modules (RDMASOCK_VM_KERNEL overrides it).
+# It runs under TCG: KVM on these (nested-virtualisation) hosts cannot run a stock kernel.
+# The first run extracts vmlinux for a fast PVH boot and builds a busybox initramfs, both
+# kept in ${XDG_CACHE_HOME:-~/.cache}/rdmasock-vm (RDMASOCK_VM_CACHE).
+# Needs: qemu-system-x86 linux-image-amd64 busybox-static kmod cpio xz-utils iproute2 rdma-core.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/common.sh"
+
+die() { echo "vm: $*" >&2; exit 125; }
+
+devices=
+profile=dev
+timeout_s=${RDMASOCK_VM_TIMEOUT:-2400}
+mem=2G
+cpus=$(nproc)
+verbose=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --both) devices="rxe siw"; shift ;;
+    --rxe) devices=rxe; shift ;;
+    --release) profile=release; shift ;;
+    --timeout) timeout_s=$2; shift 2 ;;
+    --mem) mem=$2; shift 2 ;;
+    --cpus) cpus=$2; shift 2 ;;
+    -v) verbose=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+    --) shift; break ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) break ;;
+  esac
+done
+
+# ------------------------------------------------------------------ host checks ----
+command -v qemu-system-x86_64 >/dev/null || die "qemu missing: apt-get install qemu-system-x86"
+[ -x /bin/busybox ] || die "busybox missing: apt-get install busybox-static"
+command -v cpio >/dev/null && command -v modprobe >/dev/null || die "apt-get install cpio kmod"
+KERNEL=$(vm_pick_kernel)
+[ -n "$KERNEL" ] && [ -r "$KERNEL" ] || die "no kernel with modules in /boot: apt-get install linux-image-amd64"
+KVER=${KERNEL##*/vmlinuz-}
+[ -d "/lib/modules/$KVER" ] || die "/lib/modules/$KVER missing (the guest loads its modules from there)"
+
+rw_paths=("$ROOT")
+if [ $# -eq 0 ]; then
+  # ---------------------------------------------------------- suite mode: build ----
+  devices=${devices:-rxe siw}
+  cd "$ROOT"
+  flags=()
+  [ $profile = release ] && flags=(--release)
+  target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+  [ -n "$target_dir" ] || die "cargo metadata gave no target directory"
+  bin_dir=$target_dir/$([ $profile = release ] && echo release || echo debug)
+  echo "vm: building the tests and examples ($profile profile)" >&2
+  artifacts=$(mktemp)
+  trap 'rm -f "$artifacts"' EXIT
+  cargo test --workspace --no-run "${flags[@]}" --message-format=json-render-diagnostics > "$artifacts" \
+    || die "cargo test --no-run failed"
+  cargo build --workspace --examples "${flags[@]}" || die "cargo build --examples failed"
+  # the test binaries of the root crate's tests/vm_*.rs
+  mapfile -t tests < <(sed -n 's/.*"src_path":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2/p' "$artifacts" \
+    | awk -v dir="$ROOT/tests/" 'index($1, dir) == 1 && substr($1, length(dir) + 1) ~ /^vm_[^\/]*\.rs$/ { print $2 }' \
+    | sort -u)
+  rm -f "$artifacts"
+  echo "vm: ${#tests[@]} test binaries: ${tests[*]##*/}" >&2
+  expect=rxe0
+  [[ " $devices " == *" siw "* ]] && expect="rxe0 siw0"
+  set -- "$HERE/suite.sh" --devices "$expect" --bin-dir "$bin_dir" -- "${tests[@]}"
+  rw_paths+=("$target_dir")
+fi
+devices=${devices:-rxe}
+if [ $# -eq 1 ]; then CMD=$1; else CMD=$(printf '%q ' "$@"); fi
+rw_paths+=("$PWD")
+
+SIW_DIR=$(vm_siw_dir "$KVER")
+if [[ " $devices " == *" siw "* ]] && [ ! -s "$SIW_DIR/siw.ko" ] \
+   && [ -z "$(find "/lib/modules/$KVER" -name 'siw.ko*' -print -quit)" ]; then
+  echo "vm: $SIW_DIR/siw.ko is missing: running tests/vm/build-siw.sh" >&2
+  "$HERE/build-siw.sh" "$KVER" >&2 || die "siw.ko could not be built (see above), so siw0 cannot be created"
+fi
+
+# ------------------------------------------------------------ kernel: vmlinux ----
+# Under TCG, unpacking the xz-compressed bzImage costs ~6 s per boot; Debian kernels
+# have a PVH entry point, so qemu can boot the ELF vmlinux directly.  Extract it once.
+mkdir -p "$VM_CACHE"
+boot_image=$KERNEL
+vmlinux=$VM_CACHE/vmlinux-$KVER
+if [ ! -s "$vmlinux" ] && command -v xz >/dev/null; then
+  offset=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$KERNEL" | head -1 | cut -d: -f1 || true)
+  if [ -n "$offset" ]; then
+    tail -c +$((offset + 1)) "$KERNEL" | xz -dc --single-stream > "$vmlinux.tmp.$$" 2>/dev/null || true
+    if [ "$(head -c 4 "$vmlinux.tmp.$$" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+      mv "$vmlinux.tmp.$$" "$vmlinux"
+    fi
+    rm -f "$vmlinux.tmp.$$"
+  fi
+fi
+[ -s "$vmlinux" ] && boot_image=$vmlinux
+
+# ------------------------------------------------------------------ initramfs ----
+MODULES="virtio_pci 9pnet_virtio 9p overlay"
+ihash=$( (cat "$HERE/init.sh"; echo "$MODULES"; stat -c %Y "/lib/modules/$KVER/modules.dep" /bin/busybox) \
+  | md5sum | cut -c1-12)
+INITRD=$VM_CACHE/initramfs-$KVER-$ihash.cpio.gz
+if [ ! -s "$INITRD" ]; then
+  staging=$(mktemp -d)
+  mkdir -p "$staging"/{bin,dev,proc,sys,lib/modules}
+  cp /bin/busybox "$staging/bin/"
+  for applet in sh mount insmod mkdir ln cat hostname switch_root poweroff; do
+    ln -s busybox "$staging/bin/$applet"
+  done
+  : > "$staging/modules.list"
+  for m in $MODULES; do   # each module after its dependencies, decompressed for busybox insmod
+    for f in $(modprobe -S "$KVER" --show-depends "$m" | awk '$1 == "insmod" { print $2 }'); do
+      name=$(basename "$f"); name=${name%.xz}; name=${name%.zst}; name=${name%.gz}
+      grep -qx "$name" "$staging/modules.list" && continue
+      case $f in
+        *.xz) xz -dc "$f" ;; *.zst) zstd -qdc "$f" ;; *.gz) gzip -dc "$f" ;; *) cat "$f" ;;
+      esac > "$staging/lib/modules/$name"
+      echo "$name" >> "$staging/modules.list"
+    done
+  done
+  cp "$HERE/init.sh" "$staging/init"
+  chmod 755 "$staging/init"
+  (cd "$staging" && find . | cpio -o -H newc --quiet | gzip -1) > "$INITRD.tmp.$$"
+  mv "$INITRD.tmp.$$" "$INITRD"
+  rm -rf "$staging"
+fi
+
+# --------------------------------------------------------------- control share ----
+CTL=$(mktemp -d /tmp/rdmasock-vm.XXXXXX)
+qemu_pid=
+cleanup() { [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null; rm -rf "$CTL"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+cp "$HERE/guest.sh" "$CTL/guest.sh"
+printf '%s\n' "$CMD" > "$CTL/cmd.sh"
+{
+  printf 'export VM_CWD=%q VM_DEVICES=%q VM_SIW_DIR=%q\n' "$PWD" "$devices" "$SIW_DIR"
+  for v in RUST_BACKTRACE RUST_LOG RUST_TEST_THREADS RUST_MIN_STACK CARGO_TERM_COLOR NO_COLOR TERM \
+           $(compgen -v RDMASOCK_ || true); do
+    [ -n "${!v+x}" ] && printf 'export %s=%q\n' "$v" "${!v}"
+  done
+} > "$CTL/env.sh"
+
+shares=()
+: > "$CTL/rw.list"
+i=0
+mounted=" "
+for p in "${rw_paths[@]}"; do
+  p=$(realpath "$p")
+  for m in $mounted; do   # skip a path already inside a share
+    case $p/ in "$m"/*) continue 2 ;; esac
+  done
+  mounted="$mounted$p "
+  echo "rw$i $p" >> "$CTL/rw.list"
+  shares+=(-virtfs "local,path=$p,mount_tag=rw$i,security_model=none,multidevs=remap")
+  i=$((i + 1))
+done
+
+nics=(-netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56)
+if [[ " $devices " == *" siw "* ]]; then
+  nics+=(-netdev hubport,id=n1,hubid=1 -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:57)
+fi
+
+# ----------------------------------------------------------------------- boot ----
+# ttyS0 carries the command's output (our stdout); ttyS1 the kernel console and the
+# guest's setup log (kept in console.log).  Each NIC sits alone on its own qemu hub.
+t0=$(date +%s.%N)
+timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \
+  -accel "${RDMASOCK_VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu max -m "$mem" -smp "$cpus" \
+  -kernel "$boot_image" -initrd "$INITRD" \
+  -append "console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable" \
+  -chardev stdio,id=out,signal=off -serial chardev:out -serial "file:$CTL/console.log" \
+  -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+  -virtfs "local,path=$CTL,mount_tag=vmctl,security_model=none" \
+  "${shares[@]}" "${nics[@]}" -device virtio-rng-pci \
+  < /dev/null 2> "$CTL/qemu.err" &
+qemu_pid=$!
+set +e
+wait "$qemu_pid"
+qemu_rc=$?
+qemu_pid=
+t1=$(date +%s.%N)
+
+if [ -s "$CTL/rc" ]; then rc=$(cat "$CTL/rc")
+elif [ $qemu_rc = 124 ] || [ $qemu_rc = 137 ]; then rc=124; echo "vm: TIMED OUT after ${timeout_s}s" >&2
+else rc=125; echo "vm: the VM stopped without a result (qemu exit status $qemu_rc)" >&2; fi
+if [ $verbose = 1 ] || [ "$rc" = 124 ] || [ "$rc" = 125 ]; then
+  echo "----- guest console log -----" >&2
+  cat "$CTL/console.log" >&2
+  if grep -qv 'not connected to host network' "$CTL/qemu.err"; then
+    echo "----- qemu stderr -----" >&2
+    grep -v 'not connected to host network' "$CTL/qemu.err" >&2
+  fi
+fi
+echo "vm: exit status $rc after $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')s" \
+  "(kernel $KVER, devices: $devices)" >&2
+exit "$rc"

@@ -1,0 +1,110 @@
+#!/bin/bash
+# suite.sh - the VM test suite; runs INSIDE the VM (tests/vm/run.sh starts it):
+#
+#   suite.sh --devices "rxe0 siw0" --bin-dir TARGET/debug [--] TEST_BINARY...
+#
+# 1. Checks that every device named by --devices exists and its port 1 is ACTIVE, and
+#    that /dev/infiniband/uverbs* and rdma_cm exist.  A missing device fails the suite
+#    loudly: no test may pass because the hardware it needs is absent.
+# 2. Runs each test binary (the root crate's tests/vm_*.rs) with --ignored --test-threads=1
+#    in the project root, RDMASOCK_VM_TEST_TIMEOUT seconds at most each (default 600).
+# 3. Runs each executable tests/vm/interop/*.sh (rdma-core tools against our examples),
+#    with RDMASOCK_BIN_DIR and RDMASOCK_EXAMPLES_DIR set; each counts as one test.
+# 4. Prints a summary and, last, the line "vm: N passed, N failed"; exits 1 on any failure.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+devices=rxe0
+bin_dir=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --devices) devices=$2; shift 2 ;;
+    --bin-dir) bin_dir=$2; shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
+per_test_timeout=${RDMASOCK_VM_TEST_TIMEOUT:-600}
+export RDMASOCK_BIN_DIR=$bin_dir RDMASOCK_EXAMPLES_DIR=$bin_dir/examples
+
+passed=0
+failed=0
+summary=()
+finish() {
+  echo
+  echo "===== VM suite summary ====="
+  printf '%s\n' "${summary[@]}"
+  echo "vm: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+}
+loud_failure() {
+  echo
+  echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+  echo "!!! VM SUITE FAILED: $*"
+  echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+  failed=$((failed + 1))
+  summary+=("FAILED  setup: $*")
+  finish
+}
+
+# ------------------------------------------------------------------ devices ----
+[ "${RDMA_VM:-}" = 1 ] || loud_failure "not inside the VM (RDMA_VM is unset): run tests/vm/run.sh"
+for dev in $devices; do
+  [ -d "/sys/class/infiniband/$dev" ] \
+    || loud_failure "RDMA device $dev is missing (have: $(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' '))"
+  state=
+  for _ in $(seq 100); do   # the port turns ACTIVE once its netdev is up: wait up to 10 s
+    state=$(cat "/sys/class/infiniband/$dev/ports/1/state" 2>/dev/null)
+    [[ $state == *ACTIVE* ]] && break
+    sleep 0.1
+  done
+  [[ $state == *ACTIVE* ]] || loud_failure "port 1 of $dev is '$state', not ACTIVE"
+done
+ls /dev/infiniband/uverbs* >/dev/null 2>&1 || loud_failure "no /dev/infiniband/uverbs*"
+[ -c /dev/infiniband/rdma_cm ] || loud_failure "no /dev/infiniband/rdma_cm"
+echo "vm suite: devices $devices are ACTIVE; RDMA_VM_DEVICES='${RDMA_VM_DEVICES:-}'"
+
+interop=()
+for s in "$HERE"/interop/*.sh; do [ -x "$s" ] && interop+=("$s"); done
+[ $# -gt 0 ] || [ ${#interop[@]} -gt 0 ] || loud_failure "no VM tests found (no tests/vm_*.rs binaries, no tests/vm/interop/*.sh)"
+
+# ------------------------------------------------------------- test binaries ----
+log=$(mktemp)
+cd "$ROOT"
+for bin in "$@"; do
+  name=$(basename "$bin"); name=${name%-*}   # vm_verbs-0123456789abcdef -> vm_verbs
+  echo
+  echo "===== $name ====="
+  start=$SECONDS
+  timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  read -r p f < <(awk '/^test result:/ {
+      for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
+    } END { print p + 0, f + 0 }' "$log")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    f=1   # crashed, timed out or failed outside a test: count it once
+    [ "$rc" -eq 124 ] && echo "!!! $name timed out after ${per_test_timeout}s"
+  fi
+  passed=$((passed + p)); failed=$((failed + f))
+  status=ok; [ "$rc" -ne 0 ] || [ "$f" -ne 0 ] && status=FAILED
+  [ $((p + f)) -eq 0 ] && { status="FAILED (ran no test)"; failed=$((failed + 1)); }
+  summary+=("$(printf '%-7s %-28s %3d passed, %d failed, %ds (exit %d)' \
+    "${status%% *}" "$name" "$p" "$f" $((SECONDS - start)) "$rc")")
+done
+
+# ------------------------------------------------------------ interop scripts ----
+for s in "${interop[@]}"; do
+  name=interop/$(basename "$s")
+  echo
+  echo "===== $name ====="
+  start=$SECONDS
+  timeout -k 10 "$per_test_timeout" "$s"
+  rc=$?
+  if [ $rc -eq 0 ]; then passed=$((passed + 1)); status=ok
+  else failed=$((failed + 1)); status=FAILED; fi
+  summary+=("$(printf '%-7s %-28s %ds (exit %d)' "$status" "$name" $((SECONDS - start)) "$rc")")
+done
+rm -f "$log"
+finish
