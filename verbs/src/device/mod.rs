@@ -1,10 +1,18 @@
 //! Device discovery from sysfs (and netlink for the driver id): what `ibv_devices` lists.
 //!
-//! Owned by the discovery work: see `discover` below.
+//! [`DeviceList::discover`] reads `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
+//! ([`sysfs`]) and asks NETLINK_RDMA for each device's driver id ([`netlink`]), falling back
+//! to the sysfs heuristics of kernel-abi.md §2.1.3 when netlink is unavailable.
 #![forbid(unsafe_code)]
 
+mod netlink;
+mod sysfs;
+
+pub use netlink::driver_name;
+
+use crate::error::{Error, Result};
 use crate::types::{Gid, PortState};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The node type (`/sys/class/infiniband/<dev>/node_type`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -125,6 +133,50 @@ impl DeviceInfo {
     pub fn guid_hex(&self) -> String {
         format!("{:016x}", self.node_guid)
     }
+
+    /// The GUID in `ibv_devinfo`'s form: four groups of 4 hex digits (`5054:00ff:fe12:3456`).
+    pub fn guid_grouped(&self) -> String {
+        format_guid(self.node_guid)
+    }
+
+    /// Whether the transport is iWARP (such QPs connect only through the connection manager).
+    pub fn is_iwarp(&self) -> bool {
+        self.transport == Transport::Iwarp
+    }
+
+    /// A port by its 1-based number.
+    pub fn port(&self, number: u8) -> Option<&PortInfo> {
+        self.ports.iter().find(|p| p.number == number)
+    }
+
+    /// Reads GID table slot `index` of `port` from sysfs now (like rdma-core's
+    /// `ibv_query_gid`): `Ok(None)` for an empty slot.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Option<GidEntry>> {
+        let dir = self.sysfs.as_ref().ok_or_else(|| Error::Unsupported {
+            device: self.name.clone(),
+            operation: "reading the GID table from sysfs (it is not a kernel device)".into(),
+        })?;
+        let port_dir = dir.join("ports").join(port.to_string());
+        if !port_dir.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "device {} has no port {port} ({} does not exist)",
+                self.name,
+                port_dir.display()
+            )));
+        }
+        Ok(sysfs::read_gid(&port_dir, index))
+    }
+}
+
+/// A GUID as four groups of 4 hex digits, most significant first (`ibv_devinfo`'s form).
+pub fn format_guid(guid: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        (guid >> 48) & 0xffff,
+        (guid >> 32) & 0xffff,
+        (guid >> 16) & 0xffff,
+        guid & 0xffff
+    )
 }
 
 /// The devices of this machine.
@@ -135,31 +187,74 @@ pub struct DeviceList {
 }
 
 impl DeviceList {
-    /// Discovers the devices from sysfs. (Placeholder until discovery lands: finds none.)
-    pub fn discover() -> crate::Result<DeviceList> {
-        Err(crate::Error::NoDevice)
+    /// Discovers this machine's devices: sysfs under `/sys`, and the driver of each from
+    /// netlink (NETLINK_RDMA), or from the sysfs heuristics when netlink fails.
+    ///
+    /// Only devices with a uverbs character device are listed (as rdma-core does).
+    /// [`Error::NoDevice`] when there is none.
+    pub fn discover() -> Result<DeviceList> {
+        let from_netlink = netlink::query().ok();
+        Self::discover_with(Path::new("/sys"), from_netlink.as_ref())
+    }
+
+    /// Discovers the devices of the sysfs tree at `root` (`/sys` on a real system), without
+    /// netlink: the driver comes from the sysfs heuristics (rxe: CA + Ethernet + a `parent`
+    /// file; siw: RNIC + uverbs ABI 1). For tests on a fake tree and for diagnostics.
+    pub fn discover_in(root: &Path) -> Result<DeviceList> {
+        Self::discover_with(root, None)
+    }
+
+    fn discover_with(
+        root: &Path,
+        from_netlink: Option<&std::collections::HashMap<String, netlink::NetlinkDevice>>,
+    ) -> Result<DeviceList> {
+        let uverbs = sysfs::uverbs_nodes(root);
+        let mut devices: Vec<DeviceInfo> = sysfs::device_names(root)
+            .iter()
+            .filter_map(|name| sysfs::read_device(root, name, uverbs.get(name)))
+            .collect();
+        for d in &mut devices {
+            let id = from_netlink
+                .and_then(|m| m.get(&d.name))
+                .and_then(|n| n.driver_id);
+            if let Some(id) = id {
+                d.driver_id = Some(id);
+                if let Some(name) = driver_name(id) {
+                    d.driver = Some(name.to_string());
+                }
+            }
+        }
+        if devices.is_empty() {
+            return Err(Error::NoDevice);
+        }
+        devices.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(DeviceList { devices })
     }
 
     /// The device named `name`, or the first one when `name` is `None`.
-    pub fn pick(&self, name: Option<&str>) -> crate::Result<&DeviceInfo> {
+    pub fn pick(&self, name: Option<&str>) -> Result<&DeviceInfo> {
         match name {
-            None => self.devices.first().ok_or(crate::Error::NoDevice),
-            Some(n) => self
-                .devices
-                .iter()
-                .find(|d| d.name == n)
-                .ok_or_else(|| crate::Error::DeviceNotFound {
-                    name: n.to_string(),
-                    available: if self.devices.is_empty() {
-                        "none".into()
-                    } else {
-                        self.devices
-                            .iter()
-                            .map(|d| d.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                }),
+            None => self.devices.first().ok_or(Error::NoDevice),
+            Some(n) => {
+                self.devices
+                    .iter()
+                    .find(|d| d.name == n)
+                    .ok_or_else(|| Error::DeviceNotFound {
+                        name: n.to_string(),
+                        available: if self.devices.is_empty() {
+                            "none".into()
+                        } else {
+                            self.devices
+                                .iter()
+                                .map(|d| d.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        },
+                    })
+            }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
