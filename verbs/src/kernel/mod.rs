@@ -1,3 +1,96 @@
 //! The uverbs control path shared by kernel-backed providers (rxe, siw): opening
 //! `/dev/infiniband/uverbsN`, GET_CONTEXT, and every write command, with the driver data
 //! ("udata") each provider adds.
+//!
+//! A kernel provider implements only [`KernelDriver`]: the driver data its commands need, and
+//! CQ and QP creation with its own rings. Everything else — the context, protection domains,
+//! memory regions, completion channels, async events, MODIFY/QUERY/DESTROY of QPs, the send
+//! doorbell — is here and identical for every kernel driver:
+//!
+//! ```text
+//! Provider::open ──> KernelContext::open(device, driver) ── implements ContextOps
+//!                       ├─ alloc_pd ──> KernelPd ── implements PdOps
+//!                       │                ├─ reg_mr ──> KernelMr (MrOps)
+//!                       │                └─ create_qp ──> driver.create_qp ─> uses KernelQp
+//!                       ├─ create_comp_channel ──> KernelChannel (ChannelOps)
+//!                       └─ create_cq ──> driver.create_cq ─> uses KernelCq
+//! ```
+//!
+//! Lifetimes: every object holds what it depends on ([`KernelContext`] is a cheap `Arc`
+//! handle), so the kernel objects are destroyed in a valid order whatever order the program
+//! drops them in — a QP before its CQs and PD, MRs before their PD, everything before the
+//! uverbs fd is closed.
+//!
+//! The connection manager finds a kernel QP's handle with
+//! `qp.ops().as_any().downcast_ref::<KernelQp>()` (every kernel provider's QP returns its
+//! [`KernelQp`] from `as_any`), and turns rdma_cm's INIT_QP_ATTR answer into attributes with
+//! [`attributes_from_cm`].
+#![forbid(unsafe_code)]
+
+mod context;
+mod convert;
+mod objects;
+mod open;
+
+pub use context::KernelContext;
+pub use convert::{attributes_from_cm, attributes_from_query, modify_request};
+pub use objects::{KernelChannel, KernelCq, KernelMr, KernelPd, KernelQp};
+pub use open::open_uverbs;
+
+use crate::error::Result;
+use crate::provider::{ChannelOps, CqOps, QpOps};
+use crate::qp_attr::QpInitAttributes;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// Driver data for one command: the bytes after the core request, and how many bytes of
+/// driver response to make room for after the core response.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverData {
+    /// Driver request bytes.
+    pub input: Vec<u8>,
+    /// Driver response length in bytes.
+    pub output_len: usize,
+}
+
+impl DriverData {
+    /// No driver data either way.
+    pub fn none() -> DriverData {
+        DriverData::default()
+    }
+}
+
+/// What differs between kernel drivers: their driver data and their queues.
+pub trait KernelDriver: Send + Sync + Debug + 'static {
+    /// The provider name (`rxe`, `siw`).
+    fn name(&self) -> &'static str;
+
+    /// Driver data of GET_CONTEXT (siw needs 8 bytes of output).
+    fn get_context_data(&self) -> DriverData {
+        DriverData::none()
+    }
+
+    /// Driver data of REG_MR (siw needs 8 bytes each way).
+    fn reg_mr_data(&self) -> DriverData {
+        DriverData::none()
+    }
+
+    /// CREATE_CQ with the driver's rings ([`KernelCq::create`] does the command).
+    fn create_cq(
+        &self,
+        context: &KernelContext,
+        depth: u32,
+        channel: Option<Arc<dyn ChannelOps>>,
+        comp_vector: u32,
+    ) -> Result<Arc<dyn CqOps>>;
+
+    /// CREATE_QP with the driver's rings ([`KernelQp::create`] does the command). The QP must
+    /// return its [`KernelQp`] from `as_any`.
+    fn create_qp(
+        &self,
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+    ) -> Result<Box<dyn QpOps>>;
+}
