@@ -10,5 +10,6 @@ pub use rdmasock_cm as cm;
 pub use rdmasock_verbs as verbs;
 
 mod registry;
+pub mod stream;
 
 pub use registry::{default_registry, open_device};

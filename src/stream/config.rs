@@ -1,0 +1,281 @@
+//! The knobs of one stream connection, with rsocket's defaults.
+#![forbid(unsafe_code)]
+
+use super::msg::{ByteOrder, DATA_MASK, MESSAGE_WORD_LEN};
+use std::time::Duration;
+
+/// rsocket's send-ring low-water mark: a sender needs this much free send ring to start a
+/// transfer (`RS_SNDLOWAT`).
+pub const SEND_LOW_WATER: usize = 2048;
+/// Send-queue entries reserved for control messages (`RS_QP_CTRL_SIZE`).
+pub const CONTROL_SLOTS: u32 = 4;
+/// Smallest queue depth rsocket accepts (`RS_QP_MIN_SIZE`).
+pub const MIN_QUEUE_DEPTH: u16 = 16;
+/// Largest queue depth the 16-bit credit arithmetic allows (`RS_QP_MAX_SIZE`).
+pub const MAX_QUEUE_DEPTH: u16 = 0xFFFE;
+/// rsocket's largest single transfer (`RS_MAX_TRANSFER`).
+pub const RSOCKET_MAX_TRANSFER: u32 = 65536;
+
+/// How the socket layer waits for completions. The engine itself never waits; the socket layer
+/// reads this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Arm the completion queue and sleep on its channel (mio readiness).
+    Event,
+    /// Poll the completion queue for up to `spin` before arming and sleeping (rsocket spins
+    /// 10 µs by default).
+    BusyPoll {
+        /// The spin budget per wait.
+        spin: Duration,
+    },
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid stream configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The configuration of one stream connection. Build it with [`StreamConfig::builder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamConfig {
+    pub(crate) send_ring: usize,
+    pub(crate) recv_ring: usize,
+    pub(crate) send_queue_depth: u16,
+    pub(crate) recv_queue_depth: u16,
+    pub(crate) inline_threshold: u32,
+    pub(crate) signal_interval: u16,
+    pub(crate) max_transfer: u32,
+    pub(crate) write_with_send: bool,
+    pub(crate) progress: ProgressMode,
+    pub(crate) byte_order: ByteOrder,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            send_ring: 128 * 1024,
+            recv_ring: 128 * 1024,
+            send_queue_depth: 384,
+            recv_queue_depth: 384,
+            inline_threshold: 64,
+            signal_interval: 1,
+            max_transfer: RSOCKET_MAX_TRANSFER,
+            write_with_send: false,
+            progress: ProgressMode::BusyPoll {
+                spin: Duration::from_micros(10),
+            },
+            byte_order: ByteOrder::native(),
+        }
+    }
+}
+
+impl StreamConfig {
+    /// A builder starting from rsocket's defaults: 128 KiB rings, 384-deep queues, 64-byte
+    /// inline, every send signalled, 64 KiB transfers, 10 µs busy-poll.
+    pub fn builder() -> StreamConfigBuilder {
+        StreamConfigBuilder(StreamConfig::default())
+    }
+
+    /// Send-ring size in bytes (register this much, plus [`Self::control_area_len`]).
+    pub fn send_ring(&self) -> usize {
+        self.send_ring
+    }
+    /// Receive-ring size in bytes (register this much, remotely writable).
+    pub fn recv_ring(&self) -> usize {
+        self.recv_ring
+    }
+    /// Send-queue depth to create the queue pair with.
+    pub fn send_queue_depth(&self) -> u16 {
+        self.send_queue_depth
+    }
+    /// Receive-queue depth to create the queue pair with (also the credits granted).
+    pub fn recv_queue_depth(&self) -> u16 {
+        self.recv_queue_depth
+    }
+    /// Largest payload posted inline.
+    pub fn inline_threshold(&self) -> u32 {
+        self.inline_threshold
+    }
+    /// One send in this many is signalled (1 = all, like rsocket; the queue pair must then be
+    /// created without `sq_sig_all` when it is above 1).
+    pub fn signal_interval(&self) -> u16 {
+        self.signal_interval
+    }
+    /// Largest single RDMA write of stream data.
+    pub fn max_transfer(&self) -> u32 {
+        self.max_transfer
+    }
+    /// Whether data goes as RDMA WRITE + 4-byte SEND (iWARP, which has no write-with-immediate).
+    pub fn write_with_send(&self) -> bool {
+        self.write_with_send
+    }
+    /// How the socket layer waits.
+    pub fn progress(&self) -> ProgressMode {
+        self.progress
+    }
+    /// The byte order announced in our hello, in which the peer writes our target list.
+    pub fn byte_order(&self) -> ByteOrder {
+        self.byte_order
+    }
+    /// Bytes of control staging after the send ring: four 16-byte slots for buffer
+    /// advertisements when the inline threshold is below 16 (rsocket's layout).
+    pub fn control_area_len(&self) -> usize {
+        if self.inline_threshold < 16 {
+            16 * CONTROL_SLOTS as usize
+        } else {
+            0
+        }
+    }
+    /// Bytes of the message-slot area (write+send mode: one 4-byte slot per receive).
+    pub fn message_area_len(&self) -> usize {
+        if self.write_with_send {
+            MESSAGE_WORD_LEN * usize::from(self.recv_queue_depth)
+        } else {
+            0
+        }
+    }
+}
+
+/// Builds a [`StreamConfig`].
+#[derive(Debug, Clone)]
+pub struct StreamConfigBuilder(StreamConfig);
+
+impl StreamConfigBuilder {
+    /// Send-ring size in bytes (at least 4 KiB; rsocket's `wmem_default`).
+    pub fn send_ring(mut self, bytes: usize) -> Self {
+        self.0.send_ring = bytes;
+        self
+    }
+    /// Receive-ring size in bytes: even, at least 4 KiB, each half below 512 MiB (the 29-bit
+    /// message limit); rsocket's `mem_default`.
+    pub fn recv_ring(mut self, bytes: usize) -> Self {
+        self.0.recv_ring = bytes;
+        self
+    }
+    /// Send-queue depth (16…65534).
+    pub fn send_queue_depth(mut self, depth: u16) -> Self {
+        self.0.send_queue_depth = depth;
+        self
+    }
+    /// Receive-queue depth (16…65534); it is also the number of credits granted.
+    pub fn recv_queue_depth(mut self, depth: u16) -> Self {
+        self.0.recv_queue_depth = depth;
+        self
+    }
+    /// Largest payload posted inline.
+    pub fn inline_threshold(mut self, bytes: u32) -> Self {
+        self.0.inline_threshold = bytes;
+        self
+    }
+    /// Signal one send in `n` (1 = every send, rsocket's behaviour).
+    pub fn signal_interval(mut self, n: u16) -> Self {
+        self.0.signal_interval = n;
+        self
+    }
+    /// Largest single RDMA write of stream data (rsocket: 64 KiB; larger is compatible).
+    pub fn max_transfer(mut self, bytes: u32) -> Self {
+        self.0.max_transfer = bytes;
+        self
+    }
+    /// Use write+send mode (set it for iWARP devices).
+    pub fn write_with_send(mut self, on: bool) -> Self {
+        self.0.write_with_send = on;
+        self
+    }
+    /// How the socket layer waits for completions.
+    pub fn progress(mut self, mode: ProgressMode) -> Self {
+        self.0.progress = mode;
+        self
+    }
+    /// The byte order announced in the hello (default: this machine's). Any order works since
+    /// the engine decodes target-list entries itself; this exists for interoperability tests.
+    pub fn byte_order(mut self, order: ByteOrder) -> Self {
+        self.0.byte_order = order;
+        self
+    }
+
+    /// Checks the values and returns the configuration.
+    pub fn build(self) -> Result<StreamConfig, ConfigError> {
+        let c = self.0;
+        let err = |s: String| Err(ConfigError(s));
+        if c.send_ring < 4096 {
+            return err(format!("send ring of {} bytes is below 4096", c.send_ring));
+        }
+        if c.recv_ring < 4096 || c.recv_ring % 2 != 0 {
+            return err(format!(
+                "receive ring of {} bytes must be even and at least 4096",
+                c.recv_ring
+            ));
+        }
+        if c.recv_ring / 2 > DATA_MASK as usize {
+            return err(format!(
+                "receive ring of {} bytes: each half must stay below 512 MiB",
+                c.recv_ring
+            ));
+        }
+        for (name, d) in [
+            ("send", c.send_queue_depth),
+            ("receive", c.recv_queue_depth),
+        ] {
+            if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&d) {
+                return err(format!(
+                    "{name} queue depth {d} is outside {MIN_QUEUE_DEPTH}..={MAX_QUEUE_DEPTH}"
+                ));
+            }
+        }
+        if c.signal_interval == 0 || c.signal_interval > c.send_queue_depth / 2 {
+            return err(format!(
+                "signal interval {} must be between 1 and half the send queue depth ({})",
+                c.signal_interval,
+                c.send_queue_depth / 2
+            ));
+        }
+        if c.max_transfer == 0 || c.max_transfer > DATA_MASK {
+            return err(format!(
+                "max transfer {} must be between 1 and {DATA_MASK}",
+                c.max_transfer
+            ));
+        }
+        if c.write_with_send && (c.inline_threshold as usize) < MESSAGE_WORD_LEN {
+            return err(format!(
+                "write+send mode needs an inline threshold of at least 4 bytes (got {})",
+                c.inline_threshold
+            ));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_rsockets() {
+        let c = StreamConfig::builder().build().unwrap();
+        assert_eq!((c.send_ring(), c.recv_ring()), (131072, 131072));
+        assert_eq!((c.send_queue_depth(), c.recv_queue_depth()), (384, 384));
+        assert_eq!(c.inline_threshold(), 64);
+        assert_eq!(c.control_area_len(), 0);
+        assert_eq!(c.message_area_len(), 0);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(StreamConfig::builder().recv_ring(4097).build().is_err());
+        assert!(StreamConfig::builder().send_ring(100).build().is_err());
+        assert!(StreamConfig::builder().recv_queue_depth(8).build().is_err());
+        assert!(StreamConfig::builder().signal_interval(0).build().is_err());
+        assert!(StreamConfig::builder()
+            .write_with_send(true)
+            .inline_threshold(0)
+            .build()
+            .unwrap_err()
+            .to_string()
+            .contains("inline"));
+        let c = StreamConfig::builder()
+            .inline_threshold(0)
+            .write_with_send(false);
+        assert_eq!(c.build().unwrap().control_area_len(), 64);
+    }
+}

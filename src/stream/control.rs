@@ -1,0 +1,141 @@
+//! Send completions, half-close / disconnect, keepalive.
+#![forbid(unsafe_code)]
+
+use super::engine::{Phase, StreamEngine};
+use super::error::StreamError;
+use super::msg::{Control, Message};
+use super::op::{Op, Payload, WrId};
+use std::net::Shutdown;
+
+impl StreamEngine {
+    /// A send work request completed. With selective signalling a completion also retires
+    /// every earlier unsignalled work request (RC completes them in order). `success` is false
+    /// for any error status; every error completion must be fed, flushed ones included.
+    pub fn on_send_completion(&mut self, wr_id: WrId, success: bool) {
+        if wr_id.is_receive() {
+            self.fail(StreamError::Protocol(format!(
+                "the driver fed receive work request {wr_id:?} as a send"
+            )));
+            return;
+        }
+        while let Some(p) = self.pending.front().copied() {
+            if p.seq > wr_id.seq() {
+                break;
+            }
+            self.pending.pop_front();
+            self.sqe_avail += p.sqes;
+            self.ctrl_in_use -= p.ctrl;
+            self.sbuf_avail += p.bytes;
+            if p.disconnect && success {
+                self.phase = Phase::Disconnected;
+            }
+        }
+        if !success && self.error.is_none() && self.phase == Phase::Connected {
+            self.fail(StreamError::ConnectionReset(format!(
+                "send work request {} completed with an error: the peer is unreachable or gone \
+                 (transport retries exhausted) or rejected the access",
+                wr_id.0
+            )));
+        }
+        self.flush_pending_control();
+        self.update_credits();
+    }
+
+    /// Shuts down reading, writing or both, like `TcpStream::shutdown`, sending rsocket's
+    /// SHUTDOWN or DISCONNECT control message when the protocol calls for one. Once
+    /// [`Readiness::disconnected`](super::Readiness) and [`all_sends_done`](Self::all_sends_done)
+    /// hold, the driver runs the connection manager's disconnect.
+    pub fn shutdown(&mut self, how: Shutdown) {
+        if self.phase != Phase::Connected || self.error.is_some() {
+            self.readable = false;
+            self.writable = false;
+            return;
+        }
+        let ctrl = match how {
+            Shutdown::Both => {
+                self.readable = false;
+                self.writable = false;
+                Control::Disconnect
+            }
+            Shutdown::Write => {
+                if !self.writable {
+                    return;
+                }
+                self.writable = false;
+                if self.readable {
+                    Control::Shutdown
+                } else {
+                    Control::Disconnect
+                }
+            }
+            Shutdown::Read => {
+                if !self.readable {
+                    return;
+                }
+                self.readable = false;
+                if self.writable {
+                    return;
+                }
+                Control::Disconnect
+            }
+        };
+        // A DISCONNECT supersedes a SHUTDOWN still waiting for a control slot.
+        self.pending_ctrl = Some(ctrl);
+        self.flush_pending_control();
+    }
+
+    fn flush_pending_control(&mut self) {
+        let Some(ctrl) = self.pending_ctrl else {
+            return;
+        };
+        if self.phase != Phase::Connected || self.error.is_some() {
+            self.pending_ctrl = None;
+            return;
+        }
+        if !self.control_available(1) {
+            return;
+        }
+        self.pending_ctrl = None;
+        let msg = Message::Control(ctrl).encode();
+        self.post_ctrl_message(msg, ctrl == Control::Disconnect);
+    }
+
+    /// Queues a keepalive: like rsocket, a zero-length RDMA WRITE without immediate, invisible
+    /// to the peer; a dead peer shows up as a failed completion. The driver calls it on its
+    /// keepalive timer. Returns false when nothing was queued (not connected, or all control
+    /// slots busy — which itself proves recent traffic).
+    pub fn keepalive(&mut self) -> bool {
+        if self.phase != Phase::Connected || self.error.is_some() || !self.control_available(1) {
+            return false;
+        }
+        let wr_id = self.track(true, 0, false);
+        self.ops.push_back(Op::Write {
+            wr_id,
+            payload: Payload::Empty,
+            remote_addr: 0,
+            rkey: 0,
+            inline: false,
+            signaled: true,
+        });
+        true
+    }
+
+    /// The connection manager reported the connection gone (DISCONNECTED event). Data already
+    /// received stays readable.
+    pub fn on_cm_disconnected(&mut self) {
+        self.phase = Phase::Disconnected;
+        self.readable = false;
+        self.writable = false;
+        self.pending_ctrl = None;
+    }
+
+    /// True when no posted send is outstanding and no control message waits for a slot.
+    pub fn all_sends_done(&self) -> bool {
+        self.pending.is_empty() && self.pending_ctrl.is_none()
+    }
+
+    /// Send work requests posted and not yet completed.
+    pub fn sends_outstanding(&self) -> usize {
+        self.pending.len()
+    }
+}

@@ -1,0 +1,432 @@
+//! [`StreamEngine`]: one connection's rsocket protocol state, without I/O. This file holds the
+//! state, connection setup, readiness and the send side; `recv.rs` the receive side and
+//! credit returns; `control.rs` shutdown, keepalive and send completions.
+#![forbid(unsafe_code)]
+
+use super::config::{StreamConfig, CONTROL_SLOTS, SEND_LOW_WATER};
+use super::error::StreamError;
+use super::hello::{Hello, FLAG_BIG_ENDIAN, FLAG_RDMASOCK};
+use super::msg::{ByteOrder, Control, Message, RemoteSge, SGE_LEN};
+use super::op::{CopySpan, LocalRegions, Op, Payload, Readiness, RingSpan, WrId};
+use std::collections::VecDeque;
+
+/// Number of entries in a target list (`RS_SGL_SIZE`).
+pub const TARGET_ENTRIES: usize = 2;
+/// Size of our target list in bytes.
+pub const TARGET_LIST_LEN: usize = TARGET_ENTRIES * SGE_LEN;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Opening,
+    Connected,
+    Disconnected,
+}
+
+/// What a posted send work request holds until it completes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) seq: u64,
+    pub(crate) sqes: u32,
+    pub(crate) ctrl: u32,
+    pub(crate) bytes: usize,
+    pub(crate) disconnect: bool,
+}
+
+/// One connection's rsocket stream protocol state.
+///
+/// The engine owns no memory and performs no I/O: the driver registers a send ring, a receive
+/// ring, a 32-byte target list (and in write+send mode a message area), copies bytes where the
+/// engine says ([`CopySpan`]), posts the [`Op`]s from [`pop_op`](Self::pop_op) in order, and
+/// feeds completions back. See the module documentation for the sequence.
+#[derive(Debug)]
+pub struct StreamEngine {
+    pub(crate) cfg: StreamConfig,
+    pub(crate) local: LocalRegions,
+    pub(crate) phase: Phase,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) error: Option<StreamError>,
+    pub(crate) peer_order: ByteOrder,
+    pub(crate) peer_rdmasock: bool,
+    pub(crate) ops: VecDeque<Op>,
+    // Send side.
+    pub(crate) sseq_no: u16,
+    pub(crate) sseq_comp: u16,
+    pub(crate) target: [RemoteSge; TARGET_ENTRIES],
+    pub(crate) target_index: usize,
+    pub(crate) target_expected: usize,
+    pub(crate) remote_sgl: RemoteSge,
+    pub(crate) remote_sge: u32,
+    pub(crate) sbuf_head: usize,
+    pub(crate) sbuf_avail: usize,
+    pub(crate) sqe_avail: u32,
+    pub(crate) ctrl_in_use: u32,
+    pub(crate) ctrl_seqno: u32,
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) next_seq: u64,
+    pub(crate) unsignaled: u16,
+    pub(crate) pending_ctrl: Option<Control>,
+    // Receive side.
+    pub(crate) rmsg: VecDeque<u32>,
+    pub(crate) rbuf_offset: usize,
+    pub(crate) rbuf_queued: usize,
+    pub(crate) rbuf_avail: usize,
+    pub(crate) rbuf_free_offset: usize,
+    pub(crate) rseq_no: u16,
+    pub(crate) rseq_comp: u16,
+    pub(crate) next_msg_slot: u32,
+}
+
+impl StreamEngine {
+    /// A new engine for a connection about to be made. It queues one [`Op::PostRecv`] per
+    /// receive-queue entry; post them before connecting or accepting.
+    pub fn new(cfg: StreamConfig, local: LocalRegions) -> Self {
+        let half = cfg.recv_ring / 2;
+        let mut e = StreamEngine {
+            phase: Phase::Opening,
+            readable: false,
+            writable: false,
+            error: None,
+            peer_order: ByteOrder::native(),
+            peer_rdmasock: false,
+            ops: VecDeque::new(),
+            sseq_no: 0,
+            sseq_comp: 0,
+            target: [RemoteSge::default(); TARGET_ENTRIES],
+            target_index: 0,
+            target_expected: 1,
+            remote_sgl: RemoteSge::default(),
+            remote_sge: 1,
+            sbuf_head: 0,
+            sbuf_avail: cfg.send_ring,
+            sqe_avail: u32::from(cfg.send_queue_depth) - CONTROL_SLOTS,
+            ctrl_in_use: 0,
+            ctrl_seqno: 0,
+            pending: VecDeque::new(),
+            next_seq: 0,
+            unsignaled: 0,
+            pending_ctrl: None,
+            rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
+            rbuf_offset: 0,
+            rbuf_queued: 0,
+            rbuf_avail: half,
+            rbuf_free_offset: half,
+            rseq_no: 0,
+            rseq_comp: cfg.recv_queue_depth / 2,
+            next_msg_slot: 0,
+            cfg,
+            local,
+        };
+        for _ in 0..e.cfg.recv_queue_depth {
+            e.post_recv();
+        }
+        e
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StreamConfig {
+        &self.cfg
+    }
+
+    /// Our hello, for the connect or accept private data.
+    pub fn hello(&self) -> Hello {
+        let order_flag = match self.cfg.byte_order {
+            ByteOrder::Big => FLAG_BIG_ENDIAN,
+            ByteOrder::Little => 0,
+        };
+        Hello {
+            flags: order_flag | FLAG_RDMASOCK,
+            credits: self.cfg.recv_queue_depth,
+            target_iomap_size: 0,
+            target_sgl: RemoteSge::new(
+                self.local.target_list_addr,
+                self.local.target_list_rkey,
+                TARGET_ENTRIES as u32,
+            ),
+            data_buf: RemoteSge::new(
+                self.local.recv_ring_addr,
+                self.local.recv_ring_rkey,
+                (self.cfg.recv_ring / 2) as u32,
+            ),
+        }
+    }
+
+    /// The connection is established with a peer that sent `peer` (parse it with
+    /// [`Hello::parse`]). Queues the advertisement of our second receive-ring half.
+    pub fn on_connected(&mut self, peer: &Hello) -> Result<(), StreamError> {
+        if self.phase != Phase::Opening {
+            return Err(StreamError::Protocol(
+                "a second hello arrived on an established stream".into(),
+            ));
+        }
+        self.peer_order = ByteOrder::from_big_endian_flag(peer.big_endian());
+        self.peer_rdmasock = peer.is_rdmasock();
+        self.remote_sgl = peer.target_sgl;
+        self.remote_sge = 1;
+        self.target = [peer.data_buf, RemoteSge::default()];
+        self.target_index = 0;
+        self.target_expected = 1;
+        self.sseq_comp = peer.credits;
+        self.phase = Phase::Connected;
+        self.readable = true;
+        self.writable = true;
+        self.update_credits();
+        Ok(())
+    }
+
+    /// True when the peer announced itself as rdmasock (hello flag bit 7).
+    pub fn peer_is_rdmasock(&self) -> bool {
+        self.peer_rdmasock
+    }
+
+    /// The next work request to post, in order.
+    pub fn pop_op(&mut self) -> Option<Op> {
+        self.ops.pop_front()
+    }
+
+    /// True when work requests are waiting in [`pop_op`](Self::pop_op).
+    pub fn has_ops(&self) -> bool {
+        !self.ops.is_empty()
+    }
+
+    /// What is possible now.
+    pub fn readiness(&self) -> Readiness {
+        let open = self.phase != Phase::Opening;
+        let error = self.error.is_some();
+        Readiness {
+            readable: self.rbuf_queued > 0 || (open && !self.readable) || error,
+            writable: (self.phase == Phase::Connected && self.writable && self.can_send())
+                || (open && !self.writable)
+                || error,
+            read_closed: open && !self.readable,
+            write_closed: open && !self.writable,
+            disconnected: self.phase == Phase::Disconnected,
+            error,
+        }
+    }
+
+    /// The error the connection failed with, if it did.
+    pub fn error(&self) -> Option<&StreamError> {
+        self.error.as_ref()
+    }
+
+    pub(crate) fn fail(&mut self, e: StreamError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+        self.readable = false;
+        self.writable = false;
+        self.pending_ctrl = None;
+    }
+
+    fn sqes_per_message(&self) -> u32 {
+        if self.cfg.write_with_send {
+            2
+        } else {
+            1
+        }
+    }
+
+    fn send_low_water(&self) -> usize {
+        SEND_LOW_WATER.min(self.cfg.send_ring)
+    }
+
+    /// rsocket's `rs_can_send`: a send-queue slot, the send-ring low-water mark free, a credit,
+    /// and room in the current destination.
+    pub(crate) fn can_send(&self) -> bool {
+        self.sqe_avail >= self.sqes_per_message()
+            && self.sbuf_avail >= self.send_low_water()
+            && self.sseq_no != self.sseq_comp
+            && self.target[self.target_index].length != 0
+    }
+
+    /// Accepts up to `len` bytes of stream data. For each accepted piece, `copy` is told where
+    /// in the send ring to put which bytes of the application's buffer; the driver copies them
+    /// before posting the ops queued here. Returns the bytes accepted, or
+    /// [`StreamError::WouldBlock`] when none could be (wait for writable readiness).
+    pub fn write(
+        &mut self,
+        len: usize,
+        mut copy: impl FnMut(CopySpan),
+    ) -> Result<usize, StreamError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        match self.phase {
+            Phase::Opening => return Err(StreamError::NotConnected),
+            Phase::Disconnected => return Err(StreamError::WriteClosed),
+            Phase::Connected if !self.writable => return Err(StreamError::WriteClosed),
+            Phase::Connected => {}
+        }
+        let mut done = 0;
+        while done < len && self.can_send() {
+            let xfer = (len - done)
+                .min(self.cfg.max_transfer as usize)
+                .min(self.sbuf_avail)
+                .min(self.target[self.target_index].length as usize);
+            let first_len = xfer.min(self.cfg.send_ring - self.sbuf_head);
+            let first = RingSpan {
+                offset: self.sbuf_head,
+                len: first_len,
+            };
+            copy(CopySpan {
+                data_offset: done,
+                ring_offset: first.offset,
+                len: first_len,
+            });
+            let second = (xfer > first_len).then(|| {
+                let s = RingSpan {
+                    offset: 0,
+                    len: xfer - first_len,
+                };
+                copy(CopySpan {
+                    data_offset: done + first_len,
+                    ring_offset: 0,
+                    len: s.len,
+                });
+                s
+            });
+            self.sbuf_head = (self.sbuf_head + xfer) % self.cfg.send_ring;
+            self.post_data(Payload::SendRing { first, second }, xfer);
+            done += xfer;
+        }
+        if done == 0 && len > 0 {
+            Err(StreamError::WouldBlock)
+        } else {
+            Ok(done)
+        }
+    }
+
+    /// rsocket's `rs_write_data`: one data message into the current destination.
+    fn post_data(&mut self, payload: Payload, len: usize) {
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= self.sqes_per_message();
+        self.sbuf_avail -= len;
+        let idx = self.target_index;
+        let dest = self.target[idx];
+        self.target[idx].addr += len as u64;
+        self.target[idx].length -= len as u32;
+        if self.target[idx].length == 0 {
+            self.ops.push_back(Op::ClearTargetEntry {
+                offset: idx * SGE_LEN,
+            });
+            self.target_index = (idx + 1) % TARGET_ENTRIES;
+        }
+        // Signal when the interval is reached or when this post leaves us unable to send
+        // again: then a completion is what will unblock us.
+        self.unsignaled += 1;
+        let starved =
+            self.sqe_avail < self.sqes_per_message() || self.sbuf_avail < self.send_low_water();
+        let signaled = self.unsignaled >= self.cfg.signal_interval || starved;
+        if signaled {
+            self.unsignaled = 0;
+        }
+        let msg = Message::Data(len as u32).encode();
+        let inline = len <= self.cfg.inline_threshold as usize;
+        self.post_write_msg(
+            payload, msg, dest.addr, dest.key, inline, signaled, false, len,
+        );
+    }
+
+    /// Queues `msg` with `payload` written to (addr, rkey): one WRITE WITH IMM, or in
+    /// write+send mode a WRITE followed by a 4-byte SEND. Each work request holds a control
+    /// slot (`control`) or a data slot until it completes; the last one also holds `bytes` of
+    /// send ring.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_write_msg(
+        &mut self,
+        payload: Payload,
+        msg: u32,
+        addr: u64,
+        rkey: u32,
+        inline: bool,
+        signaled: bool,
+        control: bool,
+        bytes: usize,
+    ) {
+        if !self.cfg.write_with_send {
+            let wr_id = self.track(control, bytes, false);
+            self.ops.push_back(Op::WriteWithImm {
+                wr_id,
+                payload,
+                remote_addr: addr,
+                rkey,
+                imm: msg,
+                inline,
+                signaled,
+            });
+        } else {
+            let wr_id = self.track(control, 0, false);
+            self.ops.push_back(Op::Write {
+                wr_id,
+                payload,
+                remote_addr: addr,
+                rkey,
+                inline,
+                signaled: false,
+            });
+            self.post_message_send(msg, control, signaled, bytes, false);
+        }
+    }
+
+    /// Queues a 4-byte inline SEND of `msg` (write+send mode), holding a control slot or a
+    /// data slot, and `bytes` of send ring.
+    pub(crate) fn post_message_send(
+        &mut self,
+        msg: u32,
+        control: bool,
+        signaled: bool,
+        bytes: usize,
+        disconnect: bool,
+    ) {
+        let control_slot = (self.ctrl_seqno % CONTROL_SLOTS) as u8;
+        let wr_id = self.track(control, bytes, disconnect);
+        let mut word = [0u8; SGE_LEN];
+        word[..4].copy_from_slice(&self.peer_order.word_bytes(msg));
+        self.ops.push_back(Op::Send {
+            wr_id,
+            payload: Payload::Small {
+                bytes: word,
+                len: 4,
+                control_slot,
+            },
+            inline: true,
+            signaled,
+        });
+    }
+
+    /// Records a posted send work request and returns its id. A control work request takes a
+    /// control slot here; a data work request's slot was taken by the caller.
+    pub(crate) fn track(&mut self, control: bool, bytes: usize, disconnect: bool) -> WrId {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if control {
+            self.ctrl_in_use += 1;
+            self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+        }
+        self.pending.push_back(Pending {
+            seq,
+            sqes: u32::from(!control),
+            ctrl: u32::from(control),
+            bytes,
+            disconnect,
+        });
+        WrId::send(seq)
+    }
+
+    pub(crate) fn post_recv(&mut self) {
+        if self.cfg.write_with_send {
+            let slot = self.next_msg_slot;
+            self.next_msg_slot = (slot + 1) % u32::from(self.cfg.recv_queue_depth);
+            self.ops.push_back(Op::PostRecv {
+                wr_id: WrId::recv(slot),
+                message_slot: Some(slot),
+            });
+        } else {
+            self.ops.push_back(Op::PostRecv {
+                wr_id: WrId::recv(0),
+                message_slot: None,
+            });
+        }
+    }
+}

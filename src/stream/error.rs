@@ -1,0 +1,47 @@
+//! The stream engine's errors.
+#![forbid(unsafe_code)]
+
+use super::config::ConfigError;
+use super::hello::HelloError;
+use std::io;
+
+/// What a stream operation could not do, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// Nothing can be done now; wait for readiness and retry.
+    #[error("the operation would block; wait for readiness and retry")]
+    WouldBlock,
+    /// The connection is not established yet.
+    #[error("the stream is not connected yet; wait for the connection to be established")]
+    NotConnected,
+    /// Writing after this side shut down writing, or after the connection closed.
+    #[error("the stream is closed for writing (shut down locally or disconnected by the peer)")]
+    WriteClosed,
+    /// The connection failed; the reason says how.
+    #[error("the connection failed: {0}")]
+    ConnectionReset(String),
+    /// The peer broke the rsocket protocol.
+    #[error("the peer violated the rsocket stream protocol: {0}; the connection is closed")]
+    Protocol(String),
+    /// The peer's hello was refused.
+    #[error(transparent)]
+    Hello(#[from] HelloError),
+    /// The configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl From<StreamError> for io::Error {
+    fn from(e: StreamError) -> Self {
+        let kind = match e {
+            StreamError::WouldBlock => io::ErrorKind::WouldBlock,
+            StreamError::NotConnected => io::ErrorKind::NotConnected,
+            StreamError::WriteClosed => io::ErrorKind::BrokenPipe,
+            StreamError::ConnectionReset(_) => io::ErrorKind::ConnectionReset,
+            StreamError::Protocol(_) | StreamError::Hello(_) => io::ErrorKind::InvalidData,
+            StreamError::Config(_) => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, e)
+    }
+}

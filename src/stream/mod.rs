@@ -1,0 +1,51 @@
+//! The stream protocol: librdmacm rsocket's SOCK_STREAM wire protocol, sans-IO.
+//!
+//! [`StreamEngine`] holds one connection's protocol state and nothing else: no verbs objects,
+//! no sockets, no clock, no memory. The socket layer (the *driver*) glues it to a queue pair,
+//! its completion queue and the connection manager:
+//!
+//! 1. Register a send ring (`send_ring` bytes + [`StreamConfig::control_area_len`]), a
+//!    remotely writable receive ring (`recv_ring` bytes), a remotely writable, zeroed 32-byte
+//!    target list, and in write+send mode a message area
+//!    ([`StreamConfig::message_area_len`]). Create the queue pair with the configured depths
+//!    (two send SGEs), and without `sq_sig_all` when the signal interval is above 1.
+//! 2. [`StreamEngine::new`], post the queued [`Op::PostRecv`]s, put
+//!    [`StreamEngine::hello`]`.to_bytes()` into the connect (or accept) private data.
+//! 3. Parse the peer's private data with [`Hello::parse`] (reject the connection on error) and
+//!    call [`StreamEngine::on_connected`] once established.
+//! 4. `write`/`read`/`peek` copy through [`CopySpan`]s; after every call and every completion,
+//!    post all [`StreamEngine::pop_op`] ops in order and report [`StreamEngine::readiness`].
+//! 5. Feed every completion: [`StreamEngine::on_send_completion`],
+//!    [`StreamEngine::on_receive`] (with a snapshot of the target list) or
+//!    [`StreamEngine::on_receive_failed`]; and the CM's DISCONNECTED event.
+//!
+//! Wire compatibility: the 40-byte hello, `op << 29 | value` messages as immediate data,
+//! RDMA WRITE WITH IMM into the peer's advertised ring halves, credits and buffer updates
+//! written into the peer's target list in the peer's byte order, SHUTDOWN / DISCONNECT control
+//! messages, zero-length-write keepalives, and write+send mode for iWARP. Local improvements
+//! that need no negotiation: configurable (bigger) rings and transfers, selective signalling,
+//! credits returned from every read and completion rather than only when the application
+//! calls in. Hello flag bit 7 announces rdmasock to a peer for future extensions; plain rsocket
+//! ignores it.
+#![forbid(unsafe_code)]
+
+mod config;
+mod control;
+mod engine;
+mod error;
+mod hello;
+mod msg;
+mod op;
+mod recv;
+
+pub use config::{
+    ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder, CONTROL_SLOTS, MAX_QUEUE_DEPTH,
+    MIN_QUEUE_DEPTH, RSOCKET_MAX_TRANSFER, SEND_LOW_WATER,
+};
+pub use engine::{StreamEngine, TARGET_ENTRIES, TARGET_LIST_LEN};
+pub use error::StreamError;
+pub use hello::{
+    Hello, HelloError, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
+};
+pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
+pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};

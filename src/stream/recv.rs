@@ -1,0 +1,286 @@
+//! The receive side: incoming messages, reads, and credit / buffer returns to the peer.
+#![forbid(unsafe_code)]
+
+use super::config::CONTROL_SLOTS;
+use super::engine::{Phase, StreamEngine, TARGET_ENTRIES};
+use super::error::StreamError;
+use super::msg::{Control, Message, RemoteSge, SGE_LEN};
+use super::op::{CopySpan, Payload, Received, WrId};
+
+impl StreamEngine {
+    /// A receive completed successfully. `target_list` is the current content of our 32-byte
+    /// target list (read only when the message is a buffer update, whose entry the peer wrote
+    /// before the completion was generated).
+    pub fn on_receive(&mut self, wr_id: WrId, received: Received, target_list: &[u8]) {
+        if !wr_id.is_receive() {
+            self.fail(StreamError::Protocol(format!(
+                "the driver fed send work request {wr_id:?} as a receive"
+            )));
+            return;
+        }
+        let word = match received {
+            Received::Immediate(imm) => imm,
+            Received::Message(bytes) => self.peer_order.word_from(bytes),
+        };
+        if self.phase == Phase::Connected && self.error.is_none() {
+            self.post_recv();
+        }
+        match Message::decode(word) {
+            Message::Data(len) => self.on_data(len),
+            Message::Sgl(limit) => {
+                self.sseq_comp = limit as u16;
+                self.refresh_targets(target_list);
+            }
+            Message::Control(Control::Disconnect) => self.on_peer_closed(),
+            Message::Control(Control::Shutdown) => {
+                if self.writable {
+                    self.readable = false;
+                } else {
+                    self.on_peer_closed();
+                }
+            }
+            // Keepalive and unknown controls are ignored, as rsocket does; we advertise no
+            // iomap slots, so an iomap update carries nothing for us.
+            Message::Control(_) | Message::IomapSgl(_) => {}
+            Message::Write(_) | Message::Reserved { .. } => {
+                let op = word >> 29;
+                self.fail(StreamError::Protocol(format!(
+                    "received a message with operation {op}, which is reserved (word {word:#010x})"
+                )));
+            }
+        }
+        self.update_credits();
+    }
+
+    /// A receive completed with an error status (flushed when the queue pair left the
+    /// connected state, or broken).
+    pub fn on_receive_failed(&mut self, wr_id: WrId) {
+        if self.phase == Phase::Connected && self.error.is_none() {
+            self.fail(StreamError::ConnectionReset(format!(
+                "receive work request {:#x} completed with an error: the connection broke \
+                 without a DISCONNECT message from the peer",
+                wr_id.0
+            )));
+        }
+    }
+
+    fn on_peer_closed(&mut self) {
+        self.phase = Phase::Disconnected;
+        self.readable = false;
+        self.writable = false;
+        self.pending_ctrl = None;
+    }
+
+    fn on_data(&mut self, len: u32) {
+        let len = len as usize;
+        if self.rmsg.len() >= usize::from(self.cfg.recv_queue_depth) {
+            self.fail(StreamError::Protocol(format!(
+                "the peer sent more than the {} messages it had credit for",
+                self.cfg.recv_queue_depth
+            )));
+            return;
+        }
+        if len == 0 {
+            // A zero-length data message carries nothing; count it as consumed at once so it
+            // cannot look like end-of-stream to a reader.
+            self.rseq_no = self.rseq_no.wrapping_add(1);
+            return;
+        }
+        let ring = self.cfg.recv_ring;
+        let half = ring / 2;
+        let pos = (self.rbuf_offset + self.rbuf_queued) % ring;
+        let half_end = (pos / half + 1) * half;
+        let advertised = ring - self.rbuf_avail;
+        if pos + len > half_end || self.rbuf_queued + len > advertised {
+            self.fail(StreamError::Protocol(format!(
+                "the peer wrote {len} bytes at ring offset {pos}, past the buffer it was given"
+            )));
+            return;
+        }
+        self.rmsg.push_back(len as u32);
+        self.rbuf_queued += len;
+    }
+
+    /// Adopts the target-list entry the peer writes next, once ours is used up and the
+    /// peer has written a fresh one.
+    fn refresh_targets(&mut self, target_list: &[u8]) {
+        let e = self.target_expected;
+        if self.target[e].length != 0 {
+            return;
+        }
+        let Some(bytes) = target_list.get(e * SGE_LEN..(e + 1) * SGE_LEN) else {
+            self.fail(StreamError::Protocol(format!(
+                "the driver passed a {}-byte target list; it is {} bytes",
+                target_list.len(),
+                TARGET_ENTRIES * SGE_LEN
+            )));
+            return;
+        };
+        if let Some(sge) = RemoteSge::decode(bytes, self.cfg.byte_order) {
+            if sge.length != 0 {
+                self.target[e] = sge;
+                self.target_expected = (e + 1) % TARGET_ENTRIES;
+            }
+        }
+    }
+
+    /// Moves up to `len` bytes of received data out; for each piece, `copy` is told which ring
+    /// bytes go where in the application's buffer. Returns the bytes moved; `Ok(0)` (for
+    /// `len > 0`) means end of stream; [`StreamError::WouldBlock`] means wait for readable.
+    pub fn read(&mut self, len: usize, copy: impl FnMut(CopySpan)) -> Result<usize, StreamError> {
+        self.copy_out(len, copy, true)
+    }
+
+    /// Like [`read`](Self::read) but leaves the data queued.
+    pub fn peek(&mut self, len: usize, copy: impl FnMut(CopySpan)) -> Result<usize, StreamError> {
+        self.copy_out(len, copy, false)
+    }
+
+    /// Bytes received and not yet read.
+    pub fn readable_bytes(&self) -> usize {
+        self.rbuf_queued
+    }
+
+    fn copy_out(
+        &mut self,
+        len: usize,
+        mut copy: impl FnMut(CopySpan),
+        consume: bool,
+    ) -> Result<usize, StreamError> {
+        if len == 0 {
+            return Ok(0);
+        }
+        if self.rbuf_queued == 0 {
+            if let Some(e) = &self.error {
+                return Err(e.clone());
+            }
+            return match self.phase {
+                Phase::Opening => Err(StreamError::NotConnected),
+                _ if !self.readable => Ok(0),
+                _ => Err(StreamError::WouldBlock),
+            };
+        }
+        let ring = self.cfg.recv_ring;
+        let mut offset = self.rbuf_offset;
+        let mut done = 0;
+        let mut index = 0;
+        let mut front_left = 0;
+        while done < len && index < self.rmsg.len() {
+            let msg_len = self.rmsg[index] as usize;
+            let take = msg_len.min(len - done);
+            let first = take.min(ring - offset);
+            copy(CopySpan {
+                data_offset: done,
+                ring_offset: offset,
+                len: first,
+            });
+            if take > first {
+                copy(CopySpan {
+                    data_offset: done + first,
+                    ring_offset: 0,
+                    len: take - first,
+                });
+            }
+            offset = (offset + take) % ring;
+            done += take;
+            if take == msg_len {
+                index += 1;
+            } else {
+                front_left = msg_len - take;
+            }
+        }
+        if consume {
+            for _ in 0..index {
+                self.rmsg.pop_front();
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+            }
+            if front_left > 0 {
+                self.rmsg[0] = front_left as u32;
+            }
+            self.rbuf_offset = offset;
+            self.rbuf_queued -= done;
+            self.rbuf_avail += done;
+            self.update_credits();
+        }
+        Ok(done)
+    }
+
+    fn control_slots_needed(&self) -> u32 {
+        if self.cfg.write_with_send {
+            2
+        } else {
+            1
+        }
+    }
+
+    pub(crate) fn control_available(&self, n: u32) -> bool {
+        self.ctrl_in_use + n <= CONTROL_SLOTS
+    }
+
+    /// rsocket's `rs_give_credits` / `rs_send_credits`: grant credits once half the receive
+    /// queue's worth of messages was consumed since the last grant, and advertise a receive-ring
+    /// half as soon as one is free.
+    pub(crate) fn update_credits(&mut self) {
+        loop {
+            let half = self.cfg.recv_ring / 2;
+            let due =
+                self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0;
+            if !(due
+                && self.phase == Phase::Connected
+                && self.error.is_none()
+                && self.control_available(self.control_slots_needed()))
+            {
+                return;
+            }
+            self.send_credits();
+        }
+    }
+
+    fn send_credits(&mut self) {
+        let rq = self.cfg.recv_queue_depth;
+        let half = self.cfg.recv_ring / 2;
+        self.rseq_comp = self.rseq_no.wrapping_add(rq / 2);
+        // rsocket sends the un-truncated sum; the receiver compares it in 16 bits.
+        let msg = Message::Sgl(u32::from(self.rseq_no) + u32::from(rq)).encode();
+        if self.rbuf_avail >= half {
+            let sge = RemoteSge::new(
+                self.local.recv_ring_addr + self.rbuf_free_offset as u64,
+                self.local.recv_ring_rkey,
+                half as u32,
+            );
+            let payload = Payload::Small {
+                bytes: sge.encode(self.peer_order),
+                len: SGE_LEN as u8,
+                control_slot: (self.ctrl_seqno % CONTROL_SLOTS) as u8,
+            };
+            let addr = self.remote_sgl.addr + u64::from(self.remote_sge) * SGE_LEN as u64;
+            let inline = self.cfg.inline_threshold as usize >= SGE_LEN;
+            let rkey = self.remote_sgl.key;
+            self.post_write_msg(payload, msg, addr, rkey, inline, true, true, 0);
+            self.rbuf_avail -= half;
+            self.rbuf_free_offset = (self.rbuf_free_offset + half) % self.cfg.recv_ring;
+            self.remote_sge = (self.remote_sge + 1) % self.remote_sgl.length;
+        } else {
+            self.post_ctrl_message(msg, false);
+        }
+    }
+
+    /// Queues a 32-bit message alone: a zero-length WRITE WITH IMM, or a SEND in write+send
+    /// mode. It holds a control slot.
+    pub(crate) fn post_ctrl_message(&mut self, msg: u32, disconnect: bool) {
+        if self.cfg.write_with_send {
+            self.post_message_send(msg, true, true, 0, disconnect);
+        } else {
+            let wr_id = self.track(true, 0, disconnect);
+            self.ops.push_back(super::op::Op::WriteWithImm {
+                wr_id,
+                payload: Payload::Empty,
+                remote_addr: 0,
+                rkey: 0,
+                imm: msg,
+                inline: false,
+                signaled: true,
+            });
+        }
+    }
+}
