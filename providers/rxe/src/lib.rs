@@ -1,11 +1,29 @@
-//! rdmasock provider: rxe
+//! rdmasock provider: rxe (Soft-RoCE).
+//!
+//! The control path is the verbs layer's shared uverbs code ([`rdmasock_verbs::kernel`]);
+//! this crate adds rxe's driver data and its data path on the kernel's mmap'd rings
+//! (kernel-abi.md §3): send WQEs written into the send ring and a POST_SEND doorbell, receive
+//! WQEs into the receive ring (no syscall), completions read from the CQ ring. The `ring`
+//! module is the only place with `unsafe`.
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
-use rdmasock_verbs::provider::{ContextOps, Provider};
+mod cq;
+mod qp;
+#[allow(unsafe_code)]
+mod ring;
+mod wqe;
+
+pub use cq::RxeCq;
+pub use qp::RxeQp;
+
+use rdmasock_verbs::kernel::{KernelContext, KernelDriver, KernelPd};
+use rdmasock_verbs::provider::{ChannelOps, ContextOps, CqOps, Provider, QpOps};
+use rdmasock_verbs::qp_attr::QpInitAttributes;
 use rdmasock_verbs::{DeviceInfo, Result};
 use std::sync::Arc;
 
-/// The Soft-RoCE (rxe) provider. (Placeholder until the data path lands.)
+/// The Soft-RoCE (rxe) provider.
 #[derive(Debug, Default)]
 pub struct RxeProvider;
 
@@ -24,9 +42,42 @@ impl Provider for RxeProvider {
         device.driver.as_deref() == Some("rxe")
     }
     fn open(&self, device: &DeviceInfo) -> Result<Arc<dyn ContextOps>> {
-        Err(rdmasock_verbs::Error::Unsupported {
-            device: device.name.clone(),
-            operation: "the rxe data path (not built yet)".into(),
-        })
+        Ok(Arc::new(KernelContext::open(device, Arc::new(RxeDriver))?))
+    }
+}
+
+/// rxe's part of the kernel control path: its CQs and QPs with mapped rings. No other
+/// command carries rxe driver data.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RxeDriver;
+
+impl KernelDriver for RxeDriver {
+    fn name(&self) -> &'static str {
+        "rxe"
+    }
+
+    fn create_cq(
+        &self,
+        context: &KernelContext,
+        depth: u32,
+        channel: Option<Arc<dyn ChannelOps>>,
+        comp_vector: u32,
+    ) -> Result<Arc<dyn CqOps>> {
+        Ok(Arc::new(RxeCq::create(
+            context,
+            depth,
+            channel,
+            comp_vector,
+        )?))
+    }
+
+    fn create_qp(
+        &self,
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+    ) -> Result<Box<dyn QpOps>> {
+        Ok(Box::new(RxeQp::create(pd, init, send_cq, recv_cq)?))
     }
 }

@@ -1,0 +1,120 @@
+//! [`RxeCq`]: a kernel CQ handle and its mapped completion ring.
+#![forbid(unsafe_code)]
+
+use crate::ring::{next_index, Ring};
+use crate::wqe::{decode_cqe, CQE_LEN};
+use rdmasock_verbs::kernel::{KernelContext, KernelCq};
+use rdmasock_verbs::provider::{ChannelOps, CqOps};
+use rdmasock_verbs::{Error, Result, WorkCompletion};
+use std::any::Any;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// `struct mminfo` in a driver response: where to mmap a queue.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MmapInfo {
+    /// mmap offset on the uverbs fd.
+    pub offset: u64,
+    /// mmap length.
+    pub size: u32,
+}
+
+impl MmapInfo {
+    /// Reads the 16-byte `mminfo` at `at` of a driver response.
+    pub fn parse(bytes: &[u8], at: usize) -> MmapInfo {
+        MmapInfo {
+            offset: u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes")),
+            size: u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes")),
+        }
+    }
+}
+
+/// Maps a queue and checks its header.
+pub fn map_ring(context: &KernelContext, info: MmapInfo, what: &str) -> Result<Ring> {
+    let map = context.map_queue(info.offset, info.size as usize)?;
+    Ring::new(map).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "{what} of {}: {e} (unsupported rxe ABI?)",
+            context.device_info().name
+        ))
+    })
+}
+
+/// An rxe completion queue.
+#[derive(Debug)]
+pub struct RxeCq {
+    // Field order is drop order: DESTROY_CQ first, then the ring is unmapped.
+    kernel: KernelCq,
+    ring: Mutex<CqConsumer>,
+}
+
+#[derive(Debug)]
+struct CqConsumer {
+    ring: Ring,
+    consumer: u32,
+}
+
+impl RxeCq {
+    /// CREATE_CQ (driver response: `rxe_create_cq_resp`, 16 bytes) and the ring mapping.
+    pub fn create(
+        context: &KernelContext,
+        depth: u32,
+        channel: Option<Arc<dyn ChannelOps>>,
+        comp_vector: u32,
+    ) -> Result<RxeCq> {
+        let mut out = [0u8; 16];
+        let kernel = KernelCq::create(context, depth, channel, comp_vector, &[], &mut out)?;
+        let ring = map_ring(context, MmapInfo::parse(&out, 0), "completion queue")?;
+        let consumer = ring.consumer(Ordering::Relaxed);
+        Ok(RxeCq {
+            kernel,
+            ring: Mutex::new(CqConsumer { ring, consumer }),
+        })
+    }
+
+    /// The kernel handle.
+    pub fn kernel(&self) -> &KernelCq {
+        &self.kernel
+    }
+}
+
+impl CqOps for RxeCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let mut guard = self.ring.lock().expect("cq lock");
+        let c = &mut *guard;
+        let producer = c.ring.producer(Ordering::Acquire);
+        let mask = c.ring.mask();
+        let mut n = 0;
+        let mut cqe = [0u8; CQE_LEN];
+        while n < out.len() && c.consumer != producer {
+            c.ring.read_slot(c.consumer, &mut cqe);
+            out[n] = decode_cqe(&cqe);
+            c.consumer = next_index(c.consumer, mask);
+            n += 1;
+        }
+        if n > 0 {
+            c.ring.release_consumer(c.consumer);
+        }
+        Ok(n)
+    }
+
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.kernel.req_notify(solicited_only)
+    }
+
+    fn ack_events(&self, n: u32) {
+        self.kernel.ack_events(n)
+    }
+
+    fn depth(&self) -> u32 {
+        self.kernel.depth()
+    }
+
+    fn cookie(&self) -> u64 {
+        self.kernel.cookie()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

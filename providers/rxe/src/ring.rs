@@ -1,0 +1,194 @@
+//! Access to rxe's mmap'd queues (`struct rxe_queue_buf`, kernel-abi.md §3.4 and §3.8): the
+//! only module of this crate with `unsafe`.
+//!
+//! A queue is a 384-byte header — `log2_elem_size` at +0, `index_mask` at +4, the producer
+//! index at +128 and the consumer index at +256 — followed by `index_mask + 1` slots of
+//! `1 << log2_elem_size` bytes. Both indices are stored already masked. Each side owns one
+//! index: we write the producer index of the SQ and RQ and the consumer index of the CQ, and
+//! only read the other. Slot contents are published with a release store of the owned index
+//! and taken over with an acquire load of the other side's index.
+
+use rdmasock_verbs::sys::mmap::SharedMapping;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Bytes of the queue header before slot 0.
+pub const HEADER_LEN: usize = 384;
+const PRODUCER_OFFSET: usize = 128;
+const CONSUMER_OFFSET: usize = 256;
+
+/// The slot after `index` in a ring of `mask + 1` slots.
+pub fn next_index(index: u32, mask: u32) -> u32 {
+    index.wrapping_add(1) & mask
+}
+
+/// Whether a producer at `producer` may not add an element (one slot always stays empty).
+pub fn is_full(producer: u32, consumer: u32, mask: u32) -> bool {
+    next_index(producer, mask) == consumer & mask
+}
+
+/// One mapped queue.
+#[derive(Debug)]
+pub struct Ring {
+    map: SharedMapping,
+    mask: u32,
+    log2_stride: u32,
+}
+
+impl Ring {
+    /// Checks the header the kernel wrote against the mapping's size.
+    pub fn new(map: SharedMapping) -> Result<Ring, String> {
+        if map.len() < HEADER_LEN {
+            return Err(format!(
+                "queue mapping of {} bytes has no header",
+                map.len()
+            ));
+        }
+        let log2_stride = word(&map, 0).load(Ordering::Acquire);
+        let mask = word(&map, 4).load(Ordering::Acquire);
+        let slots = u64::from(mask) + 1;
+        if !(6..=16).contains(&log2_stride) || !slots.is_power_of_two() {
+            return Err(format!(
+                "queue header is not an rxe queue (log2_elem_size {log2_stride}, index_mask {mask:#x})"
+            ));
+        }
+        let needed = HEADER_LEN as u64 + (slots << log2_stride);
+        if needed > map.len() as u64 {
+            return Err(format!(
+                "queue of {slots} slots of {} bytes needs {needed} bytes but the mapping has {}",
+                1u32 << log2_stride,
+                map.len()
+            ));
+        }
+        Ok(Ring {
+            map,
+            mask,
+            log2_stride,
+        })
+    }
+
+    /// `index_mask`: slots - 1, also the usable capacity.
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+
+    /// Bytes per slot.
+    pub fn stride(&self) -> usize {
+        1 << self.log2_stride
+    }
+
+    /// The producer index, loaded with `order`.
+    pub fn producer(&self, order: Ordering) -> u32 {
+        word(&self.map, PRODUCER_OFFSET).load(order) & self.mask
+    }
+
+    /// The consumer index, loaded with `order`.
+    pub fn consumer(&self, order: Ordering) -> u32 {
+        word(&self.map, CONSUMER_OFFSET).load(order) & self.mask
+    }
+
+    /// Publishes the producer index (our side of the SQ/RQ): everything written to the slots
+    /// before becomes visible to the kernel.
+    pub fn release_producer(&self, index: u32) {
+        word(&self.map, PRODUCER_OFFSET).store(index & self.mask, Ordering::Release);
+    }
+
+    /// Publishes the consumer index (our side of the CQ): the slots before it are the
+    /// kernel's again.
+    pub fn release_consumer(&self, index: u32) {
+        word(&self.map, CONSUMER_OFFSET).store(index & self.mask, Ordering::Release);
+    }
+
+    fn slot_ptr(&self, index: u32) -> *mut u8 {
+        let offset = HEADER_LEN + ((index & self.mask) as usize) * self.stride();
+        // SAFETY: `new` checked that every slot lies inside the mapping, and the index is
+        // masked, so `offset` is in bounds of the mapped allocation.
+        unsafe { self.map.as_ptr().add(offset) }
+    }
+
+    /// Copies `bytes` (at most one stride) into slot `index`. The caller owns that slot: it
+    /// is a producer slot not yet published.
+    pub fn write_slot(&mut self, index: u32, bytes: &[u8]) {
+        assert!(bytes.len() <= self.stride(), "element larger than the slot");
+        // SAFETY: the slot is in bounds (slot_ptr) and at least bytes.len() long (asserted);
+        // the kernel does not read an unpublished producer slot, so nothing accesses it
+        // concurrently; `bytes` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(index), bytes.len()) }
+    }
+
+    /// Copies the first `out.len()` bytes of slot `index` out. The caller owns that slot: it
+    /// is a consumer slot the producer published and we have not yet released.
+    pub fn read_slot(&self, index: u32, out: &mut [u8]) {
+        assert!(out.len() <= self.stride(), "read larger than the slot");
+        // SAFETY: in bounds as in write_slot; the kernel does not write a slot between
+        // publishing it and our release of the consumer index; `out` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.slot_ptr(index), out.as_mut_ptr(), out.len()) }
+    }
+}
+
+/// The 32-bit header word at `offset` as an atomic.
+fn word(map: &SharedMapping, offset: usize) -> &AtomicU32 {
+    assert!(offset + 4 <= map.len() && offset % 4 == 0);
+    // SAFETY: in bounds and 4-byte aligned (the mapping is page aligned; asserted above);
+    // AtomicU32 has u32's layout; the memory lives as long as `map`, which the returned
+    // reference borrows. The kernel accesses these words with its own atomics/barriers.
+    unsafe { AtomicU32::from_ptr(map.as_ptr().add(offset).cast::<u32>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_arithmetic() {
+        let mask = 7;
+        assert_eq!(next_index(0, mask), 1);
+        assert_eq!(next_index(7, mask), 0, "wraps at the mask");
+        assert!(!is_full(0, 0, mask), "empty");
+        assert!(is_full(6, 7, mask));
+        assert!(is_full(7, 0, mask), "full across the wrap");
+        assert!(!is_full(5, 7, mask));
+        // Capacity is the mask: from empty, 7 elements fit and the 8th does not.
+        let (mut p, c) = (3, 3);
+        for _ in 0..7 {
+            assert!(!is_full(p, c, mask));
+            p = next_index(p, mask);
+        }
+        assert!(is_full(p, c, mask));
+    }
+
+    fn fake_ring(log2: u32, mask: u32, len: usize) -> Result<Ring, String> {
+        use std::os::fd::AsFd;
+        let zero = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/zero")
+            .unwrap();
+        let map = SharedMapping::map(zero.as_fd(), 0, len).unwrap();
+        word(&map, 0).store(log2, Ordering::Relaxed);
+        word(&map, 4).store(mask, Ordering::Relaxed);
+        Ring::new(map)
+    }
+
+    #[test]
+    fn header_is_validated_and_slots_round_trip() {
+        assert!(fake_ring(0, 7, 4096).is_err(), "stride below 64");
+        assert!(
+            fake_ring(6, 6, 4096).is_err(),
+            "slot count not a power of two"
+        );
+        assert!(
+            fake_ring(9, 7, 4096).is_err(),
+            "8 slots of 512 bytes do not fit"
+        );
+        let mut ring = fake_ring(6, 7, 4096).unwrap();
+        assert_eq!((ring.stride(), ring.mask()), (64, 7));
+        ring.write_slot(9, &[1, 2, 3]);
+        let mut out = [0u8; 4];
+        ring.read_slot(1, &mut out);
+        assert_eq!(out, [1, 2, 3, 0], "index 9 is slot 1");
+        ring.release_producer(3);
+        ring.release_consumer(10);
+        assert_eq!(ring.producer(Ordering::Acquire), 3);
+        assert_eq!(ring.consumer(Ordering::Acquire), 2);
+    }
+}
