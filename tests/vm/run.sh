@@ -107,6 +107,7 @@ if [[ " $devices " == *" siw "* ]] && [ ! -s "$SIW_DIR/siw.ko" ] \
   echo "vm: $SIW_DIR/siw.ko is missing: running tests/vm/build-siw.sh" >&2
   "$HERE/build-siw.sh" "$KVER" >&2 || die "siw.ko could not be built (see above), so siw0 cannot be created"
 fi
+[[ " $devices " == *" siw "* ]] && [ -d "$SIW_DIR" ] && rw_paths+=("$SIW_DIR")   # the guest's /tmp is its own
 
 # ------------------------------------------------------------ kernel: vmlinux ----
 # Under TCG, unpacking the xz-compressed bzImage costs ~6 s per boot; Debian kernels

@@ -1,0 +1,56 @@
+#!/bin/bash
+# tests/run.sh - rdmasock's one test command: the host suite, then the VM suite.
+#
+#   tests/run.sh             cargo test --workspace on the host, then the VM suite
+#                            (tests/vm/run.sh --both: rxe0 and siw0 in a qemu VM)
+#   tests/run.sh --host      the host suite only (for quick iterations; CI runs both)
+#   tests/run.sh --vm        the VM suite only
+#   tests/run.sh --release   build and test the release profile
+#
+# Both parts always run; the exit status is non-zero if either failed.  The last line
+# is "N passed, N failed" for the VM tests.  See README.md, "Running the tests".
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+run_host=1 run_vm=1 flags=()
+for arg in "$@"; do
+  case $arg in
+    --host) run_vm=0 ;;
+    --vm) run_host=0 ;;
+    --release) flags+=(--release) ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+    *) echo "tests/run.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+host_status=skipped vm_status=skipped vm_line=
+started=$SECONDS
+if [ $run_host = 1 ]; then
+  echo "=== host suite: cargo test --workspace ${flags[*]}"
+  if cargo test --workspace "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
+fi
+host_seconds=$((SECONDS - started))
+
+if [ $run_vm = 1 ]; then
+  echo "=== VM suite: tests/vm/run.sh --both ${flags[*]}"
+  output=$(mktemp)
+  trap 'rm -f "$output"' EXIT
+  tests/vm/run.sh --both "${flags[@]}" 2>&1 | tee "$output"
+  vm_rc=${PIPESTATUS[0]}
+  vm_line=$(tr -d '\r' < "$output" | sed -n 's/^vm: \([0-9]* passed, [0-9]* failed\)$/\1/p' | tail -1)
+  case $vm_rc in
+    0) vm_status=ok ;;
+    124) vm_status="FAILED (timed out)" ;;
+    125) vm_status="FAILED (VM setup)" ;;
+    *) vm_status="FAILED (exit $vm_rc)" ;;
+  esac
+  # no summary from the suite (the VM never got that far): count the run as one failure
+  if [ -z "$vm_line" ]; then vm_line="0 passed, 1 failed"
+  elif [ "$vm_rc" -ne 0 ] && [[ $vm_line == *" 0 failed" ]]; then vm_line="${vm_line% 0 failed} 1 failed"; fi
+fi
+
+echo
+echo "=== host suite: $host_status (${host_seconds}s); VM suite: $vm_status ($((SECONDS - started - host_seconds))s)"
+[ -n "$vm_line" ] && echo "$vm_line"
+[ "$host_status" != FAILED ] && [[ $vm_status != FAILED* ]]
