@@ -1,0 +1,365 @@
+//! The rdma-core tool twins against rdma-core itself, in the VM (tests/vm/run.sh runs these
+//! with `--ignored`): discovery against sysfs and netlink, `devices`/`devinfo` against
+//! `ibv_devices`/`ibv_devinfo`, and `rc_pingpong` against `ibv_rc_pingpong` both ways.
+//!
+//! The examples must be built (`cargo build --examples`); they are found in
+//! `$RDMASOCK_EXAMPLES_DIR` or in `target/<profile>/examples` next to this test binary.
+#![forbid(unsafe_code)]
+
+use rdmasock::verbs::{DeviceList, GidType, Transport};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Panics unless the VM's rxe0 exists, saying what is wrong.
+fn require_device(name: &str) {
+    let path = format!("/sys/class/infiniband/{name}");
+    assert!(
+        std::path::Path::new(&path).is_dir(),
+        "RDMA device {name} is missing ({path} does not exist): these tests run only in the VM \
+         with soft-RDMA devices (tests/vm/run.sh; siw0 needs --both)"
+    );
+}
+
+fn vm_ip() -> String {
+    std::env::var("RDMA_VM_IP").unwrap_or_else(|_| "10.99.0.2".into())
+}
+
+fn example(name: &str) -> PathBuf {
+    let dir = std::env::var_os("RDMASOCK_EXAMPLES_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.join(name).is_file())
+        .unwrap_or_else(|| {
+            let exe = std::env::current_exe().expect("current_exe");
+            // target/<profile>/deps/vm_tools-HASH -> target/<profile>/examples
+            exe.parent()
+                .and_then(|d| d.parent())
+                .expect("target dir")
+                .join("examples")
+        });
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "example binary {} not found: build the examples first (cargo build --examples)",
+        path.display()
+    );
+    path
+}
+
+/// Runs a command to completion within `limit`, killing it (and failing) past that.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    wait_bounded(child, limit, &what)
+}
+
+fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("wait_with_output"),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("wait_with_output");
+                panic!(
+                    "{what} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn stdout_ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
+}
+
+fn tool(program: &str, args: &[&str]) -> String {
+    let out = run_bounded(Command::new(program).args(args), Duration::from_secs(60));
+    stdout_ok(&out, &format!("{program} {args:?}"))
+}
+
+fn ours(name: &str, args: &[&str]) -> String {
+    let path = example(name);
+    let out = run_bounded(Command::new(&path).args(args), Duration::from_secs(60));
+    stdout_ok(&out, &format!("{} {args:?}", path.display()))
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn discovery_reads_sysfs_and_the_netlink_driver_id() {
+    require_device("rxe0");
+    let list = DeviceList::discover().expect("discover");
+    let rxe = list.pick(Some("rxe0")).expect("rxe0 listed");
+    assert_eq!(rxe.driver.as_deref(), Some("rxe"));
+    assert_eq!(
+        rxe.driver_id,
+        Some(14),
+        "UVERBS_DRIVER_ID from netlink (14 = RXE)"
+    );
+    assert_eq!(rxe.transport, Transport::InfiniBand);
+    assert_eq!(rxe.uverbs_abi, Some(2));
+    let uverbs = rxe.uverbs_path.as_ref().expect("uverbs node");
+    assert!(uverbs.exists(), "{} missing", uverbs.display());
+    let netdev = std::env::var("RDMA_VM_NETDEV").unwrap_or_else(|_| "eth0".into());
+    assert_eq!(rxe.parent_netdev.as_deref(), Some(netdev.as_str()));
+    let port = rxe.port(1).expect("port 1");
+    let mapped = format!("::ffff:{}", vm_ip());
+    assert!(
+        port.gids
+            .iter()
+            .any(|g| g.gid.to_string() == mapped && g.gid_type == GidType::RoceV2),
+        "no RoCE v2 GID {mapped} in {:?}",
+        port.gids
+    );
+    // The same GUID the kernel's sysfs shows.
+    let sysfs_guid = std::fs::read_to_string("/sys/class/infiniband/rxe0/node_guid").unwrap();
+    assert_eq!(rxe.guid_grouped(), sysfs_guid.trim());
+    if let Ok(siw) = list.pick(Some("siw0")) {
+        assert_eq!(siw.driver.as_deref(), Some("siw"));
+        assert_eq!(
+            siw.driver_id,
+            Some(18),
+            "UVERBS_DRIVER_ID from netlink (18 = SIW)"
+        );
+        assert_eq!(siw.transport, Transport::Iwarp);
+        assert_eq!(siw.uverbs_abi, Some(1));
+    }
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn devices_prints_what_ibv_devices_prints() {
+    require_device("rxe0");
+    let theirs = tool("ibv_devices", &[]);
+    let mine = ours("devices", &[]);
+    let (mut t, mut m): (Vec<&str>, Vec<&str>) = (theirs.lines().collect(), mine.lines().collect());
+    assert_eq!(m[..2], t[..2], "headers differ");
+    t[2..].sort_unstable();
+    m[2..].sort_unstable();
+    assert_eq!(
+        m, t,
+        "device lines differ:\nours:\n{mine}\ntheirs:\n{theirs}"
+    );
+    assert!(mine.contains("rxe0"), "{mine}");
+}
+
+/// `ibv_devinfo` output without what the write-path queries cannot know: the extended
+/// device attributes (from `general_odp_caps` to `num_comp_vectors`) and `port_cap_flags2`.
+fn comparable_devinfo(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut in_ex = false;
+    for line in text.lines() {
+        if line.starts_with("\tgeneral_odp_caps:") {
+            in_ex = true;
+        }
+        if !in_ex && !line.starts_with("\t\t\tport_cap_flags2:") {
+            out.push(line);
+        }
+        if line.starts_with("\tnum_comp_vectors:") {
+            in_ex = false;
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn devinfo_prints_what_ibv_devinfo_prints() {
+    require_device("rxe0");
+    for args in [
+        &[][..],
+        &["-v"],
+        &["-d", "rxe0"],
+        &["-d", "rxe0", "-v", "-i", "1"],
+        &["-l"],
+    ] {
+        let theirs = tool("ibv_devinfo", args);
+        let mine = ours("devinfo", args);
+        let expected = comparable_devinfo(&theirs);
+        let got: Vec<&str> = mine.lines().collect();
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(
+                g, e,
+                "devinfo {args:?} line {i} differs\nours:\n{mine}\ntheirs:\n{theirs}"
+            );
+        }
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "devinfo {args:?}: {} lines, ibv_devinfo {}\nours:\n{mine}\ntheirs:\n{theirs}",
+            got.len(),
+            expected.len()
+        );
+    }
+    if std::path::Path::new("/sys/class/infiniband/siw0").is_dir() {
+        let theirs = tool("ibv_devinfo", &["-d", "siw0", "-v"]);
+        let mine = ours("devinfo", &["-d", "siw0", "-v"]);
+        assert_eq!(
+            mine.lines().collect::<Vec<_>>(),
+            comparable_devinfo(&theirs)
+        );
+    }
+}
+
+/// Whether something listens on TCP `port` (from /proc/net/tcp and tcp6).
+fn listening(port: u16) -> bool {
+    let needle = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&needle) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// The fields of "  local address:  LID 0x0000, QPN 0x000011, PSN 0x2f0a1c, GID ::ffff:..."
+fn address(out: &str, which: &str) -> (String, String) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("  {which} address:")))
+        .unwrap_or_else(|| panic!("no `{which} address` line in:\n{out}"));
+    let field = |name: &str| {
+        line.split(", ")
+            .find_map(|p| {
+                p.trim()
+                    .split_once(&format!("{name} "))
+                    .map(|(_, v)| v.to_string())
+            })
+            .unwrap_or_else(|| panic!("no {name} in `{line}`"))
+    };
+    (field("QPN"), field("GID"))
+}
+
+/// Checks the two closing lines: "N bytes in S seconds = R Mbit/sec", "N iters in ...".
+fn check_closing_lines(out: &str, size: u64, iters: u64, who: &str) {
+    let bytes = format!("{} bytes in ", size * iters * 2);
+    let l1 = out.lines().find(|l| l.starts_with(&bytes));
+    let l2 = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{iters} iters in ")));
+    let ok1 = l1.is_some_and(|l| l.ends_with(" Mbit/sec") && l.contains(" seconds = "));
+    let ok2 = l2.is_some_and(|l| l.ends_with(" usec/iter") && l.contains(" seconds = "));
+    assert!(
+        ok1 && ok2,
+        "{who}: closing lines missing or malformed in:\n{out}"
+    );
+}
+
+/// One ping-pong: `server` listens, `client` connects; both must finish and agree.
+fn pingpong(server: (&str, PathBuf), client: (&str, PathBuf), port: u16, extra: &[&str]) {
+    let iters = 300u64;
+    let mut common: Vec<String> = vec!["-d", "rxe0", "-g", "1", "-n", "300", "-p"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    common.push(port.to_string());
+    common.extend(extra.iter().map(|s| s.to_string()));
+    let what_s = format!("{} (server) {common:?}", server.0);
+    let srv = Command::new(&server.1)
+        .args(&common)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what_s}: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut srv = Some(srv);
+    while !listening(port) {
+        if let Some(status) = srv.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            let mut err = String::new();
+            let _ = srv.take().unwrap().stderr.unwrap().read_to_string(&mut err);
+            panic!("{what_s} exited ({status}) before listening: {err}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what_s} never listened on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let what_c = format!("{} (client) {common:?}", client.0);
+    let c_out = run_bounded(
+        Command::new(&client.1).args(&common).arg(vm_ip()),
+        Duration::from_secs(120),
+    );
+    let mut srv = srv.take().unwrap();
+    if !c_out.status.success() {
+        let _ = srv.kill();
+        let s_out = srv.wait_with_output().expect("wait_with_output");
+        panic!(
+            "{what_c} failed ({}):\nstdout:\n{}\nstderr:\n{}\nserver stdout:\n{}\nserver stderr:\n{}",
+            c_out.status,
+            String::from_utf8_lossy(&c_out.stdout),
+            String::from_utf8_lossy(&c_out.stderr),
+            String::from_utf8_lossy(&s_out.stdout),
+            String::from_utf8_lossy(&s_out.stderr)
+        );
+    }
+    let s_out = wait_bounded(srv, Duration::from_secs(30), &what_s);
+    let s_text = stdout_ok(&s_out, &what_s);
+    let c_text = stdout_ok(&c_out, &what_c);
+    check_closing_lines(&s_text, 4096, iters, &what_s);
+    check_closing_lines(&c_text, 4096, iters, &what_c);
+    assert!(!c_text.contains("invalid data"), "{what_c}: {c_text}");
+    // Each side's view of the other is what the other printed about itself.
+    assert_eq!(
+        address(&s_text, "local"),
+        address(&c_text, "remote"),
+        "{s_text}\n{c_text}"
+    );
+    assert_eq!(
+        address(&c_text, "local"),
+        address(&s_text, "remote"),
+        "{s_text}\n{c_text}"
+    );
+    assert_eq!(address(&s_text, "local").1, format!("::ffff:{}", vm_ip()));
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rc_pingpong_interoperates_with_ibv_rc_pingpong() {
+    require_device("rxe0");
+    let theirs = || ("ibv_rc_pingpong", PathBuf::from("ibv_rc_pingpong"));
+    let mine = || ("rc_pingpong", example("rc_pingpong"));
+    pingpong(mine(), theirs(), 18601, &["-c"]);
+    pingpong(theirs(), mine(), 18602, &["-c"]);
+    pingpong(mine(), theirs(), 18603, &["-e"]);
+    pingpong(theirs(), mine(), 18604, &["-e"]);
+    pingpong(mine(), mine(), 18605, &["-e", "-c"]);
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rc_pingpong_refuses_iwarp_devices() {
+    require_device("siw0");
+    let out = run_bounded(
+        Command::new(example("rc_pingpong")).args(["-d", "siw0", "-g", "0"]),
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "rc_pingpong on siw0 should fail at once"
+    );
+    assert!(
+        err.contains("connection manager") && err.contains("pingpong"),
+        "the refusal should explain iWARP needs the CM and name the pingpong example: {err}"
+    );
+}
