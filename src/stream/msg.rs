@@ -4,7 +4,9 @@
 //! payload of a SEND): the top 3 bits are the operation, the low 29 bits its value
 //! (`rs_msg_set(op, data) = op << 29 | data`). Immediate data is carried big-endian on the wire
 //! (the verbs layer converts; here it is a host `u32`). The 4-byte SEND payload of write+send
-//! mode is written in the *sender's* host order, which its hello flag announces.
+//! mode is written in the *receiver's* announced byte order, like the SGL entries: rsocket
+//! writes and reads it in its own host order, which is the same thing between peers of one
+//! byte order (rsocket itself does not support write+send between peers of different orders).
 #![forbid(unsafe_code)]
 
 /// Mask of the 29-bit value of a message.

@@ -181,7 +181,8 @@ pub struct CopySpan {
 pub enum Received {
     /// An RDMA WRITE WITH IMMEDIATE arrived; the immediate data in host order.
     Immediate(u32),
-    /// A SEND arrived (write+send mode): the 4 bytes of its message slot, as they lie in memory.
+    /// A SEND arrived (write+send mode): the 4 bytes of its message slot, as they lie in memory
+    /// (in our announced byte order).
     Message([u8; 4]),
 }
 

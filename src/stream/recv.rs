@@ -20,7 +20,7 @@ impl StreamEngine {
         }
         let word = match received {
             Received::Immediate(imm) => imm,
-            Received::Message(bytes) => self.peer_order.word_from(bytes),
+            Received::Message(bytes) => self.cfg.byte_order.word_from(bytes),
         };
         if self.phase == Phase::Connected && self.error.is_none() {
             self.post_recv();
