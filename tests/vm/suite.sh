@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
 done
 per_test_timeout=${RDMASOCK_VM_TEST_TIMEOUT:-600}
 export RDMASOCK_BIN_DIR=$bin_dir RDMASOCK_EXAMPLES_DIR=$bin_dir/examples
+export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 
 passed=0
 failed=0
