@@ -148,7 +148,11 @@ pub struct SockaddrStorage {
 
 impl std::fmt::Debug for SockaddrStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SockaddrStorage({:?})", super::sockaddr::from_storage(self))
+        write!(
+            f,
+            "SockaddrStorage({:?})",
+            super::sockaddr::from_storage(self)
+        )
     }
 }
 
@@ -540,7 +544,9 @@ impl EventParam {
 
 impl std::fmt::Debug for EventParam {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventParam").field("conn", &self.conn()).finish()
+        f.debug_struct("EventParam")
+            .field("conn", &self.conn())
+            .finish()
     }
 }
 

@@ -43,7 +43,12 @@ impl CmFd {
     /// Every user pointer inside `payload` (its `response`/`optval` field) must be null or
     /// point to at least `out` (for `response`) writable bytes, or to the option value, that
     /// stay valid until this call returns and are not otherwise borrowed during it.
-    unsafe fn write_command<P: Pod>(&self, cmd: Command, payload: &P, out: usize) -> io::Result<()> {
+    unsafe fn write_command<P: Pod>(
+        &self,
+        cmd: Command,
+        payload: &P,
+        out: usize,
+    ) -> io::Result<()> {
         let body = payload.as_bytes();
         let hdr = CmdHdr {
             cmd: cmd as u32,
@@ -163,7 +168,9 @@ impl CmFd {
         timeout_ms: u32,
     ) -> io::Result<()> {
         let p = ResolveIp {
-            src_addr: src.map(sockaddr::to_in6).unwrap_or_else(SockaddrIn6::zeroed),
+            src_addr: src
+                .map(sockaddr::to_in6)
+                .unwrap_or_else(SockaddrIn6::zeroed),
             dst_addr: sockaddr::to_in6(dst),
             id,
             timeout_ms,

@@ -31,8 +31,8 @@ fn address_vector(ah: &AhAttr) -> AddressVector {
 /// Converts INIT_QP_ATTR's answer. States or MTUs the verbs layer does not know (never sent by
 /// a sane kernel) fall back to RESET / 1024 and are reported by the returned `Err` text.
 pub fn to_verbs(raw: &UverbsQpAttr) -> Result<(QpAttributes, QpAttrMask), String> {
-    let mask = QpAttrMask::from_bits_truncate(raw.qp_attr_mask & MODIFY_MASK_BITS)
-        - QpAttrMask::CAP;
+    let mask =
+        QpAttrMask::from_bits_truncate(raw.qp_attr_mask & MODIFY_MASK_BITS) - QpAttrMask::CAP;
     let state = |v: u32, what: &str| {
         QpState::from_raw(v).ok_or_else(|| format!("INIT_QP_ATTR returned unknown {what} {v}"))
     };
@@ -45,7 +45,10 @@ pub fn to_verbs(raw: &UverbsQpAttr) -> Result<(QpAttributes, QpAttrMask), String
     let path_mtu = match Mtu::from_raw(raw.path_mtu) {
         Some(m) => m,
         None if mask.contains(QpAttrMask::PATH_MTU) => {
-            return Err(format!("INIT_QP_ATTR returned unknown path_mtu {}", raw.path_mtu))
+            return Err(format!(
+                "INIT_QP_ATTR returned unknown path_mtu {}",
+                raw.path_mtu
+            ))
         }
         None => Mtu::Mtu1024,
     };
