@@ -17,3 +17,5 @@
 
 pub mod core;
 pub mod wire;
+#[doc(hidden)]
+pub mod fuzzing;

@@ -1,0 +1,407 @@
+//! Outbound messages: the RTR, READ responses and the send queue, cut into FPDUs.
+
+use super::config::Rtr;
+use super::connection::{Blame, Connection, Fault, OutstandingRead, Phase};
+use super::memory::{AccessError, MemoryTable};
+use super::work::{LocalSegment, SendOperation};
+use crate::wire::ddp::{queue, Opcode, Placement, SegmentRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use crate::wire::fpdu;
+use crate::wire::rdmap::{ReadRequestRepr, TerminateCode};
+use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
+
+/// A message being cut into segments.
+#[derive(Clone, Debug)]
+pub(crate) struct TxMessage {
+    kind: TxKind,
+    total: u32,
+    sent: u32,
+}
+
+#[derive(Clone, Debug)]
+enum TxKind {
+    Send {
+        seq: u64,
+        opcode: Opcode,
+        msn: u32,
+        invalidate: u32,
+        segments: Vec<LocalSegment>,
+    },
+    Write {
+        seq: u64,
+        stag: u32,
+        offset: u64,
+        segments: Vec<LocalSegment>,
+    },
+    /// The response to the READ request at the head of the IRQ.
+    ReadResponse {
+        sink_stag: u32,
+        sink_offset: u64,
+        source_stag: u32,
+        source_offset: u64,
+    },
+}
+
+impl Connection {
+    /// Appends what is ready to go to `out`, and returns how many bytes it appended: MPA
+    /// frames and a TERMINATE first, then whole FPDUs while fewer than `max_len` bytes were
+    /// appended (so it may go past `max_len` by up to one FPDU). SEND and WRITE requests
+    /// complete here, once their last FPDU is handed over.
+    pub fn poll_transmit(
+        &mut self,
+        memory: &dyn MemoryTable,
+        out: &mut Vec<u8>,
+        max_len: usize,
+    ) -> usize {
+        let start = out.len();
+        out.append(&mut self.control);
+        while out.len() - start < max_len && self.may_send_fpdus() {
+            if self.tx_current.is_none() && !self.start_next(memory, out) {
+                break;
+            }
+            if let Some(msg) = self.tx_current.take() {
+                self.emit_segment(msg, memory, out);
+            }
+            out.append(&mut self.control);
+        }
+        out.len() - start
+    }
+
+    /// Whether [`Connection::poll_transmit`] has something to give now.
+    pub fn wants_transmit(&self) -> bool {
+        if !self.control.is_empty() {
+            return true;
+        }
+        if !self.may_send_fpdus() {
+            return false;
+        }
+        self.rtr_to_send.is_some()
+            || self.tx_current.is_some()
+            || !self.irq.is_empty()
+            || self.sq_pending.front().is_some_and(|(_, w)| self.may_start(w))
+    }
+
+    fn may_send_fpdus(&self) -> bool {
+        matches!(self.phase, Phase::Established) && self.hold_until.is_none()
+    }
+
+    fn may_start(&self, work: &super::work::SendWork) -> bool {
+        let ord = self.negotiated.as_ref().map_or(0, |n| usize::from(n.ord));
+        match work.op {
+            SendOperation::RdmaRead { .. } if self.orq.len() >= ord.max(1) => false,
+            _ if work.fence && !self.orq.is_empty() => false,
+            _ => true,
+        }
+    }
+
+    /// Starts the next message; returns false when nothing may start now.
+    fn start_next(&mut self, memory: &dyn MemoryTable, out: &mut Vec<u8>) -> bool {
+        if let Some(rtr) = self.rtr_to_send.take() {
+            self.emit_rtr(rtr, out);
+            return true;
+        }
+        if let Some(r) = self.irq.front() {
+            self.tx_current = Some(TxMessage {
+                kind: TxKind::ReadResponse {
+                    sink_stag: r.sink_stag,
+                    sink_offset: r.sink_offset,
+                    source_stag: r.source_stag,
+                    source_offset: r.source_offset,
+                },
+                total: r.size,
+                sent: 0,
+            });
+            return true;
+        }
+        if !self.sq_pending.front().is_some_and(|(_, w)| self.may_start(w)) {
+            return false;
+        }
+        let (seq, work) = self.sq_pending.pop_front().expect("front exists");
+        let total = u32::try_from(work.total_length()).unwrap_or(u32::MAX);
+        let needed = match work.op {
+            SendOperation::RdmaRead { .. } => AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            _ => AccessFlags::empty(),
+        };
+        for s in work.segments.iter().filter(|s| s.length > 0) {
+            let checked = memory
+                .local(s.lkey)
+                .ok_or(AccessError::InvalidKey)
+                .and_then(|r| r.resolve(s.addr, u64::from(s.length), needed));
+            if let Err(e) = checked {
+                let why = match (e, needed.is_empty()) {
+                    (AccessError::InvalidKey, _) => "its lkey names no memory region",
+                    (AccessError::OutOfBounds, _) => "it lies outside its memory region",
+                    (AccessError::NotPermitted, _) => {
+                        "an RDMA READ sink must be registered with LOCAL_WRITE and REMOTE_WRITE (iWARP rule)"
+                    }
+                };
+                self.fail(
+                    Fault::new(
+                        TerminateCode::RDMAP_LOCAL_CATASTROPHIC,
+                        format!("work request {:#x}: a scatter/gather entry is unusable: {why}", work.wr_id),
+                    )
+                    .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
+                );
+                return true;
+            }
+        }
+        match work.op {
+            SendOperation::Send {
+                solicited,
+                invalidate,
+            } => {
+                self.tx_msn[0] = self.tx_msn[0].wrapping_add(1);
+                let opcode = match (solicited, invalidate.is_some()) {
+                    (false, false) => Opcode::Send,
+                    (false, true) => Opcode::SendWithInvalidate,
+                    (true, false) => Opcode::SendWithSolicitedEvent,
+                    (true, true) => Opcode::SendWithSolicitedEventAndInvalidate,
+                };
+                self.tx_current = Some(TxMessage {
+                    kind: TxKind::Send {
+                        seq,
+                        opcode,
+                        msn: self.tx_msn[0],
+                        invalidate: invalidate.map_or(0, |k| k.0),
+                        segments: work.segments,
+                    },
+                    total,
+                    sent: 0,
+                });
+            }
+            SendOperation::RdmaWrite { remote_addr, rkey } => {
+                self.tx_current = Some(TxMessage {
+                    kind: TxKind::Write {
+                        seq,
+                        stag: rkey.0,
+                        offset: remote_addr,
+                        segments: work.segments,
+                    },
+                    total,
+                    sent: 0,
+                });
+            }
+            SendOperation::RdmaRead { remote_addr, rkey } => {
+                let sink = work.segments.first().copied().filter(|s| s.length > 0);
+                self.emit_read_request(
+                    ReadRequestRepr {
+                        sink_stag: sink.map_or(0, |s| s.lkey.0),
+                        sink_offset: sink.map_or(0, |s| s.addr),
+                        size: total,
+                        source_stag: rkey.0,
+                        source_offset: remote_addr,
+                    },
+                    out,
+                );
+                self.orq.push_back(OutstandingRead {
+                    seq: Some(seq),
+                    sink,
+                    sink_stag: sink.map_or(0, |s| s.lkey.0),
+                    sink_offset: sink.map_or(0, |s| s.addr),
+                    size: total,
+                    received: 0,
+                });
+            }
+        }
+        true
+    }
+
+    fn emit_read_request(&mut self, body: ReadRequestRepr, out: &mut Vec<u8>) {
+        self.tx_msn[1] = self.tx_msn[1].wrapping_add(1);
+        let start = fpdu::begin(out);
+        SegmentRepr {
+            last: true,
+            opcode: Opcode::ReadRequest,
+            placement: Placement::Untagged {
+                reserved_ulp: 0,
+                queue: queue::READ_REQUEST,
+                msn: self.tx_msn[1],
+                offset: 0,
+            },
+        }
+        .append(out);
+        body.append(out);
+        fpdu::finish(out, start, self.crc);
+    }
+
+    /// The zero-length operation that lets a peer-to-peer responder start.
+    fn emit_rtr(&mut self, rtr: Rtr, out: &mut Vec<u8>) {
+        match rtr {
+            Rtr::Write => {
+                let start = fpdu::begin(out);
+                SegmentRepr {
+                    last: true,
+                    opcode: Opcode::RdmaWrite,
+                    // siw sends STag 1 for its RTR WRITE; zero-length STags are not checked.
+                    placement: Placement::Tagged { stag: 1, offset: 0 },
+                }
+                .append(out);
+                fpdu::finish(out, start, self.crc);
+            }
+            Rtr::Send => {
+                self.tx_msn[0] = self.tx_msn[0].wrapping_add(1);
+                let start = fpdu::begin(out);
+                SegmentRepr {
+                    last: true,
+                    opcode: Opcode::Send,
+                    placement: Placement::Untagged {
+                        reserved_ulp: 0,
+                        queue: queue::SEND,
+                        msn: self.tx_msn[0],
+                        offset: 0,
+                    },
+                }
+                .append(out);
+                fpdu::finish(out, start, self.crc);
+            }
+            Rtr::Read => {
+                self.emit_read_request(
+                    ReadRequestRepr {
+                        sink_stag: 0,
+                        sink_offset: 0,
+                        size: 0,
+                        source_stag: 1,
+                        source_offset: 0,
+                    },
+                    out,
+                );
+                self.orq.push_back(OutstandingRead {
+                    seq: None,
+                    sink: None,
+                    sink_stag: 0,
+                    sink_offset: 0,
+                    size: 0,
+                    received: 0,
+                });
+            }
+        }
+    }
+
+    /// Emits the next segment of `msg`; keeps it as the current message unless it is done.
+    fn emit_segment(&mut self, mut msg: TxMessage, memory: &dyn MemoryTable, out: &mut Vec<u8>) {
+        let tagged = !matches!(msg.kind, TxKind::Send { .. });
+        let header_len = if tagged {
+            TAGGED_HEADER_LEN
+        } else {
+            UNTAGGED_HEADER_LEN
+        };
+        let room = usize::from(self.config.mulpdu).saturating_sub(header_len).max(1);
+        let chunk = ((msg.total - msg.sent) as usize).min(room);
+        let last = msg.sent as usize + chunk == msg.total as usize;
+        let placement = match &msg.kind {
+            TxKind::Send {
+                msn, invalidate, ..
+            } => Placement::Untagged {
+                reserved_ulp: *invalidate,
+                queue: queue::SEND,
+                msn: *msn,
+                offset: msg.sent,
+            },
+            TxKind::Write { stag, offset, .. } => Placement::Tagged {
+                stag: *stag,
+                offset: offset.wrapping_add(u64::from(msg.sent)),
+            },
+            TxKind::ReadResponse {
+                sink_stag,
+                sink_offset,
+                ..
+            } => Placement::Tagged {
+                stag: *sink_stag,
+                offset: sink_offset.wrapping_add(u64::from(msg.sent)),
+            },
+        };
+        let opcode = match &msg.kind {
+            TxKind::Send { opcode, .. } => *opcode,
+            TxKind::Write { .. } => Opcode::RdmaWrite,
+            TxKind::ReadResponse { .. } => Opcode::ReadResponse,
+        };
+        let start = fpdu::begin(out);
+        SegmentRepr {
+            last,
+            opcode,
+            placement,
+        }
+        .append(out);
+        let at = out.len();
+        out.resize(at + chunk, 0);
+        let copied = match &msg.kind {
+            TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => {
+                gather(memory, segments, u64::from(msg.sent), &mut out[at..])
+            }
+            TxKind::ReadResponse {
+                source_stag,
+                source_offset,
+                ..
+            } if chunk > 0 => memory
+                .remote(RemoteKey(*source_stag))
+                .ok_or(AccessError::InvalidKey)
+                .and_then(|r| {
+                    r.read(
+                        source_offset.wrapping_add(u64::from(msg.sent)),
+                        &mut out[at..],
+                        AccessFlags::REMOTE_READ,
+                    )
+                }),
+            TxKind::ReadResponse { .. } => Ok(()),
+        };
+        if let Err(e) = copied {
+            out.truncate(start);
+            let fault = match msg.kind {
+                TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => Fault::new(
+                    TerminateCode::RDMAP_LOCAL_CATASTROPHIC,
+                    format!("a send request's memory became unreadable ({e:?}) while it was sent"),
+                )
+                .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
+                TxKind::ReadResponse { .. } => Fault::new(
+                    TerminateCode::RDMAP_INVALID_STAG,
+                    format!("the source of an RDMA READ became unreadable ({e:?}) before its response"),
+                ),
+            };
+            self.fail(fault);
+            return;
+        }
+        fpdu::finish(out, start, self.crc);
+        msg.sent += chunk as u32;
+        if !last {
+            self.tx_current = Some(msg);
+            return;
+        }
+        match msg.kind {
+            TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => {
+                self.finish_send(seq, WcStatus::Success, 0)
+            }
+            TxKind::ReadResponse { .. } => {
+                self.irq.pop_front();
+            }
+        }
+    }
+}
+
+/// Reads message bytes `offset..offset+dst.len()` from a gather list.
+fn gather(
+    memory: &dyn MemoryTable,
+    segments: &[LocalSegment],
+    mut offset: u64,
+    mut dst: &mut [u8],
+) -> Result<(), AccessError> {
+    for s in segments {
+        if dst.is_empty() {
+            break;
+        }
+        let len = u64::from(s.length);
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = (len - offset).min(dst.len() as u64) as usize;
+        let region = memory.local(s.lkey).ok_or(AccessError::InvalidKey)?;
+        let (head, tail) = std::mem::take(&mut dst).split_at_mut(n);
+        region.read(s.addr.wrapping_add(offset), head, AccessFlags::empty())?;
+        dst = tail;
+        offset = 0;
+    }
+    if dst.is_empty() {
+        Ok(())
+    } else {
+        Err(AccessError::OutOfBounds)
+    }
+}

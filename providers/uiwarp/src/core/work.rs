@@ -1,0 +1,154 @@
+//! Work requests as the engine keeps them (owned, so a driver can queue them across calls),
+//! and the completions it gives back.
+
+use super::CoreError;
+use rdmasock_verbs::{
+    LocalKey, RecvRequest, RemoteKey, SendFlags, SendOp, SendRequest, WorkCompletion,
+};
+
+/// One scatter/gather entry: `length` bytes at `addr` in the region `lkey` names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LocalSegment {
+    /// Address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The region's local key.
+    pub lkey: LocalKey,
+}
+
+/// What a send work request does. iWARP (and siw) has no immediate data and no atomics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SendOperation {
+    /// A SEND, consuming one receive at the peer.
+    Send {
+        /// Raise a solicited event at the peer.
+        solicited: bool,
+        /// Ask the peer to invalidate this STag (SEND with invalidate).
+        invalidate: Option<RemoteKey>,
+    },
+    /// An RDMA WRITE into the peer's region.
+    RdmaWrite {
+        /// The peer address (tagged offset).
+        remote_addr: u64,
+        /// The peer region's STag.
+        rkey: RemoteKey,
+    },
+    /// An RDMA READ of the peer's region into one local segment (siw's `max_sge_rd` is 1).
+    RdmaRead {
+        /// The peer address (tagged offset).
+        remote_addr: u64,
+        /// The peer region's STag.
+        rkey: RemoteKey,
+    },
+}
+
+/// A send work request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWork {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub op: SendOperation,
+    /// Gather list (SEND, WRITE) or the single scatter entry (READ).
+    pub segments: Vec<LocalSegment>,
+    /// Give a completion on success too.
+    pub signaled: bool,
+    /// Wait until earlier READs have completed before starting.
+    pub fence: bool,
+}
+
+impl SendWork {
+    /// Converts a verbs send request. Immediate data and atomics are refused: iWARP has
+    /// neither. `INLINE` is treated as a normal gather (the entries must be registered).
+    pub fn from_request(req: &SendRequest<'_>) -> Result<SendWork, CoreError> {
+        let solicited = req.flags.contains(SendFlags::SOLICITED);
+        let op = match req.op {
+            SendOp::Send => SendOperation::Send {
+                solicited,
+                invalidate: None,
+            },
+            SendOp::RdmaWrite { remote_addr, rkey } => SendOperation::RdmaWrite { remote_addr, rkey },
+            SendOp::RdmaRead { remote_addr, rkey } => SendOperation::RdmaRead { remote_addr, rkey },
+            other => {
+                return Err(CoreError::Unsupported {
+                    operation: other.name(),
+                    why: "iWARP has no immediate data and no atomics (as siw); use SEND, RDMA_WRITE or RDMA_READ",
+                })
+            }
+        };
+        Ok(SendWork {
+            wr_id: req.wr_id,
+            op,
+            segments: req
+                .sg_list
+                .iter()
+                .map(|s| LocalSegment {
+                    addr: s.addr(),
+                    length: s.length(),
+                    lkey: s.lkey(),
+                })
+                .collect(),
+            signaled: req.flags.contains(SendFlags::SIGNALED),
+            fence: req.flags.contains(SendFlags::FENCE),
+        })
+    }
+
+    /// Total bytes of the segments.
+    pub fn total_length(&self) -> u64 {
+        self.segments.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// A receive work request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWork {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where an incoming SEND is scattered.
+    pub segments: Vec<LocalSegment>,
+}
+
+impl RecvWork {
+    /// Converts a verbs receive request.
+    pub fn from_request(req: &RecvRequest<'_>) -> RecvWork {
+        RecvWork {
+            wr_id: req.wr_id,
+            segments: req
+                .sg_list
+                .iter()
+                .map(|s| LocalSegment {
+                    addr: s.addr(),
+                    length: s.length(),
+                    lkey: s.lkey(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Total bytes of the segments.
+    pub fn capacity(&self) -> u64 {
+        self.segments.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// Which queue a completion belongs to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WorkQueue {
+    /// The send queue.
+    Send,
+    /// The receive queue.
+    Receive,
+}
+
+/// A work completion with the queue it came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The queue (and so the completion queue) it belongs to.
+    pub queue: WorkQueue,
+    /// The completion. Every status is meaningful: flushed requests carry
+    /// `WorkRequestFlushError`, and a request that failed carries why.
+    pub completion: WorkCompletion,
+    /// A receive completion of a SEND with solicited event (wakes a solicited-only CQ arm).
+    pub solicited: bool,
+}
