@@ -7,7 +7,8 @@ use crate::types::{Mtu, PortState};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[allow(missing_docs)]
 pub struct DeviceAttributes {
-    /// Firmware version text (rxe/siw: empty; from sysfs `fw_ver`).
+    /// Firmware version text: sysfs `fw_ver`, or the raw value as `major.minor.sub`
+    /// (rxe/siw: `0.0.0`, as rdma-core's providers print it).
     pub fw_ver: String,
     /// Node GUID, as the big-endian value (print with `{:016x}` grouped by 4).
     pub node_guid: u64,

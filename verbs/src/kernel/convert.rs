@@ -181,10 +181,22 @@ pub fn attributes_from_cm(d: &QpAttrDesc) -> (QpAttributes, QpAttrMask) {
     (attr, mask)
 }
 
-/// QUERY_DEVICE's answer as [`DeviceAttributes`]; `fw_ver` is the sysfs text.
+/// QUERY_DEVICE's answer as [`DeviceAttributes`]; `fw_ver` is the sysfs text, or when that
+/// is empty (rxe, siw) the raw value in rdma-core's rxe/siw form `major.minor.sub` (bits
+/// 32..48, 16..32, 0..16), which `ibv_devinfo` prints as `0.0.0` for both.
 pub fn device_attributes(r: &QueryDeviceResponse, fw_ver: &str) -> DeviceAttributes {
     DeviceAttributes {
-        fw_ver: fw_ver.to_string(),
+        fw_ver: if fw_ver.is_empty() {
+            let raw = r.fw_ver;
+            format!(
+                "{}.{}.{}",
+                (raw >> 32) & 0xffff,
+                (raw >> 16) & 0xffff,
+                raw & 0xffff
+            )
+        } else {
+            fw_ver.to_string()
+        },
         node_guid: u64::from_be(r.node_guid),
         sys_image_guid: u64::from_be(r.sys_image_guid),
         max_mr_size: r.max_mr_size,
@@ -376,5 +388,12 @@ mod tests {
         let d = device_attributes(&r, "");
         assert_eq!(d.node_guid, 0x5054_00ff_fe12_3456);
         assert_eq!(d.phys_port_cnt, 1);
+        assert_eq!(d.fw_ver, "0.0.0");
+        let r = QueryDeviceResponse {
+            fw_ver: (2 << 32) | (7 << 16) | 9,
+            ..Default::default()
+        };
+        assert_eq!(device_attributes(&r, "").fw_ver, "2.7.9");
+        assert_eq!(device_attributes(&r, "16.35.2000").fw_ver, "16.35.2000");
     }
 }
