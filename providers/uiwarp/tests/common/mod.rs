@@ -283,3 +283,75 @@ pub fn small_mulpdu(mulpdu: u16) -> Config {
         ..Config::default()
     }
 }
+
+use rdmasock_uiwarp::core::Origin;
+use rdmasock_uiwarp::wire::ddp::{Opcode, Placement, Segment, SegmentRepr};
+use rdmasock_uiwarp::wire::fpdu::{self, Fpdu};
+use rdmasock_uiwarp::wire::rdmap::{TerminateCode, TerminateRepr};
+
+/// One FPDU with the given header and body.
+pub fn frame(crc: bool, last: bool, opcode: Opcode, placement: Placement, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let start = fpdu::begin(&mut out);
+    SegmentRepr {
+        last,
+        opcode,
+        placement,
+    }
+    .append(&mut out);
+    out.extend_from_slice(body);
+    fpdu::finish(&mut out, start, crc);
+    out
+}
+
+/// An untagged SEND segment header.
+pub fn untagged(queue: u32, msn: u32, offset: u32) -> Placement {
+    Placement::Untagged {
+        reserved_ulp: 0,
+        queue,
+        msn,
+        offset,
+    }
+}
+
+/// Finds the TERMINATE among FPDUs in `bytes`.
+pub fn find_terminate(mut bytes: &[u8]) -> Option<TerminateCode> {
+    if bytes.starts_with(b"MPA ID Re") {
+        let len = rdmasock_uiwarp::wire::mpa::MpaFrame::<&[u8]>::frame_len(bytes)?;
+        bytes = &bytes[len..];
+    }
+    while let Ok(f) = Fpdu::new_checked(bytes) {
+        let len = f.total_len();
+        if let Ok(seg) = Segment::new_checked(f.ulpdu()) {
+            if let Ok(r) = SegmentRepr::parse(&seg) {
+                if r.opcode == Opcode::Terminate {
+                    return TerminateRepr::parse(seg.payload()).ok().map(|t| t.code);
+                }
+            }
+        }
+        bytes = &bytes[len..];
+    }
+    None
+}
+
+impl Side {
+    /// Checks this side found an error: it sends a TERMINATE with `code`, reports it, is in
+    /// the error state, and asks the driver to close once the bytes are out.
+    #[track_caller]
+    pub fn expect_terminate(&mut self, code: TerminateCode) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.conn.poll_transmit(&self.table, &mut out, usize::MAX);
+        self.drain(Instant::now());
+        assert_eq!(find_terminate(&out), Some(code), "sent {} bytes; events {:?}", out.len(), self.events);
+        let t = self.terminated().expect("a Terminated event");
+        assert_eq!((t.origin, t.code), (Origin::Local, code), "{}", t.reason);
+        assert!(!t.reason.is_empty());
+        assert_eq!(self.conn.qp_state(), rdmasock_verbs::QpState::Error);
+        assert!(self.conn.should_close());
+        out
+    }
+
+    pub fn drain_now(&mut self) {
+        self.drain(Instant::now());
+    }
+}
