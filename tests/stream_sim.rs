@@ -4,595 +4,17 @@
 //! receiver-not-ready stalls instead of losing a message), with seeded interleaving of the two
 //! applications, the two directions and the two completion queues.
 
+#[path = "stream_sim/fabric.rs"]
+mod fabric;
+
+use fabric::{Fabric, Rng};
 use rdmasock::stream::{
-    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Readiness, Received,
-    StreamConfig, StreamEngine, StreamError, WrId, SGE_LEN, TARGET_LIST_LEN,
+    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Received, StreamConfig,
+    StreamConfigBuilder, StreamEngine, StreamError, WrId, SGE_LEN,
 };
-use std::collections::VecDeque;
 use std::net::Shutdown;
 
-/// xorshift64*: the test's only randomness, seeded.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// FNV-1a, 64 bit.
-#[derive(Clone, Copy)]
-struct Fnv(u64);
-impl Fnv {
-    fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-}
-
-/// A deterministic byte stream: byte `i` depends only on the seed and `i`, so the receiver can
-/// recompute what it must see whatever the chunking.
-struct Stream {
-    seed: u64,
-    pos: u64,
-}
-impl Stream {
-    fn new(seed: u64) -> Self {
-        Stream { seed, pos: 0 }
-    }
-    fn fill(&mut self, out: &mut Vec<u8>, n: usize) {
-        let end = self.pos + n as u64;
-        while self.pos < end {
-            let word = self.pos / 8;
-            let mut r = Rng((word ^ self.seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-            let bytes = r.next().to_le_bytes();
-            let from = (self.pos % 8) as usize;
-            let to = (8u64.min(from as u64 + end - self.pos)) as usize;
-            out.extend_from_slice(&bytes[from..to]);
-            self.pos += (to - from) as u64;
-        }
-    }
-}
-
-/// Where a posted send's bytes come from when the fabric executes it.
-enum Source {
-    Captured(Vec<u8>),
-    Ring(Vec<(usize, usize)>),
-    Control(usize, usize),
-}
-
-enum Kind {
-    WriteImm(u32),
-    Write,
-    Send,
-}
-
-struct Posted {
-    kind: Kind,
-    wr_id: WrId,
-    source: Source,
-    remote_addr: u64,
-    rkey: u32,
-    signaled: bool,
-}
-
-enum Completion {
-    Send(WrId, bool),
-    Recv(WrId, Option<u32>),
-    RecvFailed(WrId),
-}
-
-const RECV_KEY: [u32; 2] = [0xA1, 0xB1];
-const TARGET_KEY: [u32; 2] = [0xA2, 0xB2];
-
-fn base(side: usize) -> u64 {
-    0x1000_0000_0000 * (side as u64 + 1)
-}
-
-struct Side {
-    engine: StreamEngine,
-    send_ring: Vec<u8>,
-    control: Vec<u8>,
-    recv_ring: Vec<u8>,
-    target: Vec<u8>,
-    messages: Vec<u8>,
-    sq: VecDeque<Posted>,
-    rq: VecDeque<(WrId, Option<u32>)>,
-    cq: VecDeque<Completion>,
-    // Application.
-    to_send: usize,
-    sent: usize,
-    unsent: Vec<u8>,
-    unsent_start: usize,
-    gen: Stream,
-    expect_gen: Stream,
-    expected: Vec<u8>,
-    received: usize,
-    sent_hash: Fnv,
-    recv_hash: Fnv,
-    eof: bool,
-    shut: bool,
-}
-
-impl Side {
-    fn new(side: usize, cfg: StreamConfig, to_send: usize, seed: u64) -> Self {
-        let local = LocalRegions {
-            recv_ring_addr: base(side),
-            recv_ring_rkey: RECV_KEY[side],
-            target_list_addr: base(side) + 0x1_0000_0000,
-            target_list_rkey: TARGET_KEY[side],
-        };
-        Side {
-            send_ring: vec![0; cfg.send_ring()],
-            control: vec![0; cfg.control_area_len()],
-            recv_ring: vec![0; cfg.recv_ring()],
-            target: vec![0; TARGET_LIST_LEN],
-            messages: vec![0; cfg.message_area_len()],
-            engine: StreamEngine::new(cfg, local),
-            sq: VecDeque::new(),
-            rq: VecDeque::new(),
-            cq: VecDeque::new(),
-            to_send,
-            sent: 0,
-            unsent: Vec::new(),
-            unsent_start: 0,
-            gen: Stream::new(seed),
-            expect_gen: Stream::new(0),
-            expected: Vec::new(),
-            received: 0,
-            sent_hash: Fnv::new(),
-            recv_hash: Fnv::new(),
-            eof: false,
-            shut: false,
-        }
-    }
-
-    /// Posts every queued op, in order, as a driver must.
-    fn drain_ops(&mut self) {
-        while let Some(op) = self.engine.pop_op() {
-            match op {
-                Op::PostRecv {
-                    wr_id,
-                    message_slot,
-                } => self.rq.push_back((wr_id, message_slot)),
-                Op::ClearTargetEntry { offset } => self.target[offset..offset + SGE_LEN].fill(0),
-                Op::WriteWithImm {
-                    wr_id,
-                    payload,
-                    remote_addr,
-                    rkey,
-                    imm,
-                    inline,
-                    signaled,
-                } => {
-                    let source = self.source(payload, inline);
-                    let kind = Kind::WriteImm(imm);
-                    self.sq.push_back(Posted {
-                        kind,
-                        wr_id,
-                        source,
-                        remote_addr,
-                        rkey,
-                        signaled,
-                    });
-                }
-                Op::Write {
-                    wr_id,
-                    payload,
-                    remote_addr,
-                    rkey,
-                    inline,
-                    signaled,
-                } => {
-                    let source = self.source(payload, inline);
-                    let kind = Kind::Write;
-                    self.sq.push_back(Posted {
-                        kind,
-                        wr_id,
-                        source,
-                        remote_addr,
-                        rkey,
-                        signaled,
-                    });
-                }
-                Op::Send {
-                    wr_id,
-                    payload,
-                    inline,
-                    signaled,
-                } => {
-                    assert!(inline, "message words are always inline");
-                    let source = self.source(payload, inline);
-                    let (kind, remote_addr, rkey) = (Kind::Send, 0, 0);
-                    self.sq.push_back(Posted {
-                        kind,
-                        wr_id,
-                        source,
-                        remote_addr,
-                        rkey,
-                        signaled,
-                    });
-                }
-            }
-        }
-    }
-
-    fn source(&mut self, payload: Payload, inline: bool) -> Source {
-        match payload {
-            Payload::Empty => Source::Captured(Vec::new()),
-            Payload::SendRing { first, second } => {
-                let mut spans = vec![(first.offset, first.len)];
-                spans.extend(second.map(|s| (s.offset, s.len)));
-                assert!(spans.iter().all(|&(o, l)| o + l <= self.send_ring.len()));
-                if inline {
-                    let mut v = Vec::new();
-                    for (o, l) in spans {
-                        v.extend_from_slice(&self.send_ring[o..o + l]);
-                    }
-                    Source::Captured(v)
-                } else {
-                    Source::Ring(spans)
-                }
-            }
-            Payload::Small {
-                bytes,
-                len,
-                control_slot,
-            } => {
-                let len = usize::from(len);
-                if inline {
-                    Source::Captured(bytes[..len].to_vec())
-                } else {
-                    let at = usize::from(control_slot) * 16;
-                    self.control[at..at + len].copy_from_slice(&bytes[..len]);
-                    Source::Control(at, len)
-                }
-            }
-        }
-    }
-
-    fn gather(&self, source: &Source) -> Vec<u8> {
-        match source {
-            Source::Captured(v) => v.clone(),
-            Source::Ring(spans) => {
-                let mut v = Vec::new();
-                for &(o, l) in spans {
-                    v.extend_from_slice(&self.send_ring[o..o + l]);
-                }
-                v
-            }
-            Source::Control(at, len) => self.control[*at..*at + *len].to_vec(),
-        }
-    }
-
-    /// The application writes up to `n` bytes.
-    fn app_write(&mut self, n: usize) -> Result<usize, StreamError> {
-        let n = n.min(self.to_send - self.sent);
-        let have = self.unsent.len() - self.unsent_start;
-        if have < n {
-            self.gen.fill(&mut self.unsent, n - have);
-        }
-        let src = &self.unsent[self.unsent_start..];
-        let ring = &mut self.send_ring;
-        let r = self.engine.write(n, |c: CopySpan| {
-            ring[c.ring_offset..c.ring_offset + c.len]
-                .copy_from_slice(&src[c.data_offset..c.data_offset + c.len]);
-        });
-        if let Ok(k) = r {
-            self.sent_hash
-                .update(&self.unsent[self.unsent_start..self.unsent_start + k]);
-            self.unsent_start += k;
-            self.sent += k;
-            if self.unsent_start > (1 << 20) {
-                self.unsent.drain(..self.unsent_start);
-                self.unsent_start = 0;
-            }
-        }
-        self.drain_ops();
-        r
-    }
-
-    /// The application reads up to `n` bytes (peeking first, half the time) and checks them.
-    fn app_read(&mut self, n: usize, peek: bool) -> Result<usize, StreamError> {
-        let mut buf = vec![0u8; n];
-        let ring = &self.recv_ring;
-        let mut copy = |c: CopySpan| {
-            buf[c.data_offset..c.data_offset + c.len]
-                .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
-        };
-        if peek {
-            let before = self.engine.readable_bytes();
-            let k = self.engine.peek(n, &mut copy)?;
-            assert_eq!(self.engine.readable_bytes(), before, "peek consumed data");
-            self.check(&buf[..k]);
-            buf.fill(0);
-        }
-        let ring = &self.recv_ring;
-        let r = self.engine.read(n, |c: CopySpan| {
-            buf[c.data_offset..c.data_offset + c.len]
-                .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
-        });
-        if let Ok(k) = r {
-            self.check(&buf[..k]);
-            self.recv_hash.update(&buf[..k]);
-            self.expected.drain(..k);
-            self.received += k;
-            if k == 0 && n > 0 {
-                self.eof = true;
-            }
-        }
-        self.drain_ops();
-        r
-    }
-
-    fn check(&mut self, got: &[u8]) {
-        if self.expected.len() < got.len() {
-            let more = got.len() - self.expected.len();
-            self.expect_gen.fill(&mut self.expected, more);
-        }
-        if got != &self.expected[..got.len()] {
-            let i = (0..got.len())
-                .find(|&i| got[i] != self.expected[i])
-                .unwrap_or(0);
-            panic!("stream corrupted at byte {}", self.received + i);
-        }
-    }
-
-    /// Polls one completion and feeds it to the engine.
-    fn poll(&mut self) -> bool {
-        let Some(c) = self.cq.pop_front() else {
-            return false;
-        };
-        match c {
-            Completion::Send(wr_id, ok) => self.engine.on_send_completion(wr_id, ok),
-            Completion::Recv(wr_id, imm) => {
-                let received = match imm {
-                    Some(imm) => Received::Immediate(imm),
-                    None => {
-                        let at = wr_id.message_slot() as usize * 4;
-                        let w = &self.messages[at..at + 4];
-                        Received::Message([w[0], w[1], w[2], w[3]])
-                    }
-                };
-                let target = self.target.clone();
-                self.engine.on_receive(wr_id, received, &target);
-            }
-            Completion::RecvFailed(wr_id) => self.engine.on_receive_failed(wr_id),
-        }
-        self.drain_ops();
-        true
-    }
-}
-
-struct Fabric {
-    sides: [Side; 2],
-    dead: bool,
-    rng: Rng,
-}
-
-enum Step {
-    Idle,
-    Progress,
-}
-
-impl Fabric {
-    fn connect(cfg: [StreamConfig; 2], bytes: [usize; 2], seed: u64) -> Self {
-        let mut a = Side::new(0, cfg[0].clone(), bytes[0], seed ^ 0x1111);
-        let mut b = Side::new(1, cfg[1].clone(), bytes[1], seed ^ 0x2222);
-        a.expect_gen = Stream::new(seed ^ 0x2222);
-        b.expect_gen = Stream::new(seed ^ 0x1111);
-        // Receives are posted before the hello goes out.
-        a.drain_ops();
-        b.drain_ops();
-        let ha = Hello::parse(&a.engine.hello().to_bytes()).unwrap();
-        let hb = Hello::parse(&b.engine.hello().to_bytes()).unwrap();
-        b.engine.on_connected(&ha).unwrap();
-        a.engine.on_connected(&hb).unwrap();
-        a.drain_ops();
-        b.drain_ops();
-        Fabric {
-            sides: [a, b],
-            dead: false,
-            rng: Rng(seed | 1),
-        }
-    }
-
-    /// Executes the next work request `from` posted, RC-style.
-    fn execute(&mut self, from: usize) -> Step {
-        let to = 1 - from;
-        let Some(wr) = self.sides[from].sq.front() else {
-            return Step::Idle;
-        };
-        let consumes_recv = !matches!(wr.kind, Kind::Write);
-        if self.dead {
-            let wr = self.sides[from].sq.pop_front().unwrap();
-            self.sides[from]
-                .cq
-                .push_back(Completion::Send(wr.wr_id, false));
-            return Step::Progress;
-        }
-        if consumes_recv && self.sides[to].rq.is_empty() {
-            return Step::Idle; // receiver not ready: the requester retries later
-        }
-        let wr = self.sides[from].sq.pop_front().unwrap();
-        let data = self.sides[from].gather(&wr.source);
-        let dst = &mut self.sides[to];
-        let mut ok = true;
-        if !matches!(wr.kind, Kind::Send) && !data.is_empty() {
-            let b = base(to);
-            let (mem, start): (&mut Vec<u8>, u64) = if wr.rkey == RECV_KEY[to] {
-                (&mut dst.recv_ring, b)
-            } else if wr.rkey == TARGET_KEY[to] {
-                (&mut dst.target, b + 0x1_0000_0000)
-            } else {
-                panic!("write with unknown rkey {:#x}", wr.rkey);
-            };
-            let off = wr
-                .remote_addr
-                .checked_sub(start)
-                .expect("write below the region") as usize;
-            assert!(off + data.len() <= mem.len(), "write past the region end");
-            mem[off..off + data.len()].copy_from_slice(&data);
-        }
-        match wr.kind {
-            Kind::Write => {}
-            Kind::WriteImm(imm) => {
-                let (id, _) = dst.rq.pop_front().unwrap();
-                dst.cq.push_back(Completion::Recv(id, Some(imm)));
-            }
-            Kind::Send => {
-                let (id, slot) = dst.rq.pop_front().unwrap();
-                let slot = slot.expect("a SEND needs a receive with a buffer") as usize;
-                if data.len() > 4 {
-                    ok = false;
-                } else {
-                    dst.messages[slot * 4..slot * 4 + data.len()].copy_from_slice(&data);
-                    dst.cq.push_back(Completion::Recv(id, None));
-                }
-            }
-        }
-        if wr.signaled || !ok {
-            self.sides[from]
-                .cq
-                .push_back(Completion::Send(wr.wr_id, ok));
-        }
-        Step::Progress
-    }
-
-    /// One random step; returns whether anything happened.
-    fn step(&mut self, max_io: u64) -> bool {
-        let s = self.rng.below(2) as usize;
-        let n = match self.rng.below(3) {
-            0 => 1 + self.rng.below(64),
-            1 => 1 + self.rng.below(4096),
-            _ => 1 + self.rng.below(max_io),
-        } as usize;
-        match self.rng.below(6) {
-            0 => self.app_write(s, n),
-            1 => self.app_read(s, n),
-            2 | 3 => {
-                let k = 1 + self.rng.below(8);
-                (0..k).any(|_| matches!(self.execute(s), Step::Progress))
-            }
-            _ => {
-                let k = 1 + self.rng.below(8);
-                (0..k).filter(|_| self.sides[s].poll()).count() > 0
-            }
-        }
-    }
-
-    fn app_write(&mut self, s: usize, n: usize) -> bool {
-        let side = &mut self.sides[s];
-        if side.sent == side.to_send {
-            if !side.shut {
-                side.shut = true;
-                side.engine.shutdown(Shutdown::Write);
-                side.drain_ops();
-                assert!(side.engine.readiness().write_closed);
-                assert_eq!(side.engine.write(1, |_| {}), Err(StreamError::WriteClosed));
-                return true;
-            }
-            return false;
-        }
-        let before = side.engine.readiness();
-        match side.app_write(n) {
-            Ok(k) => {
-                assert!(
-                    k > 0 && before.writable,
-                    "wrote {k} without writable readiness"
-                );
-                true
-            }
-            Err(StreamError::WouldBlock) => {
-                assert!(!before.writable, "WouldBlock while writable: {before:?}");
-                false
-            }
-            Err(e) => panic!("write failed: {e}"),
-        }
-    }
-
-    fn app_read(&mut self, s: usize, n: usize) -> bool {
-        let peek = self.rng.below(4) == 0;
-        let side = &mut self.sides[s];
-        if side.eof {
-            return false;
-        }
-        let before = side.engine.readiness();
-        match side.app_read(n, peek) {
-            Ok(_) => {
-                assert!(before.readable, "read succeeded without readable readiness");
-                true
-            }
-            Err(StreamError::WouldBlock) => {
-                assert!(!before.readable, "WouldBlock while readable: {before:?}");
-                false
-            }
-            Err(e) => panic!("read failed: {e}"),
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.sides.iter().all(|s| {
-            s.eof && s.shut && s.engine.all_sends_done() && s.sq.is_empty() && s.cq.is_empty()
-        })
-    }
-
-    fn run(&mut self, max_io: u64) {
-        let mut idle = 0u32;
-        while !self.done() {
-            if self.step(max_io) {
-                idle = 0;
-            } else {
-                idle += 1;
-                assert!(idle < 10_000, "no progress: {}", self.dump());
-            }
-        }
-        for s in 0..2 {
-            let (me, peer) = (&self.sides[s], &self.sides[1 - s]);
-            assert_eq!(
-                me.received, peer.to_send,
-                "side {s} received a different length"
-            );
-            assert_eq!(me.recv_hash.0, peer.sent_hash.0, "side {s}: hash mismatch");
-            let r = me.engine.readiness();
-            assert!(
-                r.disconnected && r.read_closed && r.write_closed && !r.error,
-                "{r:?}"
-            );
-        }
-    }
-
-    fn dump(&self) -> String {
-        let d = |s: &Side| {
-            format!(
-                "sent {}/{} recv {} eof {} shut {} sq {} rq {} cq {} ops {} {:?} {:?}",
-                s.sent,
-                s.to_send,
-                s.received,
-                s.eof,
-                s.shut,
-                s.sq.len(),
-                s.rq.len(),
-                s.cq.len(),
-                s.engine.has_ops(),
-                s.engine.readiness(),
-                s.engine.error()
-            )
-        };
-        format!("A: {}\nB: {}", d(&self.sides[0]), d(&self.sides[1]))
-    }
-}
-
-fn small_config() -> rdmasock::stream::StreamConfigBuilder {
+fn small_config() -> StreamConfigBuilder {
     StreamConfig::builder()
         .send_ring(8192)
         .recv_ring(8192)
@@ -626,6 +48,7 @@ fn small_rings_many_seeds() {
     for seed in 0..24u64 {
         let a = small_config()
             .signal_interval(1 + (seed % 4) as u16)
+            .send_ring(4096 + 1000 * (seed % 3) as usize)
             .build()
             .unwrap();
         let b = small_config().inline_threshold(0).build().unwrap();
@@ -637,8 +60,7 @@ fn small_rings_many_seeds() {
 #[test]
 fn write_plus_send_mode_for_iwarp() {
     for seed in 0..6u64 {
-        let mk =
-            |b: rdmasock::stream::StreamConfigBuilder| b.write_with_send(true).build().unwrap();
+        let mk = |b: StreamConfigBuilder| b.write_with_send(true).build().unwrap();
         let (a, b) = if seed % 2 == 0 {
             (mk(small_config()), mk(small_config().inline_threshold(8)))
         } else {
@@ -674,4 +96,342 @@ fn peers_of_different_byte_order() {
         .unwrap();
     let mut f = Fabric::connect([a, b], [1 << 20, 1 << 20], 8);
     f.run(10_000);
+}
+
+const FOREVER: usize = 1 << 40;
+
+fn pair(a: StreamConfig, b: StreamConfig) -> Fabric {
+    let mut f = Fabric::connect([a, b], [FOREVER, FOREVER], 99);
+    f.pump();
+    f
+}
+
+#[test]
+fn credits_exhausted_then_replenished_in_batches() {
+    let b = StreamConfig::builder()
+        .recv_queue_depth(16)
+        .build()
+        .unwrap();
+    let mut f = pair(StreamConfig::builder().build().unwrap(), b);
+    for i in 0..16 {
+        assert!(f.sides[0].engine.readiness().writable, "message {i}");
+        assert_eq!(f.sides[0].app_write(100), Ok(100));
+        f.pump();
+    }
+    assert_eq!(f.sides[0].app_write(100), Err(StreamError::WouldBlock));
+    assert!(!f.sides[0].engine.readiness().writable);
+    assert_eq!(f.sides[1].engine.readable_bytes(), 1600);
+    // Credits come back once half the receive queue's worth was consumed, not before.
+    for _ in 0..7 {
+        assert_eq!(f.sides[1].app_read(100, false), Ok(100));
+        f.pump();
+        assert!(!f.sides[0].engine.readiness().writable);
+    }
+    assert_eq!(f.sides[1].app_read(100, true), Ok(100));
+    f.pump();
+    assert!(f.sides[0].engine.readiness().writable);
+    for _ in 0..8 {
+        assert_eq!(f.sides[0].app_write(100), Ok(100));
+    }
+    assert_eq!(f.sides[0].app_write(100), Err(StreamError::WouldBlock));
+}
+
+#[test]
+fn receive_ring_exhausted_then_a_half_is_readvertised() {
+    let b = StreamConfig::builder().recv_ring(4096).build().unwrap();
+    let mut f = pair(StreamConfig::builder().build().unwrap(), b);
+    // Both halves (2 KiB each) were advertised: 4 KiB fit, then the writer must wait.
+    assert_eq!(f.sides[0].app_write(10_000), Ok(4096));
+    f.pump();
+    assert_eq!(f.sides[0].app_write(1), Err(StreamError::WouldBlock));
+    assert!(!f.sides[0].engine.readiness().writable);
+    assert_eq!(f.sides[1].app_read(2047, false), Ok(2047));
+    f.pump();
+    assert!(
+        !f.sides[0].engine.readiness().writable,
+        "half 0 is not free yet"
+    );
+    assert_eq!(f.sides[1].app_read(1, false), Ok(1));
+    f.pump();
+    assert!(f.sides[0].engine.readiness().writable);
+    assert_eq!(f.sides[0].app_write(10_000), Ok(2048));
+    f.pump();
+    assert_eq!(f.sides[1].app_read(10_000, false), Ok(4096));
+}
+
+#[test]
+fn keepalive_is_invisible_and_finds_a_dead_peer() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    let posted_receives = f.sides[1].rq.len();
+    assert!(f.sides[0].engine.keepalive());
+    let op = f.sides[0].engine.pop_op().expect("a keepalive write");
+    assert!(
+        matches!(
+            op,
+            Op::Write {
+                payload: Payload::Empty,
+                signaled: true,
+                ..
+            }
+        ),
+        "{op:?}"
+    );
+    f.sides[0]
+        .engine
+        .on_send_completion(op.wr_id().unwrap(), true);
+    assert!(f.sides[0].engine.keepalive());
+    f.sides[0].drain_ops();
+    f.pump();
+    assert_eq!(
+        f.sides[1].rq.len(),
+        posted_receives,
+        "the peer consumed a receive"
+    );
+    assert_eq!(f.sides[1].engine.readiness(), f.sides[0].engine.readiness());
+    assert!(f.sides[0].engine.all_sends_done() && f.sides[0].engine.error().is_none());
+
+    f.dead = true;
+    assert!(f.sides[0].engine.keepalive());
+    f.sides[0].drain_ops();
+    f.pump();
+    let r = f.sides[0].engine.readiness();
+    assert!(r.error && r.readable && r.writable, "{r:?}");
+    assert!(matches!(
+        f.sides[0].app_read(10, false),
+        Err(StreamError::ConnectionReset(_))
+    ));
+    assert!(matches!(
+        f.sides[0].app_write(10),
+        Err(StreamError::ConnectionReset(_))
+    ));
+    assert!(!f.sides[0].engine.keepalive());
+}
+
+#[test]
+fn malformed_hello_and_protocol_violations_are_errors() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let local = LocalRegions {
+        recv_ring_addr: 0x1000,
+        recv_ring_rkey: 1,
+        target_list_addr: 0x9000,
+        target_list_rkey: 2,
+    };
+    let mut e = StreamEngine::new(cfg.clone(), local);
+    let good = e.hello().to_bytes();
+    assert_eq!(
+        Hello::parse(&good[..20]),
+        Err(HelloError::TooShort { len: 20 })
+    );
+    let mut v2 = good;
+    v2[0] = 2;
+    let err = Hello::parse(&v2).unwrap_err();
+    assert_eq!(err, HelloError::UnsupportedVersion { version: 2 });
+    assert!(StreamError::from(err).to_string().contains("version 2"));
+    assert_eq!(e.write(1, |_| {}), Err(StreamError::NotConnected));
+    let peer = Hello::parse(&good).unwrap();
+    e.on_connected(&peer).unwrap();
+    assert!(matches!(
+        e.on_connected(&peer),
+        Err(StreamError::Protocol(_))
+    ));
+
+    // A reserved operation in the immediate data.
+    let target = [0u8; 32];
+    e.on_receive(WrId(1 << 63), Received::Immediate(0x2000_0010), &target);
+    assert!(matches!(e.error(), Some(StreamError::Protocol(_))));
+    assert!(e.readiness().error);
+
+    // Data beyond the advertised buffer.
+    let mut e = StreamEngine::new(cfg, local);
+    e.on_connected(&peer).unwrap();
+    e.on_receive(WrId(1 << 63), Received::Immediate(64 * 1024 + 1), &target);
+    assert!(matches!(e.error(), Some(StreamError::Protocol(_))));
+    assert!(matches!(e.read(10, |_| {}), Err(StreamError::Protocol(_))));
+}
+
+/// The bytes an rsocket peer sees: our hello, the buffer advertisement written into its
+/// target list, and the immediate data of data messages.
+#[test]
+fn wire_bytes_match_rsocket() {
+    for (peer_flags, order) in [(0x02u8, ByteOrder::Little), (0x03, ByteOrder::Big)] {
+        let cfg = StreamConfig::builder()
+            .byte_order(ByteOrder::Little)
+            .build()
+            .unwrap();
+        let local = LocalRegions {
+            recv_ring_addr: 0x7f00_0000_0000,
+            recv_ring_rkey: 0x1111,
+            target_list_addr: 0x7f00_1000_0000,
+            target_list_rkey: 0x2222,
+        };
+        let mut e = StreamEngine::new(cfg, local);
+        assert_eq!(
+            e.hello().to_bytes(),
+            [
+                1, 0x80, 0x01, 0x80, 0, 0, 0, 0, // version, flags (LE, rdmasock), credits 384
+                0, 0, 0x7f, 0, 0x10, 0, 0, 0, 0, 0, 0x22, 0x22, 0, 0, 0, 2, // target list
+                0, 0, 0x7f, 0, 0, 0, 0, 0, 0, 0, 0x11, 0x11, 0, 1, 0, 0, // first half, 64 KiB
+            ]
+        );
+        let mut rsocket = [0u8; 40];
+        rsocket[0] = 1;
+        rsocket[1] = peer_flags;
+        rsocket[2..4].copy_from_slice(&384u16.to_be_bytes());
+        rsocket[8..16].copy_from_slice(&0x5000_0000u64.to_be_bytes());
+        rsocket[16..20].copy_from_slice(&0x77u32.to_be_bytes());
+        rsocket[20..24].copy_from_slice(&2u32.to_be_bytes());
+        rsocket[24..32].copy_from_slice(&0x6000_0000u64.to_be_bytes());
+        rsocket[32..36].copy_from_slice(&0x88u32.to_be_bytes());
+        rsocket[36..40].copy_from_slice(&65536u32.to_be_bytes());
+        while e.pop_op().is_some() {}
+        e.on_connected(&Hello::parse(&rsocket).unwrap()).unwrap();
+        let Some(Op::WriteWithImm {
+            payload,
+            remote_addr,
+            rkey,
+            imm,
+            inline,
+            ..
+        }) = e.pop_op()
+        else {
+            panic!("expected the second half's advertisement");
+        };
+        assert_eq!(
+            (remote_addr, rkey, imm, inline),
+            (0x5000_0010, 0x77, 0x8000_0180, true)
+        );
+        let sge = rdmasock::stream::RemoteSge::new(0x7f00_0001_0000, 0x1111, 65536);
+        assert_eq!(
+            payload.small_bytes().unwrap(),
+            &sge.encode(order)[..SGE_LEN]
+        );
+        assert_eq!(e.write(5, |_| {}), Ok(5));
+        let Some(Op::WriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+            inline,
+            ..
+        }) = e.pop_op()
+        else {
+            panic!("expected a data write");
+        };
+        assert_eq!(
+            (remote_addr, rkey, imm, inline),
+            (0x6000_0000, 0x88, 5, true)
+        );
+        // Using up the first half clears its target entry before the last write.
+        assert_eq!(e.write(65531, |_| {}), Ok(65531));
+        assert_eq!(e.pop_op(), Some(Op::ClearTargetEntry { offset: 0 }));
+        let Some(Op::WriteWithImm {
+            remote_addr,
+            imm,
+            inline,
+            ..
+        }) = e.pop_op()
+        else {
+            panic!("expected a data write");
+        };
+        assert_eq!((remote_addr, imm, inline), (0x6000_0005, 65531, false));
+        assert_eq!(e.write(1, |_| {}), Err(StreamError::WouldBlock));
+    }
+}
+
+#[test]
+fn shutdown_both_and_read_then_write() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg.clone());
+    assert_eq!(f.sides[0].app_write(1000), Ok(1000));
+    f.pump();
+    f.sides[1].engine.shutdown(Shutdown::Both);
+    f.sides[1].drain_ops();
+    f.pump();
+    let (a, b) = (f.sides[0].engine.readiness(), f.sides[1].engine.readiness());
+    assert!(
+        a.disconnected && a.readable && a.writable && !a.error,
+        "{a:?}"
+    );
+    assert!(b.disconnected && !b.error, "{b:?}");
+    assert_eq!(f.sides[0].app_write(1), Err(StreamError::WriteClosed));
+    assert_eq!(f.sides[0].app_read(10, false), Ok(0));
+    // Data that arrived before the close stays readable.
+    assert_eq!(f.sides[1].app_read(4000, false), Ok(1000));
+    assert_eq!(f.sides[1].app_read(4000, false), Ok(0));
+
+    let mut f = pair(cfg.clone(), cfg);
+    f.sides[0].engine.shutdown(Shutdown::Read);
+    assert!(
+        !f.sides[0].engine.has_ops(),
+        "a read shutdown alone sends nothing"
+    );
+    assert_eq!(f.sides[0].app_write(10), Ok(10));
+    f.sides[0].engine.shutdown(Shutdown::Write);
+    f.sides[0].drain_ops();
+    f.pump();
+    assert_eq!(f.sides[1].app_read(100, false), Ok(10));
+    assert_eq!(f.sides[1].app_read(100, false), Ok(0));
+    assert!(f.sides[0].engine.readiness().disconnected);
+    assert!(f.sides[1].engine.readiness().disconnected);
+}
+
+#[test]
+fn shutdown_waits_for_a_control_slot() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    for _ in 0..4 {
+        assert!(f.sides[0].engine.keepalive());
+    }
+    assert!(
+        !f.sides[0].engine.keepalive(),
+        "all four control slots are busy"
+    );
+    f.sides[0].engine.shutdown(Shutdown::Write);
+    f.sides[0].drain_ops();
+    assert_eq!(f.sides[0].sq.len(), 4, "the SHUTDOWN waits");
+    assert!(!f.sides[0].engine.all_sends_done());
+    f.pump();
+    assert!(f.sides[0].engine.all_sends_done());
+    assert!(f.sides[1].engine.readiness().read_closed);
+    assert_eq!(f.sides[1].app_read(1, false), Ok(0));
+    assert_eq!(f.sides[1].app_write(7), Ok(7));
+    f.pump();
+    assert_eq!(f.sides[0].app_read(100, false), Ok(7));
+}
+
+#[test]
+fn random_immediates_never_panic() {
+    let cfg = StreamConfig::builder()
+        .recv_queue_depth(16)
+        .build()
+        .unwrap();
+    let local = LocalRegions {
+        recv_ring_addr: 0,
+        recv_ring_rkey: 1,
+        target_list_addr: 0x100_0000,
+        target_list_rkey: 2,
+    };
+    let mut rng = Rng(0xdead_beef);
+    for _ in 0..200 {
+        let mut e = StreamEngine::new(cfg.clone(), local);
+        let peer = e.hello();
+        e.on_connected(&peer).unwrap();
+        let mut target = [0u8; 32];
+        for _ in 0..64 {
+            let word = rng.next() as u32;
+            target[(rng.below(32)) as usize] = rng.next() as u8;
+            match rng.below(4) {
+                0 => e.on_send_completion(WrId(rng.below(8)), rng.below(2) == 0),
+                1 => e.on_receive_failed(WrId(1 << 63)),
+                _ => e.on_receive(WrId(1 << 63), Received::Immediate(word), &target),
+            }
+            let _ = e.read(rng.below(70_000) as usize, |c: CopySpan| {
+                assert!(c.ring_offset + c.len <= 128 * 1024)
+            });
+            let _ = e.write(rng.below(70_000) as usize, |c: CopySpan| {
+                assert!(c.ring_offset + c.len <= 128 * 1024)
+            });
+            while e.pop_op().is_some() {}
+        }
+    }
 }

@@ -1,0 +1,610 @@
+//! The simulated RDMA fabric and the two drivers used by `stream_sim.rs`.
+#![allow(dead_code)]
+
+use rdmasock::stream::{
+    CopySpan, Hello, LocalRegions, Op, Payload, Received, StreamConfig, StreamEngine, StreamError,
+    WrId, SGE_LEN, TARGET_LIST_LEN,
+};
+use std::collections::VecDeque;
+use std::net::Shutdown;
+
+/// xorshift64*: the test's only randomness, seeded.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// FNV-1a, 64 bit.
+#[derive(Clone, Copy)]
+pub struct Fnv(pub u64);
+impl Fnv {
+    pub fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// A deterministic byte stream: byte `i` depends only on the seed and `i`, so the receiver can
+/// recompute what it must see whatever the chunking.
+pub struct Stream {
+    seed: u64,
+    pos: u64,
+}
+impl Stream {
+    pub fn new(seed: u64) -> Self {
+        Stream { seed, pos: 0 }
+    }
+    pub fn fill(&mut self, out: &mut Vec<u8>, n: usize) {
+        let end = self.pos + n as u64;
+        while self.pos < end {
+            let word = self.pos / 8;
+            let mut r = Rng((word ^ self.seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let bytes = r.next().to_le_bytes();
+            let from = (self.pos % 8) as usize;
+            let to = (8u64.min(from as u64 + end - self.pos)) as usize;
+            out.extend_from_slice(&bytes[from..to]);
+            self.pos += (to - from) as u64;
+        }
+    }
+}
+
+/// Where a posted send's bytes come from when the fabric executes it.
+pub enum Source {
+    Captured(Vec<u8>),
+    Ring(Vec<(usize, usize)>),
+    Control(usize, usize),
+}
+
+pub enum Kind {
+    WriteImm(u32),
+    Write,
+    Send,
+}
+
+pub struct Posted {
+    pub kind: Kind,
+    pub wr_id: WrId,
+    pub source: Source,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub signaled: bool,
+}
+
+pub enum Completion {
+    Send(WrId, bool),
+    Recv(WrId, Option<u32>),
+    RecvFailed(WrId),
+}
+
+pub const RECV_KEY: [u32; 2] = [0xA1, 0xB1];
+pub const TARGET_KEY: [u32; 2] = [0xA2, 0xB2];
+
+pub fn base(side: usize) -> u64 {
+    0x1000_0000_0000 * (side as u64 + 1)
+}
+
+pub struct Side {
+    pub engine: StreamEngine,
+    pub send_ring: Vec<u8>,
+    pub control: Vec<u8>,
+    pub recv_ring: Vec<u8>,
+    pub target: Vec<u8>,
+    pub messages: Vec<u8>,
+    pub sq: VecDeque<Posted>,
+    pub rq: VecDeque<(WrId, Option<u32>)>,
+    pub cq: VecDeque<Completion>,
+    // Application.
+    pub to_send: usize,
+    pub sent: usize,
+    pub unsent: Vec<u8>,
+    pub unsent_start: usize,
+    pub gen: Stream,
+    pub expect_gen: Stream,
+    pub expected: Vec<u8>,
+    pub received: usize,
+    pub sent_hash: Fnv,
+    pub recv_hash: Fnv,
+    pub eof: bool,
+    pub shut: bool,
+}
+
+impl Side {
+    pub fn new(side: usize, cfg: StreamConfig, to_send: usize, seed: u64) -> Self {
+        let local = LocalRegions {
+            recv_ring_addr: base(side),
+            recv_ring_rkey: RECV_KEY[side],
+            target_list_addr: base(side) + 0x1_0000_0000,
+            target_list_rkey: TARGET_KEY[side],
+        };
+        Side {
+            send_ring: vec![0; cfg.send_ring()],
+            control: vec![0; cfg.control_area_len()],
+            recv_ring: vec![0; cfg.recv_ring()],
+            target: vec![0; TARGET_LIST_LEN],
+            messages: vec![0; cfg.message_area_len()],
+            engine: StreamEngine::new(cfg, local),
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            cq: VecDeque::new(),
+            to_send,
+            sent: 0,
+            unsent: Vec::new(),
+            unsent_start: 0,
+            gen: Stream::new(seed),
+            expect_gen: Stream::new(0),
+            expected: Vec::new(),
+            received: 0,
+            sent_hash: Fnv::new(),
+            recv_hash: Fnv::new(),
+            eof: false,
+            shut: false,
+        }
+    }
+
+    /// Posts every queued op, in order, as a driver must.
+    pub fn drain_ops(&mut self) {
+        while let Some(op) = self.engine.pop_op() {
+            match op {
+                Op::PostRecv {
+                    wr_id,
+                    message_slot,
+                } => self.rq.push_back((wr_id, message_slot)),
+                Op::ClearTargetEntry { offset } => self.target[offset..offset + SGE_LEN].fill(0),
+                Op::WriteWithImm {
+                    wr_id,
+                    payload,
+                    remote_addr,
+                    rkey,
+                    imm,
+                    inline,
+                    signaled,
+                } => {
+                    let source = self.source(payload, inline);
+                    let kind = Kind::WriteImm(imm);
+                    self.sq.push_back(Posted {
+                        kind,
+                        wr_id,
+                        source,
+                        remote_addr,
+                        rkey,
+                        signaled,
+                    });
+                }
+                Op::Write {
+                    wr_id,
+                    payload,
+                    remote_addr,
+                    rkey,
+                    inline,
+                    signaled,
+                } => {
+                    let source = self.source(payload, inline);
+                    let kind = Kind::Write;
+                    self.sq.push_back(Posted {
+                        kind,
+                        wr_id,
+                        source,
+                        remote_addr,
+                        rkey,
+                        signaled,
+                    });
+                }
+                Op::Send {
+                    wr_id,
+                    payload,
+                    inline,
+                    signaled,
+                } => {
+                    assert!(inline, "message words are always inline");
+                    let source = self.source(payload, inline);
+                    let (kind, remote_addr, rkey) = (Kind::Send, 0, 0);
+                    self.sq.push_back(Posted {
+                        kind,
+                        wr_id,
+                        source,
+                        remote_addr,
+                        rkey,
+                        signaled,
+                    });
+                }
+            }
+        }
+    }
+
+    pub fn source(&mut self, payload: Payload, inline: bool) -> Source {
+        match payload {
+            Payload::Empty => Source::Captured(Vec::new()),
+            Payload::SendRing { first, second } => {
+                let mut spans = vec![(first.offset, first.len)];
+                spans.extend(second.map(|s| (s.offset, s.len)));
+                assert!(spans.iter().all(|&(o, l)| o + l <= self.send_ring.len()));
+                if inline {
+                    let mut v = Vec::new();
+                    for (o, l) in spans {
+                        v.extend_from_slice(&self.send_ring[o..o + l]);
+                    }
+                    Source::Captured(v)
+                } else {
+                    Source::Ring(spans)
+                }
+            }
+            Payload::Small {
+                bytes,
+                len,
+                control_slot,
+            } => {
+                let len = usize::from(len);
+                if inline {
+                    Source::Captured(bytes[..len].to_vec())
+                } else {
+                    let at = usize::from(control_slot) * 16;
+                    self.control[at..at + len].copy_from_slice(&bytes[..len]);
+                    Source::Control(at, len)
+                }
+            }
+        }
+    }
+
+    pub fn gather(&self, source: &Source) -> Vec<u8> {
+        match source {
+            Source::Captured(v) => v.clone(),
+            Source::Ring(spans) => {
+                let mut v = Vec::new();
+                for &(o, l) in spans {
+                    v.extend_from_slice(&self.send_ring[o..o + l]);
+                }
+                v
+            }
+            Source::Control(at, len) => self.control[*at..*at + *len].to_vec(),
+        }
+    }
+
+    /// The application writes up to `n` bytes.
+    pub fn app_write(&mut self, n: usize) -> Result<usize, StreamError> {
+        let n = n.min(self.to_send - self.sent);
+        let have = self.unsent.len() - self.unsent_start;
+        if have < n {
+            self.gen.fill(&mut self.unsent, n - have);
+        }
+        let src = &self.unsent[self.unsent_start..];
+        let ring = &mut self.send_ring;
+        let r = self.engine.write(n, |c: CopySpan| {
+            ring[c.ring_offset..c.ring_offset + c.len]
+                .copy_from_slice(&src[c.data_offset..c.data_offset + c.len]);
+        });
+        if let Ok(k) = r {
+            self.sent_hash
+                .update(&self.unsent[self.unsent_start..self.unsent_start + k]);
+            self.unsent_start += k;
+            self.sent += k;
+            if self.unsent_start > (1 << 20) {
+                self.unsent.drain(..self.unsent_start);
+                self.unsent_start = 0;
+            }
+        }
+        self.drain_ops();
+        r
+    }
+
+    /// The application reads up to `n` bytes (peeking first, half the time) and checks them.
+    pub fn app_read(&mut self, n: usize, peek: bool) -> Result<usize, StreamError> {
+        let mut buf = vec![0u8; n];
+        let ring = &self.recv_ring;
+        let mut copy = |c: CopySpan| {
+            buf[c.data_offset..c.data_offset + c.len]
+                .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
+        };
+        if peek {
+            let before = self.engine.readable_bytes();
+            let k = self.engine.peek(n, &mut copy)?;
+            assert_eq!(self.engine.readable_bytes(), before, "peek consumed data");
+            self.check(&buf[..k]);
+            buf.fill(0);
+        }
+        let ring = &self.recv_ring;
+        let r = self.engine.read(n, |c: CopySpan| {
+            buf[c.data_offset..c.data_offset + c.len]
+                .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
+        });
+        if let Ok(k) = r {
+            self.check(&buf[..k]);
+            self.recv_hash.update(&buf[..k]);
+            self.expected.drain(..k);
+            self.received += k;
+            if k == 0 && n > 0 {
+                self.eof = true;
+            }
+        }
+        self.drain_ops();
+        r
+    }
+
+    pub fn check(&mut self, got: &[u8]) {
+        if self.expected.len() < got.len() {
+            let more = got.len() - self.expected.len();
+            self.expect_gen.fill(&mut self.expected, more);
+        }
+        if got != &self.expected[..got.len()] {
+            let i = (0..got.len())
+                .find(|&i| got[i] != self.expected[i])
+                .unwrap_or(0);
+            panic!("stream corrupted at byte {}", self.received + i);
+        }
+    }
+
+    /// Polls one completion and feeds it to the engine.
+    pub fn poll(&mut self) -> bool {
+        let Some(c) = self.cq.pop_front() else {
+            return false;
+        };
+        match c {
+            Completion::Send(wr_id, ok) => self.engine.on_send_completion(wr_id, ok),
+            Completion::Recv(wr_id, imm) => {
+                let received = match imm {
+                    Some(imm) => Received::Immediate(imm),
+                    None => {
+                        let at = wr_id.message_slot() as usize * 4;
+                        let w = &self.messages[at..at + 4];
+                        Received::Message([w[0], w[1], w[2], w[3]])
+                    }
+                };
+                let target = self.target.clone();
+                self.engine.on_receive(wr_id, received, &target);
+            }
+            Completion::RecvFailed(wr_id) => self.engine.on_receive_failed(wr_id),
+        }
+        self.drain_ops();
+        true
+    }
+}
+
+pub struct Fabric {
+    pub sides: [Side; 2],
+    pub dead: bool,
+    pub rng: Rng,
+}
+
+pub enum Step {
+    Idle,
+    Progress,
+}
+
+impl Fabric {
+    pub fn connect(cfg: [StreamConfig; 2], bytes: [usize; 2], seed: u64) -> Self {
+        let mut a = Side::new(0, cfg[0].clone(), bytes[0], seed ^ 0x1111);
+        let mut b = Side::new(1, cfg[1].clone(), bytes[1], seed ^ 0x2222);
+        a.expect_gen = Stream::new(seed ^ 0x2222);
+        b.expect_gen = Stream::new(seed ^ 0x1111);
+        // Receives are posted before the hello goes out.
+        a.drain_ops();
+        b.drain_ops();
+        let ha = Hello::parse(&a.engine.hello().to_bytes()).unwrap();
+        let hb = Hello::parse(&b.engine.hello().to_bytes()).unwrap();
+        b.engine.on_connected(&ha).unwrap();
+        a.engine.on_connected(&hb).unwrap();
+        a.drain_ops();
+        b.drain_ops();
+        Fabric {
+            sides: [a, b],
+            dead: false,
+            rng: Rng(seed | 1),
+        }
+    }
+
+    /// Executes the next work request `from` posted, RC-style.
+    pub fn execute(&mut self, from: usize) -> Step {
+        let to = 1 - from;
+        let Some(wr) = self.sides[from].sq.front() else {
+            return Step::Idle;
+        };
+        let consumes_recv = !matches!(wr.kind, Kind::Write);
+        if self.dead {
+            let wr = self.sides[from].sq.pop_front().unwrap();
+            self.sides[from]
+                .cq
+                .push_back(Completion::Send(wr.wr_id, false));
+            return Step::Progress;
+        }
+        if consumes_recv && self.sides[to].rq.is_empty() {
+            return Step::Idle; // receiver not ready: the requester retries later
+        }
+        let wr = self.sides[from].sq.pop_front().unwrap();
+        let data = self.sides[from].gather(&wr.source);
+        let dst = &mut self.sides[to];
+        let mut ok = true;
+        if !matches!(wr.kind, Kind::Send) && !data.is_empty() {
+            let b = base(to);
+            let (mem, start): (&mut Vec<u8>, u64) = if wr.rkey == RECV_KEY[to] {
+                (&mut dst.recv_ring, b)
+            } else if wr.rkey == TARGET_KEY[to] {
+                (&mut dst.target, b + 0x1_0000_0000)
+            } else {
+                panic!("write with unknown rkey {:#x}", wr.rkey);
+            };
+            let off = wr
+                .remote_addr
+                .checked_sub(start)
+                .expect("write below the region") as usize;
+            assert!(off + data.len() <= mem.len(), "write past the region end");
+            mem[off..off + data.len()].copy_from_slice(&data);
+        }
+        match wr.kind {
+            Kind::Write => {}
+            Kind::WriteImm(imm) => {
+                let (id, _) = dst.rq.pop_front().unwrap();
+                dst.cq.push_back(Completion::Recv(id, Some(imm)));
+            }
+            Kind::Send => {
+                let (id, slot) = dst.rq.pop_front().unwrap();
+                let slot = slot.expect("a SEND needs a receive with a buffer") as usize;
+                if data.len() > 4 {
+                    ok = false;
+                } else {
+                    dst.messages[slot * 4..slot * 4 + data.len()].copy_from_slice(&data);
+                    dst.cq.push_back(Completion::Recv(id, None));
+                }
+            }
+        }
+        if wr.signaled || !ok {
+            self.sides[from]
+                .cq
+                .push_back(Completion::Send(wr.wr_id, ok));
+        }
+        Step::Progress
+    }
+
+    /// Runs the fabric and both completion queues until nothing moves (no application calls).
+    pub fn pump(&mut self) {
+        loop {
+            let mut any = false;
+            for s in 0..2 {
+                while matches!(self.execute(s), Step::Progress) {
+                    any = true;
+                }
+            }
+            for s in 0..2 {
+                while self.sides[s].poll() {
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    /// One random step; returns whether anything happened.
+    pub fn step(&mut self, max_io: u64) -> bool {
+        let s = self.rng.below(2) as usize;
+        let n = match self.rng.below(3) {
+            0 => 1 + self.rng.below(64),
+            1 => 1 + self.rng.below(4096),
+            _ => 1 + self.rng.below(max_io),
+        } as usize;
+        match self.rng.below(6) {
+            0 => self.app_write(s, n),
+            1 => self.app_read(s, n),
+            2 | 3 => {
+                let k = 1 + self.rng.below(8);
+                (0..k).any(|_| matches!(self.execute(s), Step::Progress))
+            }
+            _ => {
+                let k = 1 + self.rng.below(8);
+                (0..k).filter(|_| self.sides[s].poll()).count() > 0
+            }
+        }
+    }
+
+    pub fn app_write(&mut self, s: usize, n: usize) -> bool {
+        let side = &mut self.sides[s];
+        if side.sent == side.to_send {
+            if !side.shut {
+                side.shut = true;
+                side.engine.shutdown(Shutdown::Write);
+                side.drain_ops();
+                assert!(side.engine.readiness().write_closed);
+                assert_eq!(side.engine.write(1, |_| {}), Err(StreamError::WriteClosed));
+                return true;
+            }
+            return false;
+        }
+        let before = side.engine.readiness();
+        match side.app_write(n) {
+            Ok(k) => {
+                assert!(
+                    k > 0 && before.writable,
+                    "wrote {k} without writable readiness"
+                );
+                true
+            }
+            Err(StreamError::WouldBlock) => {
+                assert!(!before.writable, "WouldBlock while writable: {before:?}");
+                false
+            }
+            Err(e) => panic!("write failed: {e}"),
+        }
+    }
+
+    pub fn app_read(&mut self, s: usize, n: usize) -> bool {
+        let peek = self.rng.below(4) == 0;
+        let side = &mut self.sides[s];
+        if side.eof {
+            return false;
+        }
+        let before = side.engine.readiness();
+        match side.app_read(n, peek) {
+            Ok(_) => {
+                assert!(before.readable, "read succeeded without readable readiness");
+                true
+            }
+            Err(StreamError::WouldBlock) => {
+                assert!(!before.readable, "WouldBlock while readable: {before:?}");
+                false
+            }
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        self.sides.iter().all(|s| {
+            s.eof && s.shut && s.engine.all_sends_done() && s.sq.is_empty() && s.cq.is_empty()
+        })
+    }
+
+    pub fn run(&mut self, max_io: u64) {
+        let mut idle = 0u32;
+        while !self.done() {
+            if self.step(max_io) {
+                idle = 0;
+            } else {
+                idle += 1;
+                assert!(idle < 10_000, "no progress: {}", self.dump());
+            }
+        }
+        for s in 0..2 {
+            let (me, peer) = (&self.sides[s], &self.sides[1 - s]);
+            assert_eq!(
+                me.received, peer.to_send,
+                "side {s} received a different length"
+            );
+            assert_eq!(me.recv_hash.0, peer.sent_hash.0, "side {s}: hash mismatch");
+            let r = me.engine.readiness();
+            assert!(
+                r.disconnected && r.read_closed && r.write_closed && !r.error,
+                "{r:?}"
+            );
+        }
+    }
+
+    pub fn dump(&self) -> String {
+        let d = |s: &Side| {
+            format!(
+                "sent {}/{} recv {} eof {} shut {} sq {} rq {} cq {} ops {} {:?} {:?}",
+                s.sent,
+                s.to_send,
+                s.received,
+                s.eof,
+                s.shut,
+                s.sq.len(),
+                s.rq.len(),
+                s.cq.len(),
+                s.engine.has_ops(),
+                s.engine.readiness(),
+                s.engine.error()
+            )
+        };
+        format!("A: {}\nB: {}", d(&self.sides[0]), d(&self.sides[1]))
+    }
+}
