@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::event::{CmIdToken, ConnectionParameters};
 use crate::sys::abi::port_space;
 use crate::sys::fd::{CmFd, NO_IBDEV_INDEX};
-use crate::sys::{qp_attr, sockaddr};
+use crate::sys::sockaddr;
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes};
 use rdmasock_verbs::{DeviceInfo, Gid, QpState, Transport};
 use std::net::SocketAddr;
@@ -358,7 +358,7 @@ impl CmId {
             .fd()
             .init_qp_attr(self.kernel_id, state as u32)
             .map_err(|e| Error::command("INIT_QP_ATTR", self.describe(), e))?;
-        qp_attr::to_verbs(&raw).map_err(Error::InvalidArgument)
+        Ok(rdmasock_verbs::kernel::attributes_from_cm(&raw))
     }
 
     fn set_option(&self, name: u32, value: &[u8]) -> Result<()> {

@@ -5,6 +5,13 @@
 
 use super::Pod;
 
+/// `struct ib_uverbs_global_route`, `struct ib_uverbs_ah_attr` and `struct ib_uverbs_qp_attr`
+/// (INIT_QP_ATTR's response) are uverbs structs: the verbs layer defines them, and its
+/// `kernel::attributes_from_cm` converts the last into `QpAttributes`.
+pub use rdmasock_verbs::sys::abi_qp::{
+    AhAttrDesc as AhAttr, GlobalRouteDesc as GlobalRoute, QpAttrDesc as UverbsQpAttr,
+};
+
 /// `RDMA_USER_CM_ABI_VERSION`: the only ABI this crate speaks (3 is pre-2.6.2x).
 pub const ABI_VERSION: u32 = 4;
 
@@ -344,32 +351,6 @@ pub struct ConnParam {
     pub valid: u8,
 }
 
-/// `struct ib_uverbs_global_route` (24 bytes).
-#[derive(Copy, Clone, Debug)]
-#[repr(C)]
-pub struct GlobalRoute {
-    pub dgid: [u8; 16],
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reserved: u8,
-}
-
-/// `struct ib_uverbs_ah_attr` (32 bytes).
-#[derive(Copy, Clone, Debug)]
-#[repr(C)]
-pub struct AhAttr {
-    pub grh: GlobalRoute,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-    pub reserved: u8,
-}
-
 /// `struct rdma_ucm_ud_param` (304 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
@@ -444,43 +425,6 @@ pub struct InitQpAttr {
     pub response: u64,
     pub id: u32,
     pub qp_state: u32,
-}
-
-/// `struct ib_uverbs_qp_attr` (144 bytes), INIT_QP_ATTR's response.
-#[derive(Copy, Clone, Debug)]
-#[repr(C)]
-pub struct UverbsQpAttr {
-    pub qp_attr_mask: u32,
-    pub qp_state: u32,
-    pub cur_qp_state: u32,
-    pub path_mtu: u32,
-    pub path_mig_state: u32,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub ah_attr: AhAttr,
-    pub alt_ah_attr: AhAttr,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub reserved: [u8; 5],
 }
 
 /// `struct rdma_ucm_notify` (8 bytes).
@@ -614,8 +558,6 @@ pod!(
     PathRecData,
     QueryPathResp,
     ConnParam,
-    GlobalRoute,
-    AhAttr,
     UdParam,
     Ece,
     Connect,
@@ -624,7 +566,6 @@ pod!(
     Reject,
     Disconnect,
     InitQpAttr,
-    UverbsQpAttr,
     Notify,
     JoinIpMcast,
     JoinMcast,
@@ -633,4 +574,7 @@ pod!(
     EventResp,
     SetOption,
     MigrateId,
+    GlobalRoute,
+    AhAttr,
+    UverbsQpAttr,
 );

@@ -7,16 +7,16 @@
 //! * [`fd::CmFd`] owns one open `rdma_cm` file (one event channel), always `O_NONBLOCK`;
 //! * every command is a method taking plain values and returning plain values (`io::Result`
 //!   with the errno intact); no pointer ever leaves this module;
-//! * [`sockaddr`] converts `SocketAddr` to and from the kernel's address slots;
-//! * [`qp_attr`] converts the kernel's `ib_uverbs_qp_attr` into the verbs layer's
-//!   `QpAttributes` and `QpAttrMask`.
+//! * [`sockaddr`] converts `SocketAddr` to and from the kernel's address slots.
+//!
+//! INIT_QP_ATTR's answer (`ib_uverbs_qp_attr`) is the verbs layer's `QpAttrDesc`, turned into
+//! `QpAttributes` by `rdmasock_verbs::kernel::attributes_from_cm`.
 #![allow(unsafe_code)]
 
 pub mod abi;
 pub mod fd;
 #[cfg(test)]
 mod layout_tests;
-pub mod qp_attr;
 pub mod sockaddr;
 
 /// Plain old data: a `#[repr(C)]` kernel struct with no implicit padding, for which every byte
