@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use crate::cq::{map_ring, MmapInfo, RxeCq};
-use crate::ring::{is_full, next_index, Ring};
+use crate::ring::{is_full, next_index, queued, Ring};
 use crate::wqe::{encode_recv, encode_send, recv_len, send_len, SendDescriptor, Sge};
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
@@ -44,12 +44,11 @@ impl Producer {
         }
     }
 
-    fn full(&self) -> bool {
-        is_full(
-            self.producer,
-            self.ring.consumer(Ordering::Acquire),
-            self.ring.mask(),
-        )
+    /// Whether `depth` elements (the QP's max_*_wr) are outstanding or the ring is full.
+    fn full(&self, depth: u32) -> bool {
+        let consumer = self.ring.consumer(Ordering::Acquire);
+        let mask = self.ring.mask();
+        is_full(self.producer, consumer, mask) || queued(self.producer, consumer, mask) >= depth
     }
 
     /// Writes the element in `scratch[..len]` into the next slot and publishes it.
@@ -231,7 +230,7 @@ impl QpOps for RxeQp {
                 result = Err(post_error(index, wr.wr_id, e));
                 break;
             }
-            if sq.full() {
+            if sq.full(self.kernel.caps().max_send_wr) {
                 let e = self.queue_full("send queue", self.kernel.caps().max_send_wr);
                 result = Err(post_error(index, wr.wr_id, e));
                 break;
@@ -296,7 +295,7 @@ impl QpOps for RxeQp {
                 ));
                 return Err(post_error(index, wr.wr_id, e));
             }
-            if rq.full() {
+            if rq.full(caps.max_recv_wr) {
                 let e = self.queue_full("receive queue", caps.max_recv_wr);
                 return Err(post_error(index, wr.wr_id, e));
             }

@@ -26,6 +26,11 @@ pub fn is_full(producer: u32, consumer: u32, mask: u32) -> bool {
     next_index(producer, mask) == consumer & mask
 }
 
+/// How many elements are queued between `consumer` and `producer`.
+pub fn queued(producer: u32, consumer: u32, mask: u32) -> u32 {
+    producer.wrapping_sub(consumer) & mask
+}
+
 /// One mapped queue.
 #[derive(Debug)]
 pub struct Ring {
@@ -154,6 +159,9 @@ mod tests {
             p = next_index(p, mask);
         }
         assert!(is_full(p, c, mask));
+        assert_eq!(queued(p, c, mask), 7);
+        assert_eq!(queued(1, 6, mask), 3, "across the wrap");
+        assert_eq!(queued(4, 4, mask), 0);
     }
 
     fn fake_ring(log2: u32, mask: u32, len: usize) -> Result<Ring, String> {
