@@ -435,3 +435,45 @@ fn random_immediates_never_panic() {
         }
     }
 }
+
+/// A driver that feeds a buffer update before carrying out a queued clear must not make the
+/// engine reuse the used-up entry still in memory.
+#[test]
+fn stale_target_entry_is_not_reused() {
+    let cfg = StreamConfig::builder()
+        .send_ring(256 * 1024)
+        .build()
+        .unwrap();
+    let local = LocalRegions {
+        recv_ring_addr: 0x10_0000,
+        recv_ring_rkey: 1,
+        target_list_addr: 0x20_0000,
+        target_list_rkey: 2,
+    };
+    let mut e = StreamEngine::new(cfg.clone(), local);
+    let peer = StreamEngine::new(cfg, local).hello();
+    e.on_connected(&peer).unwrap();
+    while e.pop_op().is_some() {}
+    // The peer advertised its second half into entry 1; we use up entry 0.
+    let mut target = [0u8; 32];
+    let half1 = rdmasock::stream::RemoteSge::new(0x10_0000 + 65536, 1, 65536);
+    target[16..].copy_from_slice(&half1.encode(ByteOrder::native()));
+    e.on_receive(
+        WrId(1 << 63),
+        Received::Immediate(0x8000_0000 | 400),
+        &target,
+    );
+    while e.pop_op().is_some() {}
+    assert_eq!(e.write(65536, |_| {}), Ok(65536));
+    // Entry 0's memory still describes half 0 while the clear waits in the queue.
+    let half0 = rdmasock::stream::RemoteSge::new(0x10_0000, 1, 65536);
+    target[..16].copy_from_slice(&half0.encode(ByteOrder::native()));
+    assert!(e.write(65536, |_| {}).is_ok(), "entry 1 is usable");
+    e.on_receive(
+        WrId(1 << 63),
+        Received::Immediate(0x8000_0000 | 401),
+        &target,
+    );
+    assert_eq!(e.write(1, |_| {}), Err(StreamError::WouldBlock));
+    assert_eq!(e.pop_op(), Some(Op::ClearTargetEntry { offset: 0 }));
+}

@@ -7,14 +7,19 @@
 //! 1. Register a send ring (`send_ring` bytes + [`StreamConfig::control_area_len`]), a
 //!    remotely writable receive ring (`recv_ring` bytes), a remotely writable, zeroed 32-byte
 //!    target list, and in write+send mode a message area
-//!    ([`StreamConfig::message_area_len`]). Create the queue pair with the configured depths
-//!    (two send SGEs), and without `sq_sig_all` when the signal interval is above 1.
+//!    ([`StreamConfig::message_area_len`]). Create an RC queue pair with the configured depths
+//!    (two send SGEs, the inline threshold, a completion queue of send + receive depth), and
+//!    without `sq_sig_all` when the signal interval is above 1. Connect like rsocket:
+//!    `flow_control = 1`, `retry_count = 7`, `rnr_retry_count = 7` (infinite receiver-not-ready
+//!    retries carry control messages past a momentarily empty receive queue), and
+//!    `initiator_depth = 1` on iWARP.
 //! 2. [`StreamEngine::new`], post the queued [`Op::PostRecv`]s, put
 //!    [`StreamEngine::hello`]`.to_bytes()` into the connect (or accept) private data.
 //! 3. Parse the peer's private data with [`Hello::parse`] (reject the connection on error) and
 //!    call [`StreamEngine::on_connected`] once established.
 //! 4. `write`/`read`/`peek` copy through [`CopySpan`]s; after every call and every completion,
-//!    post all [`StreamEngine::pop_op`] ops in order and report [`StreamEngine::readiness`].
+//!    carry out all [`StreamEngine::pop_op`] ops in order, each as it is popped, and report
+//!    [`StreamEngine::readiness`].
 //! 5. Feed every completion: [`StreamEngine::on_send_completion`],
 //!    [`StreamEngine::on_receive`] (with a snapshot of the target list) or
 //!    [`StreamEngine::on_receive_failed`]; and the CM's DISCONNECTED event.

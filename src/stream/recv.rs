@@ -5,7 +5,7 @@ use super::config::CONTROL_SLOTS;
 use super::engine::{Phase, StreamEngine, TARGET_ENTRIES};
 use super::error::StreamError;
 use super::msg::{Control, Message, RemoteSge, SGE_LEN};
-use super::op::{CopySpan, Payload, Received, WrId};
+use super::op::{CopySpan, Op, Payload, Received, WrId};
 
 impl StreamEngine {
     /// A receive completed successfully. `target_list` is the current content of our 32-byte
@@ -106,6 +106,14 @@ impl StreamEngine {
     fn refresh_targets(&mut self, target_list: &[u8]) {
         let e = self.target_expected;
         if self.target[e].length != 0 {
+            return;
+        }
+        // While the clearing of this entry still waits in the op queue, its memory holds the
+        // used-up entry: the data that lets the peer write a fresh one is queued after it.
+        let clear = Op::ClearTargetEntry {
+            offset: e * SGE_LEN,
+        };
+        if self.ops.contains(&clear) {
             return;
         }
         let Some(bytes) = target_list.get(e * SGE_LEN..(e + 1) * SGE_LEN) else {
@@ -272,7 +280,7 @@ impl StreamEngine {
             self.post_message_send(msg, true, true, 0, disconnect);
         } else {
             let wr_id = self.track(true, 0, disconnect);
-            self.ops.push_back(super::op::Op::WriteWithImm {
+            self.ops.push_back(Op::WriteWithImm {
                 wr_id,
                 payload: Payload::Empty,
                 remote_addr: 0,
