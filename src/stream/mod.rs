@@ -16,7 +16,9 @@
 //! 2. [`StreamEngine::new`], post the queued [`Op::PostRecv`]s, put
 //!    [`StreamEngine::hello`]`.to_bytes()` into the connect (or accept) private data.
 //! 3. Parse the peer's private data with [`Hello::parse`] (reject the connection on error) and
-//!    call [`StreamEngine::on_connected`] once established.
+//!    call [`StreamEngine::on_connected`]: on the active side when the connect response
+//!    arrives; on the passive side before accepting, as rsocket does, because the peer may
+//!    write as soon as it has our reply. Post the ops it queues once the queue pair can send.
 //! 4. `write`/`read`/`peek` copy through [`CopySpan`]s; after every call and every completion,
 //!    carry out all [`StreamEngine::pop_op`] ops in order, each as it is popped, and report
 //!    [`StreamEngine::readiness`].

@@ -18,6 +18,12 @@ impl StreamEngine {
             )));
             return;
         }
+        if self.phase == Phase::Opening {
+            self.fail(StreamError::Protocol(
+                "a message arrived before the peer's hello was given to on_connected".into(),
+            ));
+            return;
+        }
         let word = match received {
             Received::Immediate(imm) => imm,
             Received::Message(bytes) => self.cfg.byte_order.word_from(bytes),
