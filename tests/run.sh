@@ -11,7 +11,7 @@
 # is "N passed, N failed" for the VM tests.  See README.md, "Running the tests".
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 2
 
 run_host=1 run_vm=1 flags=()
 for arg in "$@"; do

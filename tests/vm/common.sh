@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # common.sh - settings shared by tests/vm/run.sh and tests/vm/build-siw.sh (sourced, not run).
 #
 #   RDMASOCK_VM_CACHE   where the extracted vmlinux, the initramfs and siw.ko are kept

@@ -22,8 +22,7 @@ finish() {   # finish RC: report RC to the host and power off
 setup_failed() { log "SETUP FAILED: $*"; finish 125; }
 
 wait_for() {   # wait_for PATH: up to 5 s for PATH to appear
-  local i
-  for i in $(seq 50); do [ -e "$1" ] && return 0; sleep 0.1; done
+  for _ in $(seq 50); do [ -e "$1" ] && return 0; sleep 0.1; done
   return 1
 }
 

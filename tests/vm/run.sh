@@ -190,9 +190,9 @@ for p in "${rw_paths[@]}"; do
   i=$((i + 1))
 done
 
-nics=(-netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56)
+nics=(-netdev "hubport,id=n0,hubid=0" -device "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56")
 if [[ " $devices " == *" siw "* ]]; then
-  nics+=(-netdev hubport,id=n1,hubid=1 -device virtio-net-pci,netdev=n1,mac=52:54:00:12:34:57)
+  nics+=(-netdev "hubport,id=n1,hubid=1" -device "virtio-net-pci,netdev=n1,mac=52:54:00:12:34:57")
 fi
 
 # ----------------------------------------------------------------------- boot ----

@@ -54,7 +54,7 @@ loud_failure() {
 [ "${RDMA_VM:-}" = 1 ] || loud_failure "not inside the VM (RDMA_VM is unset): run tests/vm/run.sh"
 for dev in $devices; do
   [ -d "/sys/class/infiniband/$dev" ] \
-    || loud_failure "RDMA device $dev is missing (have: $(ls /sys/class/infiniband 2>/dev/null | xargs))"
+    || loud_failure "RDMA device $dev is missing (have: $(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' '))"
   state=
   for _ in $(seq 100); do   # the port turns ACTIVE once its netdev is up: wait up to 10 s
     state=$(cat "/sys/class/infiniband/$dev/ports/1/state" 2>/dev/null)
@@ -73,7 +73,7 @@ for s in "$HERE"/interop/*.sh; do [ -x "$s" ] && interop+=("$s"); done
 
 # ------------------------------------------------------------- test binaries ----
 log=$(mktemp)
-cd "$ROOT"
+cd "$ROOT" || exit 2
 for bin in "$@"; do
   name=$(basename "$bin"); name=${name%-*}   # vm_verbs-0123456789abcdef -> vm_verbs
   echo
