@@ -30,7 +30,11 @@ pub struct RxeQp {
 struct Producer {
     ring: Ring,
     producer: u32,
+    /// One slot's worth of bytes, encoded here and copied into the ring.
     scratch: Vec<u8>,
+    /// Reused per request: the SGEs in WQE form and gathered inline bytes.
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
 }
 
 impl Producer {
@@ -41,6 +45,8 @@ impl Producer {
             ring,
             producer,
             scratch,
+            sges: Vec::new(),
+            inline: Vec::new(),
         }
     }
 
@@ -209,9 +215,9 @@ impl QpOps for RxeQp {
                 )),
             ));
         }
-        let mut sq = self.sq.lock().expect("send queue lock");
+        let mut guard = self.sq.lock().expect("send queue lock");
+        let sq = &mut *guard;
         let stride = sq.ring.stride();
-        let mut sges: Vec<Sge> = Vec::new();
         let mut result = Ok(());
         let mut posted = 0;
         for (index, wr) in wrs.iter().enumerate() {
@@ -235,24 +241,23 @@ impl QpOps for RxeQp {
                 result = Err(post_error(index, wr.wr_id, e));
                 break;
             }
-            sges.clear();
-            sges.extend(wr.sg_list.iter().map(Sge::from));
+            sq.sges.clear();
+            sq.sges.extend(wr.sg_list.iter().map(Sge::from));
             let desc = SendDescriptor {
                 wr_id: wr.wr_id,
                 op: wr.op,
                 flags: wr.flags,
-                sges: &sges,
+                sges: &sq.sges,
             };
-            let len = send_len(sges.len(), inline);
-            let scratch = &mut sq.scratch;
-            scratch.fill(0);
+            let len = send_len(sq.sges.len(), inline);
+            sq.scratch.fill(0);
             match inline {
                 Some(n) => {
-                    let mut payload = vec![0u8; n];
-                    gather(wr.sg_list, &mut payload);
-                    encode_send(&desc, Some(&payload), scratch);
+                    sq.inline.resize(n, 0);
+                    gather(wr.sg_list, &mut sq.inline);
+                    encode_send(&desc, Some(&sq.inline), &mut sq.scratch);
                 }
-                None => encode_send(&desc, None, scratch),
+                None => encode_send(&desc, None, &mut sq.scratch),
             }
             sq.publish(len);
             posted += 1;
@@ -281,9 +286,9 @@ impl QpOps for RxeQp {
             ));
         }
         let caps = self.kernel.caps();
-        let mut rq = self.rq.lock().expect("receive queue lock");
+        let mut guard = self.rq.lock().expect("receive queue lock");
+        let rq = &mut *guard;
         let stride = rq.ring.stride();
-        let mut sges: Vec<Sge> = Vec::new();
         for (index, wr) in wrs.iter().enumerate() {
             let n = wr.sg_list.len();
             if n > caps.max_recv_sge as usize || recv_len(n) > stride {
@@ -299,10 +304,10 @@ impl QpOps for RxeQp {
                 let e = self.queue_full("receive queue", caps.max_recv_wr);
                 return Err(post_error(index, wr.wr_id, e));
             }
-            sges.clear();
-            sges.extend(wr.sg_list.iter().map(Sge::from));
+            rq.sges.clear();
+            rq.sges.extend(wr.sg_list.iter().map(Sge::from));
             rq.scratch.fill(0);
-            encode_recv(wr.wr_id, &sges, &mut rq.scratch);
+            encode_recv(wr.wr_id, &rq.sges, &mut rq.scratch);
             rq.publish(recv_len(n));
         }
         Ok(())

@@ -22,3 +22,25 @@ pub fn gather(sg_list: &[ScatterGather<'_>], out: &mut [u8]) -> usize {
     }
     at
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::LocalKey;
+
+    #[test]
+    fn gathers_entries_back_to_back() {
+        let a = *b"hello ";
+        let b = *b"world";
+        // SAFETY: both arrays outlive the entries and are only read.
+        let list = unsafe {
+            [
+                ScatterGather::from_raw(a.as_ptr() as u64, 6, LocalKey(1)),
+                ScatterGather::from_raw(b.as_ptr() as u64, 5, LocalKey(2)),
+            ]
+        };
+        let mut out = [0u8; 11];
+        assert_eq!(gather(&list, &mut out), 11);
+        assert_eq!(&out, b"hello world");
+    }
+}

@@ -58,8 +58,8 @@ impl UverbsFile {
                 ),
             ));
         }
-        // u64 storage keeps the response 8-byte aligned like the kernel's own structs.
-        let mut response = vec![0u64; out_len.div_ceil(8)];
+        // The kernel copies the response out byte-wise (copy_to_user): no alignment needed.
+        let mut response = vec![0u8; out_len];
         let header = CommandHeader {
             command: C::COMMAND as u32,
             in_words: (in_len / 4) as u16,
@@ -87,9 +87,8 @@ impl UverbsFile {
                 format!("{}: short write of {written} bytes", C::COMMAND.name()),
             ));
         }
-        let bytes = words_as_bytes(&response);
-        let core = from_bytes::<C::Response>(&bytes[..resp_len]);
-        driver_out.copy_from_slice(&bytes[resp_len..out_len]);
+        let core = from_bytes::<C::Response>(&response[..resp_len]);
+        driver_out.copy_from_slice(&response[resp_len..]);
         Ok(core)
     }
 
@@ -114,10 +113,6 @@ impl AsFd for UverbsFile {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
-}
-
-fn words_as_bytes(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
 /// Takes ownership of an fd number the kernel just created for us in a command response.
