@@ -16,6 +16,6 @@
 #![forbid(unsafe_code)]
 
 pub mod core;
-pub mod wire;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod wire;

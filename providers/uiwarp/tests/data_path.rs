@@ -25,8 +25,9 @@ fn exchange(mut sim: Sim) -> usize {
     let mut src = vec![0u8; 4096];
     sim.rng.fill(&mut src);
     amem.write_at(0, &src).unwrap();
-    let (sink_k, sink_addr, sink_mem) =
-        sim.a.region(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    let (sink_k, sink_addr, sink_mem) = sim
+        .a
+        .region(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
 
     sim.connect();
     assert_eq!(sim.a.conn.qp_state(), rdmasock_verbs::QpState::ReadyToSend);
@@ -39,7 +40,10 @@ fn exchange(mut sim: Sim) -> usize {
             invalidate: None,
         },
         // Two gather entries to cross an SGE boundary inside a segment.
-        vec![segment(ak, aaddr, 100), segment(ak, aaddr + 100, (SEND_LEN - 100) as u32)],
+        vec![
+            segment(ak, aaddr, 100),
+            segment(ak, aaddr + 100, (SEND_LEN - 100) as u32),
+        ],
     );
     sim.a.send(
         2,
@@ -73,13 +77,23 @@ fn exchange(mut sim: Sim) -> usize {
         sim.b.completions_of(WorkQueue::Receive),
         vec![(10, WcStatus::Success, SEND_LEN as u32)]
     );
-    assert!(sim.b.completions.iter().all(|c| c.queue != WorkQueue::Receive || c.solicited));
+    assert!(sim
+        .b
+        .completions
+        .iter()
+        .all(|c| c.queue != WorkQueue::Receive || c.solicited));
     assert_eq!(&rmem.as_slice()[..SEND_LEN], &src[..SEND_LEN]);
     assert!(rmem.as_slice()[SEND_LEN..].iter().all(|&b| b == 0));
-    assert_eq!(&wmem.as_slice()[100..100 + WRITE_LEN], &src[1000..1000 + WRITE_LEN]);
+    assert_eq!(
+        &wmem.as_slice()[100..100 + WRITE_LEN],
+        &src[1000..1000 + WRITE_LEN]
+    );
     assert!(wmem.as_slice()[..100].iter().all(|&b| b == 0));
     assert!(wmem.as_slice()[100 + WRITE_LEN..].iter().all(|&b| b == 0));
-    assert_eq!(&sink_mem.as_slice()[3..3 + READ_LEN], &pattern[7..7 + READ_LEN]);
+    assert_eq!(
+        &sink_mem.as_slice()[3..3 + READ_LEN],
+        &pattern[7..7 + READ_LEN]
+    );
     assert!(sink_mem.as_slice()[..3].iter().all(|&b| b == 0));
     assert!(sim.a.terminated().is_none() && sim.b.terminated().is_none());
     sim.max_batch()
@@ -87,15 +101,33 @@ fn exchange(mut sim: Sim) -> usize {
 
 #[test]
 fn whole_batches_with_default_segmentation() {
-    exchange(Sim::new(1, Config::default(), Config::default(), Delivery::Whole));
+    exchange(Sim::new(
+        1,
+        Config::default(),
+        Config::default(),
+        Delivery::Whole,
+    ));
 }
 
 #[test]
 fn every_split_point() {
-    let max = exchange(Sim::new(2, small_mulpdu(128), small_mulpdu(96), Delivery::Whole));
-    assert!(max > 1000, "the first data batch should hold many FPDUs ({max})");
+    let max = exchange(Sim::new(
+        2,
+        small_mulpdu(128),
+        small_mulpdu(96),
+        Delivery::Whole,
+    ));
+    assert!(
+        max > 1000,
+        "the first data batch should hold many FPDUs ({max})"
+    );
     for k in 0..=max {
-        exchange(Sim::new(3, small_mulpdu(128), small_mulpdu(96), Delivery::SplitAt(k)));
+        exchange(Sim::new(
+            3,
+            small_mulpdu(128),
+            small_mulpdu(96),
+            Delivery::SplitAt(k),
+        ));
     }
 }
 
@@ -111,14 +143,24 @@ fn random_pieces_across_seeds() {
 #[test]
 fn coalesced_batches() {
     for seed in 0..20 {
-        exchange(Sim::new(seed, small_mulpdu(100), Config::default(), Delivery::Coalesce));
+        exchange(Sim::new(
+            seed,
+            small_mulpdu(100),
+            Config::default(),
+            Delivery::Coalesce,
+        ));
     }
 }
 
 #[test]
 fn slow_reader() {
     for per_step in [1, 3, 17, 64] {
-        let mut sim = Sim::new(9, small_mulpdu(80), small_mulpdu(80), Delivery::SlowReader { per_step });
+        let mut sim = Sim::new(
+            9,
+            small_mulpdu(80),
+            small_mulpdu(80),
+            Delivery::SlowReader { per_step },
+        );
         sim.batch = 256;
         exchange(sim);
     }
@@ -130,7 +172,12 @@ fn without_peer_to_peer_and_without_crc() {
         crc: false,
         ..p2p_off()
     };
-    exchange(Sim::new(4, no_crc.clone(), no_crc, Delivery::Random { max: 7 }));
+    exchange(Sim::new(
+        4,
+        no_crc.clone(),
+        no_crc,
+        Delivery::Random { max: 7 },
+    ));
 }
 
 #[test]
@@ -152,7 +199,12 @@ fn read_rtr_and_send_rtr() {
             rtr_offer: rtr,
             ..Config::default()
         };
-        exchange(Sim::new(5, cfg, Config::default(), Delivery::Random { max: 5 }));
+        exchange(Sim::new(
+            5,
+            cfg,
+            Config::default(),
+            Delivery::Random { max: 5 },
+        ));
     }
 }
 
@@ -216,7 +268,9 @@ fn ord_limits_outstanding_reads() {
     let mut sim = Sim::new(7, cfg, Config::default(), Delivery::Whole);
     let (sk, saddr, smem) = sim.b.region(1024, AccessFlags::REMOTE_READ);
     smem.write_at(0, &[7u8; 1024]).unwrap();
-    let (k, addr, mem) = sim.a.region(1024, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    let (k, addr, mem) = sim
+        .a
+        .region(1024, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
     sim.connect();
     assert_eq!(sim.a.conn.negotiated().unwrap().ord, 2);
     for i in 0..5u64 {
@@ -237,6 +291,9 @@ fn ord_limits_outstanding_reads() {
     sim.run();
     let done = sim.a.completions_of(WorkQueue::Send);
     assert_eq!(done.len(), 5);
-    assert!(done.iter().enumerate().all(|(i, c)| c.0 == i as u64 && c.1 == WcStatus::Success));
+    assert!(done
+        .iter()
+        .enumerate()
+        .all(|(i, c)| c.0 == i as u64 && c.1 == WcStatus::Success));
     assert!(mem.as_slice()[..500].iter().all(|&b| b == 7));
 }

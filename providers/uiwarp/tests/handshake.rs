@@ -36,7 +36,11 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
     assert_eq!(req[16], 0x50, "C and Enhanced");
     assert_eq!(req[17], 2);
     assert_eq!(&req[18..20], &[0, 9]);
-    assert_eq!(&req[20..24], &[0x80, 16, 0xC0, 16], "P2P + IRD 16; WRITE and READ RTR + ORD 16");
+    assert_eq!(
+        &req[20..24],
+        &[0x80, 16, 0xC0, 16],
+        "P2P + IRD 16; WRITE and READ RTR + ORD 16"
+    );
     assert_eq!(&req[24..], b"hello");
     // Nothing follows the request until the reply, even with work posted.
     a.post_send(rdmasock_uiwarp::core::SendWork {
@@ -56,12 +60,20 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
     assert!(events(&mut b).is_empty());
     b.handle_input(&req[10..], &t);
     let ev = events(&mut b);
-    let Event::ConnectRequest(cr) = &ev[0] else { panic!("{ev:?}") };
+    let Event::ConnectRequest(cr) = &ev[0] else {
+        panic!("{ev:?}")
+    };
     assert_eq!(cr.private_data, b"hello");
-    assert_eq!((cr.ird, cr.ord, cr.peer_to_peer, cr.crc), (Some(16), Some(16), true, true));
+    assert_eq!(
+        (cr.ird, cr.ord, cr.peer_to_peer, cr.crc),
+        (Some(16), Some(16), true, true)
+    );
     assert_eq!(b.qp_state(), QpState::Init);
     assert!(b.accept(b"x", now).is_ok());
-    assert!(matches!(b.accept(b"x", now), Err(CoreError::InvalidState { .. })));
+    assert!(matches!(
+        b.accept(b"x", now),
+        Err(CoreError::InvalidState { .. })
+    ));
     assert_eq!(b.qp_state(), QpState::ReadyToReceive, "waits for the RTR");
     let reply = transmit(&mut b, &t);
     let f = MpaFrame::new_checked(&reply[..]).unwrap();
@@ -70,12 +82,22 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
     assert!(r.crc && !r.reject);
     let e = r.enhanced.unwrap();
     assert!(e.peer_to_peer);
-    assert_eq!(e.rtr, RtrKinds { send: false, write: true, read: false }, "siw's choice: WRITE");
+    assert_eq!(
+        e.rtr,
+        RtrKinds {
+            send: false,
+            write: true,
+            read: false
+        },
+        "siw's choice: WRITE"
+    );
 
     a.handle_input(&reply, &t);
     assert_eq!(a.qp_state(), QpState::ReadyToSend);
     let ev = events(&mut a);
-    let Event::Established(est) = &ev[0] else { panic!("{ev:?}") };
+    let Event::Established(est) = &ev[0] else {
+        panic!("{ev:?}")
+    };
     assert_eq!(est.private_data, b"x");
     assert_eq!(est.rtr(), Some(Rtr::Write));
     let first = transmit(&mut a, &t);
@@ -87,7 +109,10 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
     assert!(matches!(events(&mut b)[0], Event::Established(_)));
     a.close();
     assert_eq!(a.qp_state(), QpState::Error);
-    assert!(matches!(events(&mut a).last(), Some(Event::Closed(CloseReason::LocalClose))));
+    assert!(matches!(
+        events(&mut a).last(),
+        Some(Event::Closed(CloseReason::LocalClose))
+    ));
     // The SEND completed when its FPDU was handed over, before the close.
     let done: Vec<_> = std::iter::from_fn(|| a.poll_completion())
         .map(|c| (c.completion.wr_id, c.completion.status()))
@@ -100,8 +125,14 @@ fn crc_is_used_when_either_side_asks() {
     for (ca, cb) in [(false, false), (false, true), (true, false), (true, true)] {
         let mut sim = Sim::new(
             11,
-            Config { crc: ca, ..Config::default() },
-            Config { crc: cb, ..Config::default() },
+            Config {
+                crc: ca,
+                ..Config::default()
+            },
+            Config {
+                crc: cb,
+                ..Config::default()
+            },
             Delivery::Whole,
         );
         sim.connect();
@@ -112,7 +143,14 @@ fn crc_is_used_when_either_side_asks() {
         let (k, addr, _) = sim.b.region(64, AccessFlags::LOCAL_WRITE);
         sim.b.recv(1, k, addr, 64);
         let (ak, aaddr, _) = sim.a.region(64, AccessFlags::LOCAL_WRITE);
-        sim.a.send(2, SendOperation::Send { solicited: false, invalidate: None }, vec![segment(ak, aaddr, 13)]);
+        sim.a.send(
+            2,
+            SendOperation::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            vec![segment(ak, aaddr, 13)],
+        );
         let mut out = Vec::new();
         sim.a.conn.poll_transmit(&sim.a.table, &mut out, usize::MAX);
         let f = rdmasock_uiwarp::wire::fpdu::Fpdu::new_checked(&out[..]).unwrap();
@@ -120,7 +158,10 @@ fn crc_is_used_when_either_side_asks() {
         assert_eq!(f.crc_field() == 0, !want);
         sim.a.in_flight.extend_from_slice(&out);
         sim.run();
-        assert_eq!(sim.b.completions_of(WorkQueue::Receive), vec![(1, WcStatus::Success, 13)]);
+        assert_eq!(
+            sim.b.completions_of(WorkQueue::Receive),
+            vec![(1, WcStatus::Success, 13)]
+        );
     }
 }
 
@@ -128,15 +169,34 @@ fn crc_is_used_when_either_side_asks() {
 fn ird_ord_negotiation_is_relaxed_like_siw() {
     let mut sim = Sim::new(
         12,
-        Config { ird: 4, ord: 8, ..Config::default() },
-        Config { ird: 2, ord: 16, ..Config::default() },
+        Config {
+            ird: 4,
+            ord: 8,
+            ..Config::default()
+        },
+        Config {
+            ird: 2,
+            ord: 16,
+            ..Config::default()
+        },
         Delivery::Whole,
     );
     sim.connect();
-    let (a, b) = (sim.a.conn.negotiated().unwrap(), sim.b.conn.negotiated().unwrap());
+    let (a, b) = (
+        sim.a.conn.negotiated().unwrap(),
+        sim.b.conn.negotiated().unwrap(),
+    );
     assert_eq!((a.ird, a.ord), (4, 2));
     assert_eq!((b.ird, b.ord), (2, 4));
-    let clamped = Connection::initiator(Config { ird: 1000, ..Config::default() }, b"", Instant::now()).unwrap();
+    let clamped = Connection::initiator(
+        Config {
+            ird: 1000,
+            ..Config::default()
+        },
+        b"",
+        Instant::now(),
+    )
+    .unwrap();
     assert_eq!(clamped.config().ird, 128);
 }
 
@@ -151,10 +211,15 @@ fn reject_carries_private_data_and_flushes() {
     sim.b.conn.reject(b"go away").unwrap();
     assert_eq!(sim.b.conn.qp_state(), QpState::Error);
     sim.run();
-    assert!(sim.a.events.contains(&Event::Rejected { private_data: b"go away".to_vec() }));
+    assert!(sim.a.events.contains(&Event::Rejected {
+        private_data: b"go away".to_vec()
+    }));
     assert!(sim.a.events.contains(&Event::Closed(CloseReason::Rejected)));
     assert_eq!(sim.a.conn.qp_state(), QpState::Error);
-    assert_eq!(sim.a.completions_of(WorkQueue::Receive), vec![(5, WcStatus::WorkRequestFlushError, 0)]);
+    assert_eq!(
+        sim.a.completions_of(WorkQueue::Receive),
+        vec![(5, WcStatus::WorkRequestFlushError, 0)]
+    );
     assert!(sim.a.conn.should_close() && sim.b.conn.should_close());
 }
 
@@ -172,12 +237,19 @@ fn private_data_limits() {
     let mut a = Connection::initiator(Config::default(), &max, now).unwrap();
     let mut b = Connection::responder(Config::default(), now);
     b.handle_input(&transmit(&mut a, &t), &t);
-    let Event::ConnectRequest(cr) = b.poll_event().unwrap() else { panic!() };
+    let Event::ConnectRequest(cr) = b.poll_event().unwrap() else {
+        panic!()
+    };
     assert_eq!(cr.private_data, max);
-    assert!(matches!(b.accept(&big, now), Err(CoreError::PrivateDataTooLong { .. })));
+    assert!(matches!(
+        b.accept(&big, now),
+        Err(CoreError::PrivateDataTooLong { .. })
+    ));
     b.accept(&max, now).unwrap();
     a.handle_input(&transmit(&mut b, &t), &t);
-    let Event::Established(e) = a.poll_event().unwrap() else { panic!() };
+    let Event::Established(e) = a.poll_event().unwrap() else {
+        panic!()
+    };
     assert_eq!(e.private_data, max);
 
     // A request announcing PD_Length 513 is refused as soon as its header is in.
@@ -187,7 +259,10 @@ fn private_data_limits() {
     b.conn.handle_input(&hdr, &b.table);
     let out = b.expect_terminate(TerminateCode::LLP_INVALID_REQUEST_REPLY);
     let f = MpaFrame::new_checked(&out[..]).unwrap();
-    assert!(MpaRepr::parse(&f).unwrap().reject, "a reject reply precedes the TERMINATE");
+    assert!(
+        MpaRepr::parse(&f).unwrap().reject,
+        "a reject reply precedes the TERMINATE"
+    );
 }
 
 #[test]
@@ -197,18 +272,29 @@ fn handshake_timeouts() {
     sim.a.recv(1, k, addr, 64);
     let deadline = sim.a.conn.poll_timeout().unwrap();
     assert_eq!(deadline - sim.now, Duration::from_secs(10));
-    sim.a.conn.handle_timeout(deadline - Duration::from_millis(1));
+    sim.a
+        .conn
+        .handle_timeout(deadline - Duration::from_millis(1));
     assert_eq!(sim.a.conn.qp_state(), QpState::Init);
     sim.a.conn.handle_timeout(deadline);
     sim.a.drain_now();
-    assert!(sim.a.events.contains(&Event::Closed(CloseReason::HandshakeTimeout)));
-    assert_eq!(sim.a.completions_of(WorkQueue::Receive), vec![(1, WcStatus::WorkRequestFlushError, 0)]);
+    assert!(sim
+        .a
+        .events
+        .contains(&Event::Closed(CloseReason::HandshakeTimeout)));
+    assert_eq!(
+        sim.a.completions_of(WorkQueue::Receive),
+        vec![(1, WcStatus::WorkRequestFlushError, 0)]
+    );
 
     let mut b = Connection::responder(Config::default(), sim.now);
     assert_eq!(b.poll_timeout().unwrap() - sim.now, Duration::from_secs(5));
     b.handle_timeout(sim.now + Duration::from_secs(5));
     assert_eq!(b.qp_state(), QpState::Error);
-    assert_eq!(events(&mut b), vec![Event::Closed(CloseReason::HandshakeTimeout)]);
+    assert_eq!(
+        events(&mut b),
+        vec![Event::Closed(CloseReason::HandshakeTimeout)]
+    );
 }
 
 #[test]
@@ -219,16 +305,30 @@ fn responder_without_p2p_holds_its_first_fpdu() {
         let (ak, aaddr, _) = sim.a.region(64, AccessFlags::LOCAL_WRITE);
         sim.a.recv(1, ak, aaddr, 64);
         sim.b.recv(2, k, addr, 64);
-        sim.b.send(3, SendOperation::Send { solicited: false, invalidate: None }, vec![segment(k, addr, 4)]);
+        sim.b.send(
+            3,
+            SendOperation::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            vec![segment(k, addr, 4)],
+        );
         for _ in 0..3 {
             sim.step();
         }
         assert!(sim.b.established());
-        assert!(sim.b.conn.wants_transmit() == false, "held");
+        assert!(!sim.b.conn.wants_transmit(), "held");
         assert!(sim.a.completions.is_empty());
         let hold = sim.b.conn.poll_timeout().expect("hold deadline");
         if release_by_peer {
-            sim.a.send(4, SendOperation::Send { solicited: false, invalidate: None }, vec![segment(ak, aaddr, 4)]);
+            sim.a.send(
+                4,
+                SendOperation::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                vec![segment(ak, aaddr, 4)],
+            );
             for _ in 0..3 {
                 sim.step();
             }
@@ -238,7 +338,10 @@ fn responder_without_p2p_holds_its_first_fpdu() {
                 sim.step();
             }
         }
-        assert_eq!(sim.a.completions_of(WorkQueue::Receive), vec![(1, WcStatus::Success, 4)]);
+        assert_eq!(
+            sim.a.completions_of(WorkQueue::Receive),
+            vec![(1, WcStatus::Success, 4)]
+        );
     }
 }
 
@@ -251,14 +354,31 @@ fn responder_refuses_markers_bad_keys_and_revisions() {
         crc: true,
         reject: false,
         revision: 2,
-        enhanced: Some(IrdOrd { ird: 1, ord: 1, peer_to_peer: false, rtr: RtrKinds::default() }),
+        enhanced: Some(IrdOrd {
+            ird: 1,
+            ord: 1,
+            peer_to_peer: false,
+            rtr: RtrKinds::default(),
+        }),
         private_data: b"",
     };
     let bad = [
-        MpaRepr { markers: true, ..base },
-        MpaRepr { revision: 3, ..base },
-        MpaRepr { revision: 0, ..base },
-        MpaRepr { kind: FrameKind::Reply, ..base },
+        MpaRepr {
+            markers: true,
+            ..base
+        },
+        MpaRepr {
+            revision: 3,
+            ..base
+        },
+        MpaRepr {
+            revision: 0,
+            ..base
+        },
+        MpaRepr {
+            kind: FrameKind::Reply,
+            ..base
+        },
     ];
     for repr in bad {
         let mut b = Side::new(Connection::responder(Config::default(), now));
@@ -272,10 +392,25 @@ fn initiator_checks_the_rtr_choice() {
     let t = RegionTable::new();
     let now = Instant::now();
     let offer = Config {
-        rtr_offer: RtrKinds { send: false, write: false, read: true },
+        rtr_offer: RtrKinds {
+            send: false,
+            write: false,
+            read: true,
+        },
         ..Config::default()
     };
-    for chosen in [RtrKinds { send: false, write: true, read: false }, RtrKinds { send: false, write: false, read: false }] {
+    for chosen in [
+        RtrKinds {
+            send: false,
+            write: true,
+            read: false,
+        },
+        RtrKinds {
+            send: false,
+            write: false,
+            read: false,
+        },
+    ] {
         let mut a = Side::new(Connection::initiator(offer.clone(), b"", now).unwrap());
         transmit(&mut a.conn, &t);
         let reply = MpaRepr {
@@ -284,7 +419,12 @@ fn initiator_checks_the_rtr_choice() {
             crc: true,
             reject: false,
             revision: 2,
-            enhanced: Some(IrdOrd { ird: 4, ord: 4, peer_to_peer: true, rtr: chosen }),
+            enhanced: Some(IrdOrd {
+                ird: 4,
+                ord: 4,
+                peer_to_peer: true,
+                rtr: chosen,
+            }),
             private_data: b"",
         };
         a.conn.handle_input(&reply.to_vec(), &t);
@@ -307,6 +447,9 @@ fn responder_requires_the_rtr_first() {
     let send = frame(true, true, Opcode::Send, untagged(0, 1, 0), b"early");
     sim.b.conn.handle_input(&send, &sim.b.table);
     sim.b.expect_terminate(TerminateCode::LLP_NO_MATCHING_RTR);
-    assert_eq!(sim.b.completions_of(WorkQueue::Receive), vec![(1, WcStatus::WorkRequestFlushError, 0)]);
+    assert_eq!(
+        sim.b.completions_of(WorkQueue::Receive),
+        vec![(1, WcStatus::WorkRequestFlushError, 0)]
+    );
     let _ = Placement::Tagged { stag: 0, offset: 0 };
 }

@@ -25,8 +25,14 @@ struct Victim {
 fn victim(b_config: Config) -> Victim {
     let mut sim = Sim::new(21, Config::default(), b_config, Delivery::Whole);
     let mem = Arc::new(rdmasock_verbs::RegisteredMemory::allocate(4096).unwrap());
-    let write_key = sim.b.table.register_range(mem.clone(), 1024, 1024, AccessFlags::REMOTE_WRITE);
-    let read_key = sim.b.table.register_range(mem.clone(), 2048, 1024, AccessFlags::REMOTE_READ);
+    let write_key = sim
+        .b
+        .table
+        .register_range(mem.clone(), 1024, 1024, AccessFlags::REMOTE_WRITE);
+    let read_key = sim
+        .b
+        .table
+        .register_range(mem.clone(), 2048, 1024, AccessFlags::REMOTE_READ);
     let (rk, raddr, _) = sim.b.region(64, AccessFlags::LOCAL_WRITE);
     sim.b.recv(100, rk, raddr, 64);
     sim.connect();
@@ -53,15 +59,27 @@ impl Victim {
         self.sim.b.expect_terminate(code);
         assert_eq!(
             self.sim.b.completions_of(WorkQueue::Receive),
-            vec![(100, recv_status, self.sim.b.completions_of(WorkQueue::Receive)[0].2)]
+            vec![(
+                100,
+                recv_status,
+                self.sim.b.completions_of(WorkQueue::Receive)[0].2
+            )]
         );
-        assert!(self.mem.as_slice().iter().all(|&x| x == 0), "memory was touched");
+        assert!(
+            self.mem.as_slice().iter().all(|&x| x == 0),
+            "memory was touched"
+        );
         // Later posts complete at once as flushed; later input is ignored.
         self.sim.b.recv(101, 0, 0, 0);
         self.inject(&[0xff; 64]);
         self.sim.b.drain_now();
         assert_eq!(
-            self.sim.b.completions_of(WorkQueue::Receive).last().unwrap().1,
+            self.sim
+                .b
+                .completions_of(WorkQueue::Receive)
+                .last()
+                .unwrap()
+                .1,
             WcStatus::WorkRequestFlushError
         );
         assert_eq!(self.sim.b.conn.qp_state(), QpState::Error);
@@ -69,7 +87,13 @@ impl Victim {
 }
 
 fn write_frame(stag: u32, offset: u64, data: &[u8]) -> Vec<u8> {
-    frame(true, true, Opcode::RdmaWrite, Placement::Tagged { stag, offset }, data)
+    frame(
+        true,
+        true,
+        Opcode::RdmaWrite,
+        Placement::Tagged { stag, offset },
+        data,
+    )
 }
 
 fn read_request(msn: u32, r: ReadRequestRepr) -> Vec<u8> {
@@ -91,24 +115,109 @@ fn bad_crc() {
 fn malformed_frames() {
     let cases: Vec<(Vec<u8>, TerminateCode)> = vec![
         // ULPDU shorter than any DDP header.
-        (vec![0, 4, 0x41, 0x43, 0, 0, 0, 0, 0, 0], TerminateCode::LLP_FPDU),
+        (
+            vec![0, 4, 0x41, 0x43, 0, 0, 0, 0, 0, 0],
+            TerminateCode::LLP_FPDU,
+        ),
         // An untagged length that cannot hold the untagged header.
-        (frame(true, true, Opcode::RdmaWrite, Placement::Tagged { stag: 0, offset: 0 }, &[])
+        (
+            frame(
+                true,
+                true,
+                Opcode::RdmaWrite,
+                Placement::Tagged { stag: 0, offset: 0 },
+                &[],
+            )
             .iter()
             .enumerate()
-            .map(|(i, &b)| if i == 2 { 0x41 } else if i == 3 { 0x43 } else { b })
-            .collect(), TerminateCode::LLP_CRC),
-        (patch(frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"), 2, 0x42), TerminateCode::DDP_UNTAGGED_VERSION),
-        (patch(frame(true, true, Opcode::RdmaWrite, Placement::Tagged { stag: 0, offset: 0 }, b"x"), 2, 0xC0), TerminateCode::DDP_TAGGED_VERSION),
-        (patch(frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"), 3, 0x03), TerminateCode::RDMAP_VERSION),
-        (patch(frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"), 3, 0x49), TerminateCode::RDMAP_UNEXPECTED_OPCODE),
-        (patch(frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"), 3, 0x40), TerminateCode::RDMAP_UNEXPECTED_OPCODE),
-        (frame(true, true, Opcode::Send, untagged(5, 1, 0), b"x"), TerminateCode::DDP_UNTAGGED_INVALID_QN),
-        (frame(true, true, Opcode::Send, untagged(0, 2, 0), b"x"), TerminateCode::DDP_UNTAGGED_MSN_RANGE),
-        (frame(true, true, Opcode::Send, untagged(0, 1, 4), b"x"), TerminateCode::DDP_UNTAGGED_INVALID_MO),
-        (frame(true, true, Opcode::Send, untagged(1, 1, 0), b"x"), TerminateCode::DDP_UNTAGGED_INVALID_QN),
-        (frame(true, true, Opcode::ReadResponse, Placement::Tagged { stag: 0, offset: 0 }, b"x"), TerminateCode::RDMAP_UNEXPECTED_OPCODE),
-        (frame(true, true, Opcode::ReadRequest, untagged(1, 1, 0), &[0; 20]), TerminateCode::DDP_UNTAGGED_INVALID_MO),
+            .map(|(i, &b)| {
+                if i == 2 {
+                    0x41
+                } else if i == 3 {
+                    0x43
+                } else {
+                    b
+                }
+            })
+            .collect(),
+            TerminateCode::LLP_CRC,
+        ),
+        (
+            patch(
+                frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"),
+                2,
+                0x42,
+            ),
+            TerminateCode::DDP_UNTAGGED_VERSION,
+        ),
+        (
+            patch(
+                frame(
+                    true,
+                    true,
+                    Opcode::RdmaWrite,
+                    Placement::Tagged { stag: 0, offset: 0 },
+                    b"x",
+                ),
+                2,
+                0xC0,
+            ),
+            TerminateCode::DDP_TAGGED_VERSION,
+        ),
+        (
+            patch(
+                frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"),
+                3,
+                0x03,
+            ),
+            TerminateCode::RDMAP_VERSION,
+        ),
+        (
+            patch(
+                frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"),
+                3,
+                0x49,
+            ),
+            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+        (
+            patch(
+                frame(true, true, Opcode::Send, untagged(0, 1, 0), b"x"),
+                3,
+                0x40,
+            ),
+            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+        (
+            frame(true, true, Opcode::Send, untagged(5, 1, 0), b"x"),
+            TerminateCode::DDP_UNTAGGED_INVALID_QN,
+        ),
+        (
+            frame(true, true, Opcode::Send, untagged(0, 2, 0), b"x"),
+            TerminateCode::DDP_UNTAGGED_MSN_RANGE,
+        ),
+        (
+            frame(true, true, Opcode::Send, untagged(0, 1, 4), b"x"),
+            TerminateCode::DDP_UNTAGGED_INVALID_MO,
+        ),
+        (
+            frame(true, true, Opcode::Send, untagged(1, 1, 0), b"x"),
+            TerminateCode::DDP_UNTAGGED_INVALID_QN,
+        ),
+        (
+            frame(
+                true,
+                true,
+                Opcode::ReadResponse,
+                Placement::Tagged { stag: 0, offset: 0 },
+                b"x",
+            ),
+            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+        (
+            frame(true, true, Opcode::ReadRequest, untagged(1, 1, 0), &[0; 20]),
+            TerminateCode::DDP_UNTAGGED_INVALID_MO,
+        ),
     ];
     for (bytes, code) in cases {
         let mut v = victim(Config::default());
@@ -130,11 +239,26 @@ fn patch(mut f: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
 fn writes_outside_the_region_or_with_a_wrong_stag() {
     let cases = |v: &Victim| -> Vec<(Vec<u8>, TerminateCode)> {
         vec![
-            (write_frame(v.write_key, v.write_addr + 1020, b"overflow"), TerminateCode::DDP_TAGGED_BASE_BOUNDS),
-            (write_frame(v.write_key, v.write_addr - 1, b"under"), TerminateCode::DDP_TAGGED_BASE_BOUNDS),
-            (write_frame(v.write_key, u64::MAX - 2, b"wraps"), TerminateCode::DDP_TAGGED_TO_WRAP),
-            (write_frame(v.write_key + 1, v.write_addr, b"nokey"), TerminateCode::DDP_TAGGED_INVALID_STAG),
-            (write_frame(v.read_key, v.read_addr, b"readonly"), TerminateCode::RDMAP_ACCESS_RIGHTS),
+            (
+                write_frame(v.write_key, v.write_addr + 1020, b"overflow"),
+                TerminateCode::DDP_TAGGED_BASE_BOUNDS,
+            ),
+            (
+                write_frame(v.write_key, v.write_addr - 1, b"under"),
+                TerminateCode::DDP_TAGGED_BASE_BOUNDS,
+            ),
+            (
+                write_frame(v.write_key, u64::MAX - 2, b"wraps"),
+                TerminateCode::DDP_TAGGED_TO_WRAP,
+            ),
+            (
+                write_frame(v.write_key + 1, v.write_addr, b"nokey"),
+                TerminateCode::DDP_TAGGED_INVALID_STAG,
+            ),
+            (
+                write_frame(v.read_key, v.read_addr, b"readonly"),
+                TerminateCode::RDMAP_ACCESS_RIGHTS,
+            ),
         ]
     };
     for i in 0..5 {
@@ -146,13 +270,30 @@ fn writes_outside_the_region_or_with_a_wrong_stag() {
     // A multi-segment WRITE that changes STag or skips ahead half way.
     for second in [0u8, 1] {
         let mut v = victim(Config::default());
-        let first = frame(true, false, Opcode::RdmaWrite, Placement::Tagged { stag: v.write_key, offset: v.write_addr }, b"abcd");
+        let first = frame(
+            true,
+            false,
+            Opcode::RdmaWrite,
+            Placement::Tagged {
+                stag: v.write_key,
+                offset: v.write_addr,
+            },
+            b"abcd",
+        );
         v.inject(&first);
         assert_eq!(v.sim.b.conn.qp_state(), QpState::ReadyToSend);
         let (stag, off, code) = if second == 0 {
-            (v.read_key, v.write_addr + 4, TerminateCode::DDP_TAGGED_INVALID_STAG)
+            (
+                v.read_key,
+                v.write_addr + 4,
+                TerminateCode::DDP_TAGGED_INVALID_STAG,
+            )
         } else {
-            (v.write_key, v.write_addr + 8, TerminateCode::DDP_TAGGED_BASE_BOUNDS)
+            (
+                v.write_key,
+                v.write_addr + 8,
+                TerminateCode::DDP_TAGGED_BASE_BOUNDS,
+            )
         };
         v.inject(&write_frame(stag, off, b"efgh"));
         v.sim.b.expect_terminate(code);
@@ -170,11 +311,37 @@ fn read_requests_outside_the_region_wrong_stag_or_rights() {
         source_stag: v.read_key,
         source_offset: v.read_addr,
     };
-    let cases: Vec<(Box<dyn Fn(&Victim) -> ReadRequestRepr>, TerminateCode)> = vec![
-        (Box::new(move |v| ReadRequestRepr { source_offset: v.read_addr + 1010, ..base(v) }), TerminateCode::RDMAP_BASE_BOUNDS),
-        (Box::new(move |v| ReadRequestRepr { source_stag: 0x7777, ..base(v) }), TerminateCode::RDMAP_INVALID_STAG),
-        (Box::new(move |v| ReadRequestRepr { source_stag: v.write_key, source_offset: v.write_addr, ..base(v) }), TerminateCode::RDMAP_ACCESS_RIGHTS),
-        (Box::new(move |v| ReadRequestRepr { source_offset: u64::MAX - 4, ..base(v) }), TerminateCode::RDMAP_TO_WRAP),
+    type Make = Box<dyn Fn(&Victim) -> ReadRequestRepr>;
+    let cases: Vec<(Make, TerminateCode)> = vec![
+        (
+            Box::new(move |v| ReadRequestRepr {
+                source_offset: v.read_addr + 1010,
+                ..base(v)
+            }),
+            TerminateCode::RDMAP_BASE_BOUNDS,
+        ),
+        (
+            Box::new(move |v| ReadRequestRepr {
+                source_stag: 0x7777,
+                ..base(v)
+            }),
+            TerminateCode::RDMAP_INVALID_STAG,
+        ),
+        (
+            Box::new(move |v| ReadRequestRepr {
+                source_stag: v.write_key,
+                source_offset: v.write_addr,
+                ..base(v)
+            }),
+            TerminateCode::RDMAP_ACCESS_RIGHTS,
+        ),
+        (
+            Box::new(move |v| ReadRequestRepr {
+                source_offset: u64::MAX - 4,
+                ..base(v)
+            }),
+            TerminateCode::RDMAP_TO_WRAP,
+        ),
     ];
     for (make, code) in cases {
         let mut v = victim(Config::default());
@@ -186,7 +353,10 @@ fn read_requests_outside_the_region_wrong_stag_or_rights() {
 
 #[test]
 fn reads_beyond_ird() {
-    let mut v = victim(Config { ird: 2, ..Config::default() });
+    let mut v = victim(Config {
+        ird: 2,
+        ..Config::default()
+    });
     let r = ReadRequestRepr {
         sink_stag: 9,
         sink_offset: 0,
@@ -196,28 +366,57 @@ fn reads_beyond_ird() {
     };
     v.inject(&read_request(1, r));
     v.inject(&read_request(2, r));
-    assert_eq!(v.sim.b.conn.qp_state(), QpState::ReadyToSend, "two READs fit IRD 2");
+    assert_eq!(
+        v.sim.b.conn.qp_state(),
+        QpState::ReadyToSend,
+        "two READs fit IRD 2"
+    );
     v.inject(&read_request(3, r));
-    let out = v.sim.b.expect_terminate(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
+    let out = v
+        .sim
+        .b
+        .expect_terminate(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
     assert!(out.len() < 100, "no READ responses go out after the error");
 }
 
 #[test]
 fn sends_without_buffer_or_too_long() {
     let mut v = victim(Config::default());
-    v.inject(&frame(true, true, Opcode::Send, untagged(0, 1, 0), &[1u8; 65]));
-    v.sim.b.expect_terminate(TerminateCode::DDP_UNTAGGED_TOO_LONG);
+    v.inject(&frame(
+        true,
+        true,
+        Opcode::Send,
+        untagged(0, 1, 0),
+        &[1u8; 65],
+    ));
+    v.sim
+        .b
+        .expect_terminate(TerminateCode::DDP_UNTAGGED_TOO_LONG);
     let recv = v.sim.b.completions_of(WorkQueue::Receive);
     assert_eq!(recv[0].0, 100);
     assert_eq!(recv[0].1, WcStatus::LocalLengthError);
     let vendor = v.sim.b.completions[0].completion.vendor_err;
-    assert_eq!(vendor, 0x0101_0205, "marker bit, layer DDP, etype 2, code 5");
+    assert_eq!(
+        vendor, 0x0101_0205,
+        "marker bit, layer DDP, etype 2, code 5"
+    );
 
     let mut v = victim(Config::default());
     v.inject(&frame(true, true, Opcode::Send, untagged(0, 1, 0), b"ok"));
-    v.inject(&frame(true, true, Opcode::Send, untagged(0, 2, 0), b"no buffer"));
-    v.sim.b.expect_terminate(TerminateCode::DDP_UNTAGGED_NO_BUFFER);
-    assert_eq!(v.sim.b.completions_of(WorkQueue::Receive), vec![(100, WcStatus::Success, 2)]);
+    v.inject(&frame(
+        true,
+        true,
+        Opcode::Send,
+        untagged(0, 2, 0),
+        b"no buffer",
+    ));
+    v.sim
+        .b
+        .expect_terminate(TerminateCode::DDP_UNTAGGED_NO_BUFFER);
+    assert_eq!(
+        v.sim.b.completions_of(WorkQueue::Receive),
+        vec![(100, WcStatus::Success, 2)]
+    );
 }
 
 #[test]
@@ -227,15 +426,26 @@ fn peer_reset_mid_frame() {
     v.inject(&f[..f.len() / 2]);
     v.sim.b.conn.handle_peer_closed(true);
     v.sim.b.drain_now();
-    assert!(v.sim.b.events.contains(&Event::Closed(CloseReason::PeerClosedMidFrame)));
+    assert!(v
+        .sim
+        .b
+        .events
+        .contains(&Event::Closed(CloseReason::PeerClosedMidFrame)));
     assert_eq!(v.sim.b.conn.qp_state(), QpState::Error);
-    assert_eq!(v.sim.b.completions_of(WorkQueue::Receive), vec![(100, WcStatus::WorkRequestFlushError, 0)]);
+    assert_eq!(
+        v.sim.b.completions_of(WorkQueue::Receive),
+        vec![(100, WcStatus::WorkRequestFlushError, 0)]
+    );
     assert!(v.sim.b.conn.should_close());
     // A FIN between frames is a plain close.
     let mut v = victim(Config::default());
     v.sim.b.conn.handle_peer_closed(false);
     v.sim.b.drain_now();
-    assert!(v.sim.b.events.contains(&Event::Closed(CloseReason::PeerClosed)));
+    assert!(v
+        .sim
+        .b
+        .events
+        .contains(&Event::Closed(CloseReason::PeerClosed)));
 }
 
 /// The requester's side of a peer's TERMINATE: the READ it concerns fails with a remote
@@ -243,24 +453,61 @@ fn peer_reset_mid_frame() {
 #[test]
 fn requester_sees_remote_errors() {
     let mut v = victim(Config::default());
-    let (k, addr, _) = v.sim.a.region(256, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    let (k, addr, _) = v
+        .sim
+        .a
+        .region(256, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
     let (rk, raddr, _) = v.sim.a.region(64, AccessFlags::LOCAL_WRITE);
     v.sim.a.recv(7, rk, raddr, 64);
-    v.sim.a.send(1, SendOperation::RdmaRead { remote_addr: v.read_addr + 1000, rkey: RemoteKey(v.read_key) }, vec![segment(k, addr, 100)]);
-    v.sim.a.send(2, SendOperation::RdmaWrite { remote_addr: v.write_addr, rkey: RemoteKey(v.write_key) }, vec![segment(k, addr, 10)]);
-    v.sim.a.send(3, SendOperation::Send { solicited: false, invalidate: None }, vec![segment(k, addr, 10)]);
+    v.sim.a.send(
+        1,
+        SendOperation::RdmaRead {
+            remote_addr: v.read_addr + 1000,
+            rkey: RemoteKey(v.read_key),
+        },
+        vec![segment(k, addr, 100)],
+    );
+    v.sim.a.send(
+        2,
+        SendOperation::RdmaWrite {
+            remote_addr: v.write_addr,
+            rkey: RemoteKey(v.write_key),
+        },
+        vec![segment(k, addr, 10)],
+    );
+    v.sim.a.send(
+        3,
+        SendOperation::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        vec![segment(k, addr, 10)],
+    );
     v.sim.run();
     // The WRITE and SEND were handed over before the TERMINATE came back, so they succeeded
     // (as in siw); they complete after the READ, in posting order.
     assert_eq!(
         v.sim.a.completions_of(WorkQueue::Send),
-        vec![(1, WcStatus::RemoteAccessError, 0), (2, WcStatus::Success, 10), (3, WcStatus::Success, 10)]
+        vec![
+            (1, WcStatus::RemoteAccessError, 0),
+            (2, WcStatus::Success, 10),
+            (3, WcStatus::Success, 10)
+        ]
     );
-    assert_eq!(v.sim.a.completions_of(WorkQueue::Receive), vec![(7, WcStatus::WorkRequestFlushError, 0)]);
+    assert_eq!(
+        v.sim.a.completions_of(WorkQueue::Receive),
+        vec![(7, WcStatus::WorkRequestFlushError, 0)]
+    );
     let t = v.sim.a.terminated().unwrap();
-    assert_eq!((t.origin, t.code), (Origin::Remote, TerminateCode::RDMAP_BASE_BOUNDS));
+    assert_eq!(
+        (t.origin, t.code),
+        (Origin::Remote, TerminateCode::RDMAP_BASE_BOUNDS)
+    );
     assert_eq!(v.sim.a.conn.qp_state(), QpState::Error);
-    assert_eq!(v.sim.b.terminated().unwrap().code, TerminateCode::RDMAP_BASE_BOUNDS);
+    assert_eq!(
+        v.sim.b.terminated().unwrap().code,
+        TerminateCode::RDMAP_BASE_BOUNDS
+    );
     assert!(v.mem.as_slice().iter().all(|&x| x == 0));
 }
 
@@ -269,29 +516,65 @@ fn local_protection_errors_fail_the_request() {
     let mut v = victim(Config::default());
     let (k, addr, _) = v.sim.a.region(64, AccessFlags::LOCAL_WRITE);
     // A READ sink without REMOTE_WRITE, then a request behind it.
-    v.sim.a.send(1, SendOperation::RdmaRead { remote_addr: v.read_addr, rkey: RemoteKey(v.read_key) }, vec![segment(k, addr, 8)]);
-    v.sim.a.send(2, SendOperation::Send { solicited: false, invalidate: None }, vec![segment(k, addr, 8)]);
+    v.sim.a.send(
+        1,
+        SendOperation::RdmaRead {
+            remote_addr: v.read_addr,
+            rkey: RemoteKey(v.read_key),
+        },
+        vec![segment(k, addr, 8)],
+    );
+    v.sim.a.send(
+        2,
+        SendOperation::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        vec![segment(k, addr, 8)],
+    );
     v.sim.run();
     assert_eq!(
         v.sim.a.completions_of(WorkQueue::Send),
-        vec![(1, WcStatus::LocalProtectionError, 0), (2, WcStatus::WorkRequestFlushError, 0)]
+        vec![
+            (1, WcStatus::LocalProtectionError, 0),
+            (2, WcStatus::WorkRequestFlushError, 0)
+        ]
     );
-    assert_eq!(v.sim.a.terminated().unwrap().code, TerminateCode::RDMAP_LOCAL_CATASTROPHIC);
+    assert_eq!(
+        v.sim.a.terminated().unwrap().code,
+        TerminateCode::RDMAP_LOCAL_CATASTROPHIC
+    );
     let t = v.sim.b.terminated().unwrap();
-    assert_eq!((t.origin, t.code), (Origin::Remote, TerminateCode::RDMAP_LOCAL_CATASTROPHIC));
+    assert_eq!(
+        (t.origin, t.code),
+        (Origin::Remote, TerminateCode::RDMAP_LOCAL_CATASTROPHIC)
+    );
     // A gather entry outside its region.
     let mut v = victim(Config::default());
     let (k, addr, _) = v.sim.a.region(64, AccessFlags::LOCAL_WRITE);
-    v.sim.a.send(1, SendOperation::Send { solicited: false, invalidate: None }, vec![segment(k, addr + 60, 8)]);
+    v.sim.a.send(
+        1,
+        SendOperation::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        vec![segment(k, addr + 60, 8)],
+    );
     v.sim.run();
-    assert_eq!(v.sim.a.completions_of(WorkQueue::Send), vec![(1, WcStatus::LocalProtectionError, 0)]);
+    assert_eq!(
+        v.sim.a.completions_of(WorkQueue::Send),
+        vec![(1, WcStatus::LocalProtectionError, 0)]
+    );
 }
 
 #[test]
 fn random_garbage_after_setup_never_panics() {
     let mut rng = Rng::new(77);
     for i in 0..300 {
-        let mut v = victim(Config { crc: i % 2 == 0, ..Config::default() });
+        let mut v = victim(Config {
+            crc: i % 2 == 0,
+            ..Config::default()
+        });
         let crc = v.sim.b.conn.negotiated().unwrap().crc;
         let mut junk = vec![0u8; 1 + rng.below(200)];
         rng.fill(&mut junk);
@@ -306,8 +589,13 @@ fn random_garbage_after_setup_never_panics() {
         v.sim.run();
         let b = &v.sim.b;
         if b.conn.qp_state() == QpState::Error {
-            assert!(b.terminated().is_some() || b.events.iter().any(|e| matches!(e, Event::Closed(_))));
-            assert!(b.completions.iter().all(|c| !c.completion.status().is_success() || c.queue == WorkQueue::Receive));
+            assert!(
+                b.terminated().is_some() || b.events.iter().any(|e| matches!(e, Event::Closed(_)))
+            );
+            assert!(b
+                .completions
+                .iter()
+                .all(|c| !c.completion.status().is_success() || c.queue == WorkQueue::Receive));
         }
         assert!(v.mem.as_slice().iter().all(|&x| x == 0));
     }

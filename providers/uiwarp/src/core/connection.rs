@@ -260,9 +260,12 @@ impl Connection {
             }
         }
         match self.phase {
-            Phase::AwaitRequest { deadline } | Phase::AwaitReply { deadline } if now >= deadline => {
+            Phase::AwaitRequest { deadline } | Phase::AwaitReply { deadline }
+                if now >= deadline =>
+            {
                 self.enter_error(Blame::None, 0);
-                self.events.push_back(Event::Closed(CloseReason::HandshakeTimeout));
+                self.events
+                    .push_back(Event::Closed(CloseReason::HandshakeTimeout));
             }
             _ => {}
         }
@@ -400,7 +403,8 @@ impl Connection {
         }
         self.enter_error(Blame::None, 0);
         self.control.clear();
-        self.events.push_back(Event::Closed(CloseReason::LocalClose));
+        self.events
+            .push_back(Event::Closed(CloseReason::LocalClose));
     }
 
     /// Fails the connection for an error found locally: TERMINATE out (when FPDUs can be
@@ -443,7 +447,8 @@ impl Connection {
             code: fault.code,
             reason: fault.reason,
         }));
-        self.events.push_back(Event::Closed(CloseReason::Terminated));
+        self.events
+            .push_back(Event::Closed(CloseReason::Terminated));
     }
 
     /// The peer sent a TERMINATE.
@@ -455,7 +460,8 @@ impl Connection {
             code,
             reason: format!("the peer sent a TERMINATE: {}", code.description()),
         }));
-        self.events.push_back(Event::Closed(CloseReason::Terminated));
+        self.events
+            .push_back(Event::Closed(CloseReason::Terminated));
     }
 
     /// Moves to the error state and flushes everything, charging `blame` first.
@@ -482,7 +488,12 @@ impl Connection {
                 .orq
                 .iter()
                 .find_map(|r| r.seq)
-                .or_else(|| self.sq_slots.iter().find(|x| x.status.is_none()).map(|x| x.seq))
+                .or_else(|| {
+                    self.sq_slots
+                        .iter()
+                        .find(|x| x.status.is_none())
+                        .map(|x| x.seq)
+                })
                 .map(|seq| (seq, s)),
             _ => None,
         };
@@ -524,7 +535,11 @@ impl Connection {
                         status: status.to_raw(),
                         opcode: slot.opcode.to_raw(),
                         vendor_err: slot.vendor_err,
-                        byte_len: if status == WcStatus::Success { slot.byte_len } else { 0 },
+                        byte_len: if status == WcStatus::Success {
+                            slot.byte_len
+                        } else {
+                            0
+                        },
                         qp_num: self.config.qp_number,
                         ..WorkCompletion::default()
                     },

@@ -99,7 +99,11 @@ impl Connection {
         let (ird, ord, rtr) = match req.enhanced {
             Some(e) => {
                 let ord = value(e.ird).map_or(self.config.ord, |i| self.config.ord.min(i));
-                let rtr = if e.peer_to_peer { Rtr::choose(e.rtr) } else { None };
+                let rtr = if e.peer_to_peer {
+                    Rtr::choose(e.rtr)
+                } else {
+                    None
+                };
                 (self.config.ird, ord, rtr)
             }
             None => (self.config.ird, self.config.ord, None),
@@ -279,7 +283,9 @@ impl Connection {
                 let offered = self.config.rtr_offer;
                 let fits = chosen.is_some_and(|r| {
                     let k = r.kinds();
-                    (k.send && offered.send) || (k.write && offered.write) || (k.read && offered.read)
+                    (k.send && offered.send)
+                        || (k.write && offered.write)
+                        || (k.read && offered.read)
                 });
                 rtr = chosen;
                 if !asked_p2p {

@@ -38,7 +38,12 @@ pub enum AccessError {
 impl<'a> RegionView<'a> {
     /// Checks `address..address+len` against the region and `needed` against its rights;
     /// returns the offset within `memory`.
-    pub fn resolve(&self, address: u64, len: u64, needed: AccessFlags) -> Result<usize, AccessError> {
+    pub fn resolve(
+        &self,
+        address: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<usize, AccessError> {
         if !self.access.contains(needed) {
             return Err(AccessError::NotPermitted);
         }
@@ -50,7 +55,8 @@ impl<'a> RegionView<'a> {
         if address < self.address || end > region_end {
             return Err(AccessError::OutOfBounds);
         }
-        let offset = usize::try_from(address - self.address).map_err(|_| AccessError::OutOfBounds)?;
+        let offset =
+            usize::try_from(address - self.address).map_err(|_| AccessError::OutOfBounds)?;
         let at = self
             .memory_offset
             .checked_add(offset)
@@ -63,7 +69,12 @@ impl<'a> RegionView<'a> {
     }
 
     /// Copies from the region at `address` into `dst`, if allowed.
-    pub fn read(&self, address: u64, dst: &mut [u8], needed: AccessFlags) -> Result<(), AccessError> {
+    pub fn read(
+        &self,
+        address: u64,
+        dst: &mut [u8],
+        needed: AccessFlags,
+    ) -> Result<(), AccessError> {
         let at = self.resolve(address, dst.len() as u64, needed)?;
         self.memory
             .read_at(at, dst)
@@ -185,9 +196,18 @@ mod tests {
         let base = mem.addr() + 100;
         assert_eq!(v.resolve(base, 200, AccessFlags::REMOTE_READ), Ok(100));
         assert_eq!(v.resolve(base + 199, 1, AccessFlags::empty()), Ok(299));
-        assert_eq!(v.resolve(base, 201, AccessFlags::empty()), Err(AccessError::OutOfBounds));
-        assert_eq!(v.resolve(base - 1, 1, AccessFlags::empty()), Err(AccessError::OutOfBounds));
-        assert_eq!(v.resolve(u64::MAX, 2, AccessFlags::empty()), Err(AccessError::OutOfBounds));
+        assert_eq!(
+            v.resolve(base, 201, AccessFlags::empty()),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            v.resolve(base - 1, 1, AccessFlags::empty()),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            v.resolve(u64::MAX, 2, AccessFlags::empty()),
+            Err(AccessError::OutOfBounds)
+        );
         assert_eq!(
             v.resolve(base, 1, AccessFlags::REMOTE_WRITE),
             Err(AccessError::NotPermitted)

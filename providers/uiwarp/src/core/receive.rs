@@ -6,9 +6,7 @@ use super::connection::{
 };
 use super::event::Event;
 use super::memory::{AccessError, MemoryTable};
-use crate::wire::ddp::{
-    queue, Opcode, Segment, DDP_VERSION, RDMAP_VERSION, TAGGED_HEADER_LEN,
-};
+use crate::wire::ddp::{queue, Opcode, Segment, DDP_VERSION, RDMAP_VERSION, TAGGED_HEADER_LEN};
 use crate::wire::fpdu::{self, Fpdu};
 use crate::wire::rdmap::{Layer, ReadRequestRepr, TerminateCode, TerminateRepr, READ_REQUEST_LEN};
 use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
@@ -54,7 +52,9 @@ impl Connection {
         if ulpdu_len < TAGGED_HEADER_LEN {
             self.fail(Fault::new(
                 TerminateCode::LLP_FPDU,
-                format!("an FPDU announces a ULPDU of {ulpdu_len} bytes, shorter than any DDP header"),
+                format!(
+                    "an FPDU announces a ULPDU of {ulpdu_len} bytes, shorter than any DDP header"
+                ),
             ));
             return 0;
         }
@@ -96,7 +96,10 @@ impl Connection {
 
     fn segment_input(&mut self, ulpdu: &[u8], memory: &dyn MemoryTable) -> Step {
         let seg = Segment::new_checked(ulpdu).map_err(|e| {
-            Fault::new(TerminateCode::LLP_FPDU, format!("a DDP segment is malformed: {e}"))
+            Fault::new(
+                TerminateCode::LLP_FPDU,
+                format!("a DDP segment is malformed: {e}"),
+            )
         })?;
         let header = check_header(&seg)?;
         let payload = seg.payload();
@@ -152,7 +155,10 @@ impl Connection {
             Some(Rtr::Read) => {
                 self.rx_msn[queue::READ_REQUEST as usize] = 2;
                 let r = ReadRequestRepr::parse(payload).map_err(|e| {
-                    Fault::new(TerminateCode::LLP_FPDU, format!("the READ RTR is malformed: {e}"))
+                    Fault::new(
+                        TerminateCode::LLP_FPDU,
+                        format!("the READ RTR is malformed: {e}"),
+                    )
                 })?;
                 self.irq.push_back(InboundRead {
                     sink_stag: r.sink_stag,
@@ -194,7 +200,10 @@ impl Connection {
             }
         }
         let next_offset = h.offset.checked_add(len as u64).ok_or_else(|| {
-            Fault::new(TerminateCode::DDP_TAGGED_TO_WRAP, "a tagged offset wraps past 2^64")
+            Fault::new(
+                TerminateCode::DDP_TAGGED_TO_WRAP,
+                "a tagged offset wraps past 2^64",
+            )
         })?;
         self.rx_tagged = (!h.last).then_some(TaggedProgress {
             opcode: h.opcode,
@@ -218,7 +227,12 @@ impl Connection {
             .map_err(|e| tagged_fault(e, "RDMA WRITE"))
     }
 
-    fn read_response_input(&mut self, h: &Header, payload: &[u8], memory: &dyn MemoryTable) -> Step {
+    fn read_response_input(
+        &mut self,
+        h: &Header,
+        payload: &[u8],
+        memory: &dyn MemoryTable,
+    ) -> Step {
         self.tagged_continuity(h, payload.len())?;
         let bad = |code, why: &str| {
             Fault::new(code, format!("RDMA READ response: {why}"))
@@ -231,11 +245,19 @@ impl Connection {
             ));
         };
         if h.stag != read.sink_stag {
-            return Err(bad(TerminateCode::DDP_TAGGED_INVALID_STAG, "its STag is not the READ's sink STag"));
+            return Err(bad(
+                TerminateCode::DDP_TAGGED_INVALID_STAG,
+                "its STag is not the READ's sink STag",
+            ));
         }
         let expected = read.sink_offset.wrapping_add(u64::from(read.received));
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        if h.offset != expected || read.received.checked_add(len).map_or(true, |e| e > read.size) {
+        if h.offset != expected
+            || read
+                .received
+                .checked_add(len)
+                .map_or(true, |e| e > read.size)
+        {
             return Err(bad(
                 TerminateCode::DDP_TAGGED_BASE_BOUNDS,
                 "it lands outside the READ's sink buffer",
@@ -243,7 +265,10 @@ impl Connection {
         }
         if !payload.is_empty() {
             let sink = read.sink.ok_or_else(|| {
-                bad(TerminateCode::DDP_TAGGED_BASE_BOUNDS, "data for a zero-length READ")
+                bad(
+                    TerminateCode::DDP_TAGGED_BASE_BOUNDS,
+                    "data for a zero-length READ",
+                )
             })?;
             let at = sink.addr.wrapping_add(u64::from(read.received));
             memory
@@ -278,7 +303,10 @@ impl Connection {
         if h.queue != q {
             return Err(Fault::new(
                 TerminateCode::DDP_UNTAGGED_INVALID_QN,
-                format!("a {:?} arrived on untagged queue {} instead of {q}", h.opcode, h.queue),
+                format!(
+                    "a {:?} arrived on untagged queue {} instead of {q}",
+                    h.opcode, h.queue
+                ),
             ));
         }
         if h.msn != self.rx_msn[q as usize] {
@@ -302,7 +330,10 @@ impl Connection {
             ));
         }
         let r = ReadRequestRepr::parse(payload).map_err(|e| {
-            Fault::new(TerminateCode::LLP_FPDU, format!("an RDMA READ request is malformed: {e}"))
+            Fault::new(
+                TerminateCode::LLP_FPDU,
+                format!("an RDMA READ request is malformed: {e}"),
+            )
         })?;
         self.rx_msn[queue::READ_REQUEST as usize] += 1;
         let ird = self.negotiated.as_ref().map_or(0, |n| n.ird);
@@ -352,19 +383,20 @@ impl Connection {
         if u64::from(expected) != h.offset {
             return Err(Fault::new(
                 TerminateCode::DDP_UNTAGGED_INVALID_MO,
-                format!("a SEND segment at message offset {}, expected {expected}", h.offset),
+                format!(
+                    "a SEND segment at message offset {}, expected {expected}",
+                    h.offset
+                ),
             ));
         }
         let mut progress = match self.rx_send.take() {
             Some(p) => p,
             None => match self.rq.pop_front() {
                 Some(work) => ReceiveProgress { work, received: 0 },
-                None => {
-                    return Err(Fault::new(
-                        TerminateCode::DDP_UNTAGGED_NO_BUFFER,
-                        "a SEND arrived with no receive posted (iWARP has no RNR: post receives first)",
-                    ))
-                }
+                None => return Err(Fault::new(
+                    TerminateCode::DDP_UNTAGGED_NO_BUFFER,
+                    "a SEND arrived with no receive posted (iWARP has no RNR: post receives first)",
+                )),
             },
         };
         let end = u64::from(progress.received) + payload.len() as u64;
@@ -376,7 +408,12 @@ impl Connection {
             )
             .blame(Blame::Receive(WcStatus::LocalLengthError)));
         }
-        if let Err(e) = scatter(memory, &progress.work, u64::from(progress.received), payload) {
+        if let Err(e) = scatter(
+            memory,
+            &progress.work,
+            u64::from(progress.received),
+            payload,
+        ) {
             self.rx_send = Some(progress);
             return Err(Fault::new(
                 TerminateCode::RDMAP_LOCAL_CATASTROPHIC,
@@ -418,7 +455,10 @@ fn check_header(seg: &Segment<&[u8]>) -> Result<Header, Fault> {
         } else {
             TerminateCode::DDP_UNTAGGED_VERSION
         };
-        return Err(Fault::new(code, format!("DDP version {} (not 1)", seg.ddp_version())));
+        return Err(Fault::new(
+            code,
+            format!("DDP version {} (not 1)", seg.ddp_version()),
+        ));
     }
     if seg.rdmap_version() != RDMAP_VERSION {
         return Err(Fault::new(
@@ -434,7 +474,11 @@ fn check_header(seg: &Segment<&[u8]>) -> Result<Header, Fault> {
                 format!(
                     "RDMAP opcode {} in a{} segment",
                     seg.opcode_raw(),
-                    if seg.tagged() { " tagged" } else { "n untagged" }
+                    if seg.tagged() {
+                        " tagged"
+                    } else {
+                        "n untagged"
+                    }
                 ),
             )
         })?;
@@ -477,7 +521,11 @@ fn scatter(
         }
         let n = (len - offset).min(data.len() as u64) as usize;
         let region = memory.local(s.lkey).ok_or(AccessError::InvalidKey)?;
-        region.write(s.addr.wrapping_add(offset), &data[..n], AccessFlags::LOCAL_WRITE)?;
+        region.write(
+            s.addr.wrapping_add(offset),
+            &data[..n],
+            AccessFlags::LOCAL_WRITE,
+        )?;
         data = &data[n..];
         offset = 0;
     }

@@ -4,7 +4,9 @@ use super::config::Rtr;
 use super::connection::{Blame, Connection, Fault, OutstandingRead, Phase};
 use super::memory::{AccessError, MemoryTable};
 use super::work::{LocalSegment, SendOperation};
-use crate::wire::ddp::{queue, Opcode, Placement, SegmentRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use crate::wire::ddp::{
+    queue, Opcode, Placement, SegmentRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
 use crate::wire::fpdu;
 use crate::wire::rdmap::{ReadRequestRepr, TerminateCode};
 use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
@@ -77,7 +79,10 @@ impl Connection {
         self.rtr_to_send.is_some()
             || self.tx_current.is_some()
             || !self.irq.is_empty()
-            || self.sq_pending.front().is_some_and(|(_, w)| self.may_start(w))
+            || self
+                .sq_pending
+                .front()
+                .is_some_and(|(_, w)| self.may_start(w))
     }
 
     fn may_send_fpdus(&self) -> bool {
@@ -112,7 +117,11 @@ impl Connection {
             });
             return true;
         }
-        if !self.sq_pending.front().is_some_and(|(_, w)| self.may_start(w)) {
+        if !self
+            .sq_pending
+            .front()
+            .is_some_and(|(_, w)| self.may_start(w))
+        {
             return false;
         }
         let (seq, work) = self.sq_pending.pop_front().expect("front exists");
@@ -137,7 +146,10 @@ impl Connection {
                 self.fail(
                     Fault::new(
                         TerminateCode::RDMAP_LOCAL_CATASTROPHIC,
-                        format!("work request {:#x}: a scatter/gather entry is unusable: {why}", work.wr_id),
+                        format!(
+                            "work request {:#x}: a scatter/gather entry is unusable: {why}",
+                            work.wr_id
+                        ),
                     )
                     .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
                 );
@@ -284,7 +296,9 @@ impl Connection {
         } else {
             UNTAGGED_HEADER_LEN
         };
-        let room = usize::from(self.config.mulpdu).saturating_sub(header_len).max(1);
+        let room = usize::from(self.config.mulpdu)
+            .saturating_sub(header_len)
+            .max(1);
         let chunk = ((msg.total - msg.sent) as usize).min(room);
         let last = msg.sent as usize + chunk == msg.total as usize;
         let placement = match &msg.kind {
@@ -353,7 +367,9 @@ impl Connection {
                 .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
                 TxKind::ReadResponse { .. } => Fault::new(
                     TerminateCode::RDMAP_INVALID_STAG,
-                    format!("the source of an RDMA READ became unreadable ({e:?}) before its response"),
+                    format!(
+                        "the source of an RDMA READ became unreadable ({e:?}) before its response"
+                    ),
                 ),
             };
             self.fail(fault);

@@ -111,7 +111,10 @@ mod tests {
     #[test]
     fn check_value() {
         assert_eq!(checksum(b"123456789"), 0xE306_9283);
-        assert_eq!(checksum(b"123456789").to_le_bytes(), [0x83, 0x92, 0x06, 0xe3]);
+        assert_eq!(
+            checksum(b"123456789").to_le_bytes(),
+            [0x83, 0x92, 0x06, 0xe3]
+        );
     }
 
     /// RFC 3720 appendix B.4 test vectors.

@@ -263,7 +263,10 @@ impl<'a> MpaRepr<'a> {
                     detail: "the Enhanced flag is set but PD_Length is below 4",
                 });
             }
-            (Some(IrdOrd::parse(&pd[..ENHANCED_LEN])), &pd[ENHANCED_LEN..])
+            (
+                Some(IrdOrd::parse(&pd[..ENHANCED_LEN])),
+                &pd[ENHANCED_LEN..],
+            )
         } else {
             (None, pd)
         };

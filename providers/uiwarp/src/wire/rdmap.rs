@@ -238,8 +238,8 @@ impl<'a> TerminateRepr<'a> {
                 at += len;
             }
         }
-        let rdmap_header = (r && body.len() >= at + READ_REQUEST_LEN)
-            .then(|| &body[at..at + READ_REQUEST_LEN]);
+        let rdmap_header =
+            (r && body.len() >= at + READ_REQUEST_LEN).then(|| &body[at..at + READ_REQUEST_LEN]);
         Ok(TerminateRepr {
             code,
             segment_length,

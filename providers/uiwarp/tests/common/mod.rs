@@ -124,12 +124,20 @@ impl Side {
         self.completions
             .iter()
             .filter(|c| c.queue == queue)
-            .map(|c| (c.completion.wr_id, c.completion.status(), c.completion.byte_len))
+            .map(|c| {
+                (
+                    c.completion.wr_id,
+                    c.completion.status(),
+                    c.completion.byte_len,
+                )
+            })
             .collect()
     }
 
     pub fn established(&self) -> bool {
-        self.events.iter().any(|e| matches!(e, Event::Established(_)))
+        self.events
+            .iter()
+            .any(|e| matches!(e, Event::Established(_)))
     }
 
     pub fn terminated(&self) -> Option<&rdmasock_uiwarp::core::Termination> {
@@ -265,8 +273,16 @@ impl Sim {
     /// Runs the handshake and checks both sides are established.
     pub fn connect(&mut self) {
         self.run();
-        assert!(self.a.established(), "initiator events: {:?}", self.a.events);
-        assert!(self.b.established(), "responder events: {:?}", self.b.events);
+        assert!(
+            self.a.established(),
+            "initiator events: {:?}",
+            self.a.events
+        );
+        assert!(
+            self.b.established(),
+            "responder events: {:?}",
+            self.b.events
+        );
     }
 }
 
@@ -342,7 +358,13 @@ impl Side {
         let mut out = Vec::new();
         self.conn.poll_transmit(&self.table, &mut out, usize::MAX);
         self.drain(Instant::now());
-        assert_eq!(find_terminate(&out), Some(code), "sent {} bytes; events {:?}", out.len(), self.events);
+        assert_eq!(
+            find_terminate(&out),
+            Some(code),
+            "sent {} bytes; events {:?}",
+            out.len(),
+            self.events
+        );
         let t = self.terminated().expect("a Terminated event");
         assert_eq!((t.origin, t.code), (Origin::Local, code), "{}", t.reason);
         assert!(!t.reason.is_empty());

@@ -1,0 +1,142 @@
+//! The fuzz targets' entry points on seeded random and mutated inputs, so that a stable
+//! `cargo test` exercises them (cargo-fuzz needs nightly; see fuzz/README.md).
+
+mod common;
+
+use common::{frame, untagged, Rng};
+use rdmasock_uiwarp::fuzzing;
+use rdmasock_uiwarp::wire::ddp::{Opcode, Placement};
+use rdmasock_uiwarp::wire::mpa::{FrameKind, IrdOrd, MpaRepr, RtrKinds};
+
+/// Valid frames to mutate: requests, replies, and a few FPDUs.
+fn seeds() -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    for (kind, p2p) in [
+        (FrameKind::Request, true),
+        (FrameKind::Reply, false),
+        (FrameKind::Request, false),
+    ] {
+        v.push(
+            MpaRepr {
+                kind,
+                markers: false,
+                crc: p2p,
+                reject: false,
+                revision: 2,
+                enhanced: Some(IrdOrd {
+                    ird: 4,
+                    ord: 4,
+                    peer_to_peer: p2p,
+                    rtr: RtrKinds {
+                        send: false,
+                        write: p2p,
+                        read: p2p,
+                    },
+                }),
+                private_data: b"seed",
+            }
+            .to_vec(),
+        );
+    }
+    v.push(frame(
+        true,
+        true,
+        Opcode::Send,
+        untagged(0, 1, 0),
+        b"hello, world!",
+    ));
+    v.push(frame(
+        true,
+        true,
+        Opcode::RdmaWrite,
+        Placement::Tagged { stag: 1, offset: 0 },
+        &[],
+    ));
+    v.push(frame(
+        false,
+        false,
+        Opcode::ReadResponse,
+        Placement::Tagged { stag: 5, offset: 9 },
+        b"abc",
+    ));
+    v
+}
+
+fn mutate(rng: &mut Rng, mut data: Vec<u8>) -> Vec<u8> {
+    for _ in 0..1 + rng.below(4) {
+        match rng.below(4) {
+            0 if !data.is_empty() => {
+                let i = rng.below(data.len());
+                data[i] ^= 1 << rng.below(8);
+            }
+            1 if !data.is_empty() => {
+                let i = rng.below(data.len());
+                data.truncate(i);
+            }
+            2 => {
+                let mut extra = vec![0u8; rng.below(40)];
+                rng.fill(&mut extra);
+                data.extend_from_slice(&extra);
+            }
+            _ if !data.is_empty() => {
+                let i = rng.below(data.len());
+                data[i] = rng.next() as u8;
+            }
+            _ => {}
+        }
+    }
+    data
+}
+
+fn inputs(seed: u64, count: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let seeds = seeds();
+    let mut all = Vec::new();
+    for i in 0..count {
+        let input = if i % 3 == 0 {
+            let mut b = vec![0u8; rng.below(300)];
+            rng.fill(&mut b);
+            b
+        } else {
+            let s = seeds[rng.below(seeds.len())].clone();
+            mutate(&mut rng, s)
+        };
+        all.push(input);
+    }
+    all
+}
+
+#[test]
+fn mpa_frame_smoke() {
+    for input in inputs(1, 20_000) {
+        fuzzing::mpa_frame(&input);
+    }
+}
+
+#[test]
+fn ddp_rdmap_smoke() {
+    for input in inputs(2, 20_000) {
+        fuzzing::ddp_rdmap(&input);
+        if input.len() > 2 {
+            fuzzing::ddp_rdmap(&input[2..]);
+        }
+    }
+}
+
+#[test]
+fn handshake_smoke() {
+    let seeds = seeds();
+    let mut rng = Rng::new(3);
+    for input in inputs(3, 3_000) {
+        fuzzing::handshake(&input);
+        // A valid request (and RTR) followed by mutated FPDUs reaches the data path.
+        let mut joined = vec![1 + rng.below(64) as u8];
+        joined.extend_from_slice(&seeds[0]);
+        if rng.below(2) == 0 {
+            // The WRITE RTR, so the input lands in the established data path.
+            joined.extend_from_slice(&seeds[4]);
+        }
+        joined.extend_from_slice(&input);
+        fuzzing::handshake(&joined);
+    }
+}
