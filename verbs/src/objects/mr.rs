@@ -65,7 +65,7 @@ impl MemoryRegion {
     /// A scatter/gather entry for `offset..offset+len` of this region.
     pub fn slice(&self, offset: usize, len: usize) -> Result<ScatterGather<'_>> {
         let end = offset.checked_add(len);
-        if end.is_none_or(|e| e > self.len()) || len > u32::MAX as usize {
+        if !end.is_some_and(|e| e <= self.len()) || len > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!(
                 "slice {offset}+{len} is outside the {}-byte memory region",
                 self.len()

@@ -67,6 +67,11 @@ impl RawMemory {
         self.len
     }
 
+    /// Whether the length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Copies out; the caller has checked bounds.
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         assert!(offset + dst.len() <= self.len);
