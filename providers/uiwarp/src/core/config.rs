@@ -20,7 +20,8 @@ pub struct Config {
     /// Clamped to [`MAX_READ_DEPTH`].
     pub ird: u16,
     /// Outbound RDMA READ depth: how many READs we keep outstanding. Clamped to
-    /// [`MAX_READ_DEPTH`], and lowered to the peer's IRD by the handshake.
+    /// [`MAX_READ_DEPTH`], and lowered to the peer's IRD by the handshake. An ORD of 0 still
+    /// lets one READ out at a time, so that posted READs cannot stall forever.
     pub ord: u16,
     /// Request CRC32c (the C flag). CRC is used when either side asks for it.
     pub crc: bool,

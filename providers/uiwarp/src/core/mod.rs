@@ -33,6 +33,7 @@ mod event;
 mod handshake;
 mod memory;
 mod receive;
+mod state;
 mod transmit;
 mod work;
 

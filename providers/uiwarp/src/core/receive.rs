@@ -103,7 +103,7 @@ impl Connection {
         })?;
         let header = check_header(&seg)?;
         let payload = seg.payload();
-        if let Phase::AwaitRtr(_) = self.phase {
+        if let (Phase::AwaitRtr(_), false) = (&self.phase, header.opcode == Opcode::Terminate) {
             return self.rtr_input(&header, payload);
         }
         match header.opcode {
@@ -335,7 +335,8 @@ impl Connection {
                 format!("an RDMA READ request is malformed: {e}"),
             )
         })?;
-        self.rx_msn[queue::READ_REQUEST as usize] += 1;
+        let q = queue::READ_REQUEST as usize;
+        self.rx_msn[q] = self.rx_msn[q].wrapping_add(1);
         let ird = self.negotiated.as_ref().map_or(0, |n| n.ird);
         if self.irq.len() >= usize::from(ird) {
             return Err(Fault::new(
@@ -400,7 +401,7 @@ impl Connection {
             },
         };
         let end = u64::from(progress.received) + payload.len() as u64;
-        if end > progress.work.capacity() {
+        if end > progress.work.capacity().min(u64::from(u32::MAX)) {
             self.rx_send = Some(progress);
             return Err(Fault::new(
                 TerminateCode::DDP_UNTAGGED_TOO_LONG,
