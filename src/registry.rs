@@ -8,6 +8,7 @@ use std::sync::Arc;
 pub fn default_registry() -> ProviderRegistry {
     let mut r = ProviderRegistry::new();
     r.register(Arc::new(rdmasock_rxe::RxeProvider::new()));
+    r.register(Arc::new(rdmasock_siw::SiwProvider::new()));
     r
 }
 

@@ -1,0 +1,341 @@
+//! [`SiwQp`]: a kernel QP handle with its mapped send and receive arrays.
+#![forbid(unsafe_code)]
+
+use crate::check::{check_send, SendShape};
+use crate::cq::{map_elements, SiwCq};
+use crate::element::{
+    encode_rqe, encode_sqe, flags, SendDescriptor, Sge, MAX_SGE, RQE_LEN, SQE_LEN,
+};
+use crate::ring::ElementRing;
+use rdmasock_verbs::kernel::{KernelPd, KernelQp};
+use rdmasock_verbs::provider::{CqOps, QpOps};
+use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
+use rdmasock_verbs::sys::sge::gather;
+use rdmasock_verbs::wr::PostError;
+use rdmasock_verbs::{Error, QpNumber, QpState, RecvRequest, Result, SendRequest};
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+/// Bytes of `struct siw_uresp_create_qp`.
+const CREATE_QP_RESPONSE_LEN: usize = 32;
+
+/// A siw reliable-connected queue pair. Its `as_any` returns the [`KernelQp`].
+#[derive(Debug)]
+pub struct SiwQp {
+    // Field order is drop order: DESTROY_QP (and the CQ/PD references) first, then unmap.
+    kernel: KernelQp,
+    sq: Mutex<Producer>,
+    /// `None` when the QP was created with `max_recv_wr = 0` (siw then has no receive array).
+    rq: Option<Mutex<Producer>>,
+    state: Mutex<QpState>,
+    signal_all: bool,
+    device: String,
+}
+
+#[derive(Debug)]
+struct Producer {
+    ring: ElementRing,
+    /// Free-running count of elements posted.
+    put: u32,
+    scratch: Vec<u8>,
+}
+
+impl Producer {
+    fn new(ring: ElementRing) -> Producer {
+        let scratch = vec![0u8; ring.stride()];
+        Producer {
+            ring,
+            put: 0,
+            scratch,
+        }
+    }
+
+    /// Whether the next slot still belongs to the kernel. siw takes a send element (and
+    /// clears its flags) when it starts on it, a receive element when a SEND consumes it.
+    fn full(&self) -> bool {
+        self.ring.producer_slot_busy(self.put, flags::VALID)
+    }
+
+    /// Publishes `scratch` into the next slot with `flags`.
+    fn publish(&mut self, element_flags: u16) {
+        self.ring.publish(self.put, &self.scratch, element_flags);
+        self.put = self.put.wrapping_add(1);
+    }
+}
+
+fn kernel_cq_handle(cq: &Arc<dyn CqOps>) -> Result<u32> {
+    cq.as_any()
+        .downcast_ref::<SiwCq>()
+        .map(|c| c.kernel().handle())
+        .ok_or_else(|| {
+            Error::InvalidArgument(
+                "a siw queue pair needs completion queues created on a siw device".into(),
+            )
+        })
+}
+
+fn post_error(index: usize, wr_id: u64, error: Error) -> PostError {
+    PostError {
+        index,
+        wr_id,
+        error,
+    }
+}
+
+impl SiwQp {
+    /// CREATE_QP (no driver input; driver response `siw_uresp_create_qp`: QP id, element
+    /// counts and mmap keys) and the mappings of both arrays.
+    pub fn create(
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+    ) -> Result<SiwQp> {
+        let device = pd.context().device_info().name.clone();
+        check_init(&device, init)?;
+        let send = kernel_cq_handle(&send_cq)?;
+        let recv = kernel_cq_handle(&recv_cq)?;
+        let mut out = [0u8; CREATE_QP_RESPONSE_LEN];
+        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
+        let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().expect("4 bytes"));
+        let key = |at: usize| u64::from_le_bytes(out[at..at + 8].try_into().expect("8 bytes"));
+        let (num_sqe, num_rqe) = (word(4), word(8));
+        let context = pd.context();
+        let sq = map_elements(context, key(16), num_sqe, SQE_LEN, 0, "send queue")?;
+        let rq = match num_rqe {
+            0 => None,
+            n => Some(map_elements(
+                context,
+                key(24),
+                n,
+                RQE_LEN,
+                0,
+                "receive queue",
+            )?),
+        };
+        Ok(SiwQp {
+            kernel,
+            sq: Mutex::new(Producer::new(sq)),
+            rq: rq.map(|r| Mutex::new(Producer::new(r))),
+            state: Mutex::new(QpState::Reset),
+            signal_all: init.sq_sig_all,
+            device,
+        })
+    }
+
+    /// The state for posting sends. On iWARP the kernel's connection manager moves the QP to
+    /// RTS behind this handle's back, so a cached state before RTS is refreshed with
+    /// QUERY_QP (once: after that the cache says RTS).
+    fn send_state(&self) -> Result<QpState> {
+        let mut state = self.state.lock().expect("qp state lock");
+        if matches!(
+            *state,
+            QpState::Reset | QpState::Init | QpState::ReadyToReceive
+        ) {
+            *state = self.kernel.query(QpAttrMask::STATE)?.qp_state;
+        }
+        Ok(*state)
+    }
+
+    fn doorbell_error(&self, e: Error) -> Error {
+        match &e {
+            Error::Kernel { source, .. } if source.raw_os_error() == Some(libc::ENOTCONN) => {
+                Error::InvalidArgument(format!(
+                    "QP {} on {} is not connected (the send doorbell got ENOTCONN): the \
+                     requests are queued but will only run once the connection manager has \
+                     established the connection",
+                    self.kernel.qp_num(),
+                    self.device
+                ))
+            }
+            _ => e,
+        }
+    }
+}
+
+/// Refuses queue sizes siw rejects with a bare EINVAL, naming the limit.
+fn check_init(device: &str, init: &QpInitAttributes) -> Result<()> {
+    let c = &init.caps;
+    let problem = if c.max_send_wr == 0 {
+        Some("max_send_wr = 0 (siw needs a send queue of at least one entry)".to_string())
+    } else if c.max_send_sge as usize > MAX_SGE || c.max_recv_sge as usize > MAX_SGE {
+        Some(format!(
+            "max_send_sge = {} / max_recv_sge = {} (siw allows at most {MAX_SGE})",
+            c.max_send_sge, c.max_recv_sge
+        ))
+    } else if c.max_inline_data as usize > crate::element::MAX_INLINE {
+        Some(format!(
+            "max_inline_data = {} (siw allows at most {})",
+            c.max_inline_data,
+            crate::element::MAX_INLINE
+        ))
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => Err(Error::Unsupported {
+            device: device.to_string(),
+            operation: format!("queue pairs with {p}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+impl QpOps for SiwQp {
+    fn qp_num(&self) -> QpNumber {
+        self.kernel.qp_num()
+    }
+
+    fn caps(&self) -> QpCapabilities {
+        self.kernel.caps()
+    }
+
+    fn modify(&self, attr: &QpAttributes, mask: QpAttrMask) -> Result<()> {
+        let mut state = self.state.lock().expect("qp state lock");
+        self.kernel.modify(attr, mask)?;
+        if mask.contains(QpAttrMask::STATE) {
+            *state = attr.qp_state;
+        }
+        Ok(())
+    }
+
+    fn query(&self, mask: QpAttrMask) -> Result<QpAttributes> {
+        let a = self.kernel.query(mask)?;
+        if mask.contains(QpAttrMask::STATE) {
+            *self.state.lock().expect("qp state lock") = a.qp_state;
+        }
+        Ok(a)
+    }
+
+    fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError> {
+        let Some(first) = wrs.first() else {
+            return Ok(());
+        };
+        let state = self
+            .send_state()
+            .map_err(|e| post_error(0, first.wr_id, e))?;
+        if matches!(
+            state,
+            QpState::Reset | QpState::Init | QpState::ReadyToReceive
+        ) {
+            let e = Error::InvalidArgument(format!(
+                "QP {} on {} is in {}: sends can be posted once the connection manager has \
+                 established the connection (iWARP QPs reach RTS only through rdma_cm)",
+                self.kernel.qp_num(),
+                self.device,
+                state.name()
+            ));
+            return Err(post_error(0, first.wr_id, e));
+        }
+        let caps = self.kernel.caps();
+        let mut sq = self.sq.lock().expect("send queue lock");
+        let mut sges: Vec<Sge> = Vec::with_capacity(MAX_SGE);
+        let mut payload = Vec::new();
+        let mut result = Ok(());
+        let mut posted = 0;
+        for (index, wr) in wrs.iter().enumerate() {
+            let inline = match check_send(
+                &self.device,
+                self.kernel.qp_num(),
+                &caps,
+                &SendShape::of(wr),
+            ) {
+                Ok(i) => i,
+                Err(e) => {
+                    result = Err(post_error(index, wr.wr_id, e));
+                    break;
+                }
+            };
+            if sq.full() {
+                let e = Error::QueueFull {
+                    queue: "send queue",
+                    qp_num: self.kernel.qp_num(),
+                    depth: sq.ring.count(),
+                };
+                result = Err(post_error(index, wr.wr_id, e));
+                break;
+            }
+            sges.clear();
+            sges.extend(wr.sg_list.iter().map(Sge::from));
+            let desc = SendDescriptor {
+                wr_id: wr.wr_id,
+                op: wr.op,
+                flags: wr.flags,
+                signal_all: self.signal_all,
+                sges: &sges,
+            };
+            sq.scratch.fill(0);
+            let element_flags = match inline {
+                Some(n) => {
+                    payload.resize(n, 0);
+                    gather(wr.sg_list, &mut payload);
+                    encode_sqe(&desc, Some(&payload), &mut sq.scratch)
+                }
+                None => encode_sqe(&desc, None, &mut sq.scratch),
+            };
+            sq.publish(element_flags);
+            posted += 1;
+        }
+        if posted > 0 {
+            // Ring every time: always correct (kernel-abi.md §4.5); the kernel sends in our
+            // context when its transmit engine is idle.
+            if let Err(e) = self.kernel.doorbell() {
+                return Err(post_error(0, first.wr_id, self.doorbell_error(e)));
+            }
+        }
+        result
+    }
+
+    fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
+        let Some(first) = wrs.first() else {
+            return Ok(());
+        };
+        let qpn = self.kernel.qp_num();
+        let Some(rq) = &self.rq else {
+            let e = Error::InvalidArgument(format!(
+                "QP {qpn} on {} has no receive queue (it was created with max_recv_wr = 0)",
+                self.device
+            ));
+            return Err(post_error(0, first.wr_id, e));
+        };
+        if *self.state.lock().expect("qp state lock") == QpState::Reset {
+            let e = Error::InvalidArgument(format!(
+                "QP {qpn} is in RESET: move it to INIT (rdma_cm's init_qp) before posting receives"
+            ));
+            return Err(post_error(0, first.wr_id, e));
+        }
+        let caps = self.kernel.caps();
+        let mut rq = rq.lock().expect("receive queue lock");
+        let mut sges: Vec<Sge> = Vec::with_capacity(MAX_SGE);
+        for (index, wr) in wrs.iter().enumerate() {
+            let n = wr.sg_list.len();
+            if n > caps.max_recv_sge as usize || n > MAX_SGE {
+                let e = Error::InvalidArgument(format!(
+                    "receive on QP {qpn} has {n} scatter/gather entries; the QP allows \
+                     max_recv_sge = {} (ask for more in QpCapabilities when creating it; siw \
+                     allows at most {MAX_SGE})",
+                    caps.max_recv_sge
+                ));
+                return Err(post_error(index, wr.wr_id, e));
+            }
+            if rq.full() {
+                let e = Error::QueueFull {
+                    queue: "receive queue",
+                    qp_num: qpn,
+                    depth: rq.ring.count(),
+                };
+                return Err(post_error(index, wr.wr_id, e));
+            }
+            sges.clear();
+            sges.extend(wr.sg_list.iter().map(Sge::from));
+            rq.scratch.fill(0);
+            let element_flags = encode_rqe(wr.wr_id, &sges, &mut rq.scratch);
+            rq.publish(element_flags);
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        &self.kernel
+    }
+}
