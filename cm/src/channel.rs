@@ -129,7 +129,7 @@ impl EventChannel {
     /// The next event of any id, waiting up to `timeout` (`None`: forever); `Ok(None)` when
     /// the time ran out.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<ChannelEvent>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if let Some(ev) = self.try_get_event()? {
                 return Ok(Some(ev));
@@ -147,7 +147,8 @@ impl EventChannel {
         token: CmIdToken,
         timeout: Duration,
     ) -> Result<Option<CmEvent>> {
-        let deadline = Instant::now() + timeout;
+        // A timeout too large for an Instant (Duration::MAX) means forever.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             {
                 let mut state = self.state();
@@ -162,7 +163,7 @@ impl EventChannel {
                     state.pending.push_back(ev);
                 }
             }
-            if !self.wait_readable(Some(deadline))? {
+            if !self.wait_readable(deadline)? {
                 return Ok(None);
             }
         }

@@ -144,13 +144,31 @@ pub(crate) fn resolve_error(dst: SocketAddr, operation: &'static str, e: io::Err
     }
 }
 
-/// [`Error::NoRdmaDevice`] with the device listing.
+/// [`Error::NoRdmaDevice`] with the device listing, the netdev holding the address (when it
+/// is local) and advice.
 pub(crate) fn no_rdma_device(addr: IpAddr, operation: &'static str, source: io::Error) -> Error {
+    let netdev = interface_addresses()
+        .into_iter()
+        .find(|(_, ip)| *ip == addr)
+        .map(|(name, _)| name);
+    let advice = if addr.is_loopback() {
+        "rdma_cm cannot connect over the loopback address, not even with a soft device on lo: \
+         use the address of a netdev listed above"
+            .to_string()
+    } else {
+        let on = netdev.as_deref().unwrap_or("<netdev>");
+        format!(
+            "Use an address of one of their netdevs, or put a soft device on the netdev \
+             that reaches {addr} (`rdma link add rxe_{on} type rxe netdev {on}`)"
+        )
+    };
     Error::NoRdmaDevice {
         addr,
         operation,
         source,
+        netdev,
         devices: describe_devices(),
+        advice,
     }
 }
 
@@ -193,19 +211,33 @@ mod tests {
     }
 
     #[test]
-    fn no_device_error_names_address_and_devices() {
-        let e = Error::NoRdmaDevice {
-            addr: "127.0.0.1".parse().unwrap(),
-            operation: "ROUTE_ERROR",
-            source: io::Error::from_raw_os_error(libc::ENODEV),
-            devices: "rxe0 (netdev eth0: 10.99.0.2)".into(),
-        };
+    fn no_device_error_names_address_netdev_and_devices() {
+        let e = no_rdma_device(
+            "127.0.0.1".parse().unwrap(),
+            "RESOLVE_ROUTE",
+            io::Error::from_raw_os_error(libc::ENODEV),
+        );
         let text = e.to_string();
         assert!(
-            text.starts_with("127.0.0.1 is on no RDMA device (ROUTE_ERROR: "),
+            text.starts_with("127.0.0.1 is on no RDMA device (RESOLVE_ROUTE: "),
             "{text}"
         );
-        assert!(text.contains("rxe0 (netdev eth0: 10.99.0.2)"), "{text}");
+        assert!(
+            text.contains("127.0.0.1 is on netdev lo, which has none"),
+            "{text}"
+        );
+        assert!(text.contains("RDMA devices here: "), "{text}");
+        assert!(text.contains("loopback"), "{text}");
+        let e = no_rdma_device(
+            "192.0.2.1".parse().unwrap(),
+            "ADDR_ERROR",
+            io::Error::from_raw_os_error(libc::ENODEV),
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("rdma link add rxe_<netdev> type rxe netdev <netdev>"),
+            "{text}"
+        );
         assert!(is_no_device(Some(libc::ENODEV)));
         assert!(!is_no_device(Some(libc::ETIMEDOUT)));
     }

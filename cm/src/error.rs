@@ -53,20 +53,24 @@ pub enum Error {
 
     /// The address is on no RDMA device (the kernel answered ENODEV / EADDRNOTAVAIL).
     #[error(
-        "{addr} is on no RDMA device ({operation}: {source}). RDMA devices here: {devices}. \
-         Use an address of one of their netdevs, or put a soft device on the netdev that has \
-         {addr} (`rdma link add rxe1 type rxe netdev <netdev>`)"
+        "{addr} is on no RDMA device ({operation}: {source}){netdev}. RDMA devices here: \
+         {devices}. {advice}",
+        netdev = netdev.as_ref().map(|n| format!("; {addr} is on netdev {n}, which has none")).unwrap_or_default()
     )]
     NoRdmaDevice {
         /// The address.
         addr: IpAddr,
-        /// What found out (`ADDR_ERROR`, `ROUTE_ERROR`, `BIND`, ...).
+        /// What found out (`ADDR_ERROR`, `RESOLVE_ROUTE`, `BIND`, ...).
         operation: &'static str,
         /// The kernel's error.
         #[source]
         source: io::Error,
+        /// The local netdev that has the address, when it is local.
+        netdev: Option<String>,
         /// The RDMA devices with their netdevs and addresses.
         devices: String,
+        /// What to do.
+        advice: String,
     },
 
     /// The id is bound to a device that device discovery did not find.
