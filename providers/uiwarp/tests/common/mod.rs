@@ -159,6 +159,8 @@ pub struct Sim {
     pub batch: usize,
     step_count: u64,
     max_batch: usize,
+    /// When set, every transmitted batch in order: (from the initiator?, bytes).
+    pub trace: Option<Vec<(bool, Vec<u8>)>>,
 }
 
 pub fn segment(key: u32, addr: u64, len: u32) -> LocalSegment {
@@ -185,6 +187,7 @@ impl Sim {
             batch: 1 << 16,
             step_count: 0,
             max_batch: 0,
+            trace: None,
         }
     }
 
@@ -199,11 +202,14 @@ impl Sim {
     pub fn step(&mut self) -> bool {
         self.step_count += 1;
         let mut progress = false;
-        for side in [&mut self.a, &mut self.b] {
+        for (from_a, side) in [(true, &mut self.a), (false, &mut self.b)] {
             let mut out = Vec::new();
             side.conn.poll_transmit(&side.table, &mut out, self.batch);
             progress |= !out.is_empty();
             self.max_batch = self.max_batch.max(out.len());
+            if let (Some(t), false) = (&mut self.trace, out.is_empty()) {
+                t.push((from_a, out.clone()));
+            }
             side.in_flight.extend_from_slice(&out);
         }
         let (a, b) = (&mut self.a, &mut self.b);
