@@ -32,9 +32,7 @@ struct Pcap {
 impl Pcap {
     fn new() -> Pcap {
         let mut out = Vec::new();
-        for v in [0xa1b2_c3d4u32] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
+        out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
         out.extend_from_slice(&2u16.to_le_bytes());
         out.extend_from_slice(&4u16.to_le_bytes());
         out.extend_from_slice(&[0; 8]);
