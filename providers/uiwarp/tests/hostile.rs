@@ -600,3 +600,42 @@ fn random_garbage_after_setup_never_panics() {
         assert!(v.mem.as_slice().iter().all(|&x| x == 0));
     }
 }
+
+/// A long WRITE to a wrong STag: the peer's TERMINATE arrives while the WRITE is still being
+/// sent, so the WRITE itself fails with a remote access error.
+#[test]
+fn write_in_progress_is_charged_with_the_remote_error() {
+    let mut v = victim(Config::default());
+    v.sim.batch = 200;
+    let (k, addr, _) = v.sim.a.region(8192, AccessFlags::LOCAL_WRITE);
+    v.sim.a.send(
+        1,
+        SendOperation::RdmaWrite {
+            remote_addr: v.write_addr,
+            rkey: RemoteKey(0x4444),
+        },
+        vec![segment(k, addr, 8192)],
+    );
+    v.sim.a.send(
+        2,
+        SendOperation::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        vec![],
+    );
+    v.sim.run();
+    assert_eq!(
+        v.sim.a.completions_of(WorkQueue::Send),
+        vec![
+            (1, WcStatus::RemoteAccessError, 0),
+            (2, WcStatus::WorkRequestFlushError, 0)
+        ]
+    );
+    let t = v.sim.a.terminated().unwrap();
+    assert_eq!(
+        (t.origin, t.code),
+        (Origin::Remote, TerminateCode::DDP_TAGGED_INVALID_STAG)
+    );
+    assert!(v.mem.as_slice().iter().all(|&x| x == 0));
+}

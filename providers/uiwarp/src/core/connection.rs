@@ -393,7 +393,7 @@ impl Connection {
         self.phase = Phase::Error;
         self.hold_until = None;
         self.rtr_to_send = None;
-        self.tx_current = None;
+        let in_progress = self.tx_current.take().and_then(|m| m.send_seq());
         self.rx_tagged = None;
         self.irq.clear();
         if let Some(p) = self.rx_send.take() {
@@ -412,12 +412,7 @@ impl Connection {
                 .orq
                 .iter()
                 .find_map(|r| r.seq)
-                .or_else(|| {
-                    self.sq_slots
-                        .iter()
-                        .find(|x| x.status.is_none())
-                        .map(|x| x.seq)
-                })
+                .or(in_progress)
                 .map(|seq| (seq, s)),
             _ => None,
         };

@@ -61,7 +61,7 @@ pub(crate) enum Blame {
     None,
     /// The receive in progress (or, if none, nothing).
     Receive(WcStatus),
-    /// The oldest outstanding READ (or, if none, the oldest unfinished send request).
+    /// The oldest outstanding READ (or, if none, the SEND or WRITE being transmitted).
     OldestRead(WcStatus),
     /// A given send request.
     Send(u64, WcStatus),

@@ -19,6 +19,16 @@ pub(crate) struct TxMessage {
     sent: u32,
 }
 
+impl TxMessage {
+    /// The send request this message carries, if it is one (not a READ response).
+    pub(crate) fn send_seq(&self) -> Option<u64> {
+        match self.kind {
+            TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => Some(seq),
+            TxKind::ReadResponse { .. } => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 enum TxKind {
     Send {
