@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/run.sh - rdmasock's one test command: the host suite, then the VM suite.
 #
-#   tests/run.sh             cargo test --workspace on the host, then the VM suite
+#   tests/run.sh             cargo test --workspace --no-fail-fast, then the VM suite
 #                            (tests/vm/run.sh --both: rxe0 and siw0 in a qemu VM)
 #   tests/run.sh --host      the host suite only (for quick iterations; CI runs both)
 #   tests/run.sh --vm        the VM suite only
@@ -27,8 +27,8 @@ done
 host_status=skipped vm_status=skipped vm_line=
 started=$SECONDS
 if [ $run_host = 1 ]; then
-  echo "=== host suite: cargo test --workspace ${flags[*]}"
-  if cargo test --workspace "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
+  echo "=== host suite: cargo test --workspace --no-fail-fast ${flags[*]}"
+  if cargo test --workspace --no-fail-fast "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
 fi
 host_seconds=$((SECONDS - started))
 
