@@ -146,3 +146,41 @@ pub struct Negotiated {
     /// The ready-to-receive operation, in peer-to-peer mode.
     pub rtr: Option<Rtr>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mulpdu_fits_the_segment() {
+        assert_eq!(Config::mulpdu_for_mss(1460), 1454);
+        assert_eq!(fpdu::frame_len(1454), 1460);
+        for mss in [100usize, 536, 1448, 1459, 8960, 70_000] {
+            let m = usize::from(Config::mulpdu_for_mss(mss));
+            assert!(fpdu::frame_len(m) <= mss.max(fpdu::frame_len(usize::from(MIN_MULPDU))));
+            assert!(m == fpdu::MAX_ULPDU || fpdu::frame_len(m + 1) > mss);
+        }
+        assert_eq!(
+            usize::from(Config::mulpdu_for_mss(10)),
+            usize::from(MIN_MULPDU)
+        );
+    }
+
+    #[test]
+    fn rtr_choice_follows_siw() {
+        let all = RtrKinds {
+            send: true,
+            write: true,
+            read: true,
+        };
+        assert_eq!(Rtr::choose(all), Some(Rtr::Write));
+        assert_eq!(
+            Rtr::choose(RtrKinds {
+                write: false,
+                ..all
+            }),
+            Some(Rtr::Read)
+        );
+        assert_eq!(Rtr::choose(RtrKinds::default()), None);
+    }
+}
