@@ -10,6 +10,8 @@ pub use rdmasock_cm as cm;
 pub use rdmasock_verbs as verbs;
 
 mod registry;
+pub mod socket;
 pub mod stream;
 
 pub use registry::{default_registry, open_device};
+pub use socket::{RdmaListener, RdmaSocket, SocketOptions};

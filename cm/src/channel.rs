@@ -258,6 +258,45 @@ impl EventChannel {
     pub fn id_count(&self) -> usize {
         self.state().ids.len()
     }
+
+    /// MIGRATE_ID of the id `uid` from this channel to `to`: the kernel moves the id and its
+    /// queued events; its record, uid and set-aside events move along. The uid stays the
+    /// same, so `to` must not use it already.
+    pub(crate) fn migrate_id(&self, uid: u64, to: &EventChannel) -> Result<()> {
+        if Arc::ptr_eq(&self.inner, &to.inner) {
+            return Ok(());
+        }
+        let (record, moved) = {
+            let mut state = self.state();
+            let Some(rec) = state.ids.get(&uid) else {
+                return Err(Error::InvalidArgument(format!(
+                    "rdma_cm id {uid} is not on this channel"
+                )));
+            };
+            let kernel_id = rec.kernel_id;
+            if to.state().ids.contains_key(&uid) {
+                return Err(Error::InvalidArgument(format!(
+                    "the target channel already has an id numbered {uid}"
+                )));
+            }
+            to.inner
+                .fd
+                .migrate_id(kernel_id, self.inner.fd.as_fd())
+                .map_err(|e| Error::command("MIGRATE_ID", format!("rdma_cm id {kernel_id}"), e))?;
+            let rec = state.ids.remove(&uid).expect("checked above");
+            let token = CmIdToken(uid);
+            let (moved, kept) = std::mem::take(&mut state.pending)
+                .into_iter()
+                .partition::<VecDeque<_>, _>(|e| e.id == token);
+            state.pending = kept;
+            (rec, moved)
+        };
+        let mut target = to.state();
+        target.ids.insert(uid, record);
+        target.pending.extend(moved);
+        to.inner.next_uid.fetch_max(uid + 1, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 fn check_abi_version() -> Result<()> {

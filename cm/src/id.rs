@@ -396,6 +396,16 @@ impl CmId {
     }
 }
 
+impl CmId {
+    /// MIGRATE_ID: moves this id, with its pending events, to `to` (`rdma_migrate_id`), e.g.
+    /// a connection request's id off its listener's channel onto a channel of its own.
+    pub fn migrate(&mut self, to: &EventChannel) -> Result<()> {
+        self.channel.migrate_id(self.uid, to)?;
+        self.channel = to.clone();
+        Ok(())
+    }
+}
+
 impl Drop for CmId {
     fn drop(&mut self) {
         if self.alive {

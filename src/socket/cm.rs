@@ -1,0 +1,246 @@
+//! The connection manager as the socket layer sees it: a small trait family, so that a
+//! userspace connection manager (for the userspace iWARP provider) can stand in for the
+//! kernel's rdma_cm, which [`KernelCm`] drives.
+#![forbid(unsafe_code)]
+
+use crate::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
+use crate::verbs::{Context, DeviceInfo, QueuePair, Transport};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
+
+/// What a connection's endpoint reports after it is established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmNotice {
+    /// The connection is down (the peer disconnected, or its node went away).
+    Disconnected,
+    /// The device was removed.
+    DeviceRemoved,
+}
+
+/// A connection manager: makes endpoints by resolving a peer or by listening.
+pub trait ConnectionManager: Send + Sync + fmt::Debug {
+    /// Resolves `dst` to a local device and a route, within `timeout`.
+    fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>>;
+    /// Binds to `addr` and listens with `backlog`.
+    fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>>;
+}
+
+/// One connection's endpoint, bound to a device.
+pub trait CmEndpoint: Send + Sync + fmt::Debug {
+    /// The device the endpoint is on.
+    fn device(&self) -> io::Result<DeviceInfo>;
+    /// Opens a verbs context on that device (with the provider that drives it).
+    fn open_context(&self) -> io::Result<Context>;
+    /// Moves a new queue pair to INIT the way this manager wants.
+    fn init_qp(&self, qp: &QueuePair) -> io::Result<()>;
+    /// Active side: connects `qp` sending `private_data`; returns the peer's private data once
+    /// `qp` can send.
+    fn connect(
+        &self,
+        qp: &QueuePair,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> io::Result<Vec<u8>>;
+    /// Passive side: readies `qp`, accepts with `private_data`, and waits until established.
+    fn accept(&self, qp: &QueuePair, private_data: &[u8], timeout: Duration) -> io::Result<()>;
+    /// Passive side: refuses the request with `private_data` (a short reason).
+    fn reject(&self, private_data: &[u8]) -> io::Result<()>;
+    /// Moves `qp` out of the connected state and starts (or answers) the disconnect.
+    fn disconnect(&self, qp: &QueuePair) -> io::Result<()>;
+    /// The next notice, without blocking.
+    fn poll_notice(&self) -> io::Result<Option<CmNotice>>;
+    /// An fd that turns readable when [`poll_notice`](Self::poll_notice) has something.
+    fn event_fd(&self) -> BorrowedFd<'_>;
+    /// The local address.
+    fn local_addr(&self) -> Option<SocketAddr>;
+    /// The peer's address.
+    fn peer_addr(&self) -> Option<SocketAddr>;
+}
+
+/// A connection request that arrived at a listener.
+#[derive(Debug)]
+pub struct IncomingRequest {
+    /// The new connection's endpoint, with an event fd of its own.
+    pub endpoint: Box<dyn CmEndpoint>,
+    /// The peer's private data (its hello).
+    pub private_data: Vec<u8>,
+}
+
+/// A listening endpoint.
+pub trait CmListener: Send + Sync + fmt::Debug {
+    /// The next connection request, without blocking.
+    fn poll_request(&self) -> io::Result<Option<IncomingRequest>>;
+    /// An fd that turns readable when a request may be waiting.
+    fn event_fd(&self) -> BorrowedFd<'_>;
+    /// The bound address (with the chosen port).
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// The kernel's rdma_cm (`/dev/infiniband/rdma_cm`), one event channel per connection.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KernelCm;
+
+/// rsocket's connection parameters (see the stream module's documentation).
+fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
+    ConnectionParameters {
+        flow_control: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        responder_resources: 1,
+        initiator_depth: 1,
+        private_data: private_data.to_vec(),
+        ..ConnectionParameters::default()
+    }
+}
+
+impl ConnectionManager for KernelCm {
+    fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
+        let channel = EventChannel::open()?;
+        let id = CmId::new(&channel)?;
+        id.resolve(None, dst, timeout)?;
+        Ok(Box::new(KernelEndpoint::new(id)))
+    }
+
+    fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
+        let channel = EventChannel::open()?;
+        let id = CmId::new(&channel)?;
+        id.bind(addr)?;
+        id.listen(backlog)?;
+        Ok(Box::new(KernelListener { id }))
+    }
+}
+
+/// A kernel rdma_cm id on a channel of its own.
+#[derive(Debug)]
+struct KernelEndpoint {
+    id: CmId,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+}
+
+impl KernelEndpoint {
+    fn new(id: CmId) -> Self {
+        let (local, peer) = match id.query_addr() {
+            Ok(a) => (a.local, a.peer),
+            Err(_) => (None, None),
+        };
+        KernelEndpoint { id, local, peer }
+    }
+}
+
+impl CmEndpoint for KernelEndpoint {
+    fn device(&self) -> io::Result<DeviceInfo> {
+        Ok(self.id.device()?)
+    }
+
+    fn open_context(&self) -> io::Result<Context> {
+        let device = self.device()?;
+        Ok(Context::open(&device, &crate::default_registry())?)
+    }
+
+    fn init_qp(&self, qp: &QueuePair) -> io::Result<()> {
+        Ok(self.id.init_qp(qp)?)
+    }
+
+    fn connect(
+        &self,
+        qp: &QueuePair,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> io::Result<Vec<u8>> {
+        let param = rsocket_parameters(private_data);
+        let peer = self.id.connect_blocking(Some(qp), &param, timeout)?;
+        Ok(peer.private_data)
+    }
+
+    fn accept(&self, qp: &QueuePair, private_data: &[u8], timeout: Duration) -> io::Result<()> {
+        let mut param = rsocket_parameters(private_data);
+        if qp.context().device().transport == Transport::Iwarp {
+            param.initiator_depth = 1;
+        }
+        self.id.accept_blocking(Some(qp), &param, timeout)?;
+        Ok(())
+    }
+
+    fn reject(&self, private_data: &[u8]) -> io::Result<()> {
+        Ok(self.id.reject(private_data)?)
+    }
+
+    fn disconnect(&self, qp: &QueuePair) -> io::Result<()> {
+        match self.id.disconnect_qp(qp) {
+            Ok(()) => Ok(()),
+            // Already disconnected (the peer's DREQ was answered): nothing left to do.
+            Err(crate::cm::Error::Command { source, .. })
+                if source.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn poll_notice(&self) -> io::Result<Option<CmNotice>> {
+        while let Some(ev) = self.id.channel().try_get_event()? {
+            if ev.id != self.id.token() {
+                continue;
+            }
+            match ev.event {
+                CmEvent::Disconnected { .. } => return Ok(Some(CmNotice::Disconnected)),
+                CmEvent::DeviceRemoval => return Ok(Some(CmNotice::DeviceRemoved)),
+                // TIMEWAIT_EXIT, ADDR_CHANGE, a late ESTABLISHED: nothing for the stream.
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        self.id.channel().as_fd()
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+}
+
+#[derive(Debug)]
+struct KernelListener {
+    id: CmId,
+}
+
+impl CmListener for KernelListener {
+    fn poll_request(&self) -> io::Result<Option<IncomingRequest>> {
+        while let Some(ev) = self.id.channel().try_get_event()? {
+            if let CmEvent::ConnectRequest(request) = ev.event {
+                let mut id = request.id;
+                let own = EventChannel::open()?;
+                id.migrate(&own)?;
+                return Ok(Some(IncomingRequest {
+                    endpoint: Box::new(KernelEndpoint::new(id)),
+                    private_data: request.param.private_data,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        self.id.channel().as_fd()
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.id.local_addr()?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the listener has no local address",
+            )
+        })
+    }
+}

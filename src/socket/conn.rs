@@ -1,0 +1,453 @@
+//! One connection's state: the stream engine, the verbs objects it drives, and the endpoint
+//! of the connection manager. Everything here runs under the connection's lock and never
+//! blocks; waiting lives in `shared.rs`.
+#![forbid(unsafe_code)]
+
+use super::cm::{CmEndpoint, CmNotice};
+use super::options::SocketOptions;
+use crate::stream::{
+    CopySpan, Hello, LocalRegions, Op, Payload, Readiness, Received, StreamEngine, StreamError,
+    WrId, TARGET_LIST_LEN,
+};
+use crate::verbs::{
+    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, RemoteKey, ScatterGather, SendFlags,
+    SendOp, SendRequest, Transport, WcOpcode, WcStatus, WorkCompletion,
+};
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Completions taken from the queue per poll.
+const POLL_BATCH: usize = 32;
+/// Bytes after the control slots where an inline small payload is staged.
+const SCRATCH_LEN: usize = 16;
+const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+
+/// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
+#[derive(Debug)]
+pub(crate) struct Resources {
+    pub(crate) qp: QueuePair,
+    pub(crate) cq: CompletionQueue,
+    send_mr: MemoryRegion,
+    recv_mr: MemoryRegion,
+    target_mr: MemoryRegion,
+    message_mr: Option<MemoryRegion>,
+    _pd: ProtectionDomain,
+    pub(crate) cq_channel: CompletionChannel,
+    _context: Context,
+}
+
+impl Resources {
+    /// Opens the endpoint's device and creates everything the stream needs (step 1 of the
+    /// stream module's sequence); the queue pair is in INIT.
+    pub(crate) fn create(
+        endpoint: &dyn CmEndpoint,
+        opts: &mut SocketOptions,
+    ) -> io::Result<Resources> {
+        let context = endpoint.open_context()?;
+        if context.device().transport == Transport::Iwarp {
+            opts.stream.write_with_send = true;
+        }
+        let cfg = &opts.stream;
+        let pd = context.alloc_pd()?;
+        let cq_channel = context.create_comp_channel()?;
+        let depth = u32::from(cfg.send_queue_depth()) + u32::from(cfg.recv_queue_depth());
+        let cq = context.create_cq(depth, Some(&cq_channel))?;
+        let init = QpInitAttributes {
+            caps: QpCapabilities {
+                max_send_wr: u32::from(cfg.send_queue_depth()),
+                max_recv_wr: u32::from(cfg.recv_queue_depth()),
+                max_send_sge: 2,
+                max_recv_sge: 1,
+                max_inline_data: cfg.inline_threshold(),
+            },
+            sq_sig_all: cfg.signal_interval() <= 1,
+        };
+        let qp = pd.create_qp(&init, &cq, &cq)?;
+        endpoint.init_qp(&qp)?;
+        let send_len = cfg.send_ring() + cfg.control_area_len() + SCRATCH_LEN;
+        let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
+        let recv_mr = pd.register(cfg.recv_ring(), REMOTE)?;
+        let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
+        let message_mr = match cfg.message_area_len() {
+            0 => None,
+            n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
+        };
+        Ok(Resources {
+            qp,
+            cq,
+            send_mr,
+            recv_mr,
+            target_mr,
+            message_mr,
+            _pd: pd,
+            cq_channel,
+            _context: context,
+        })
+    }
+
+    fn regions(&self) -> LocalRegions {
+        LocalRegions {
+            recv_ring_addr: self.recv_mr.addr(),
+            recv_ring_rkey: self.recv_mr.rkey().0,
+            target_list_addr: self.target_mr.addr(),
+            target_list_rkey: self.target_mr.rkey().0,
+        }
+    }
+}
+
+/// A connection: engine plus resources, and the socket-level settings clones share.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) engine: StreamEngine,
+    pub(crate) res: Resources,
+    pub(crate) endpoint: Arc<dyn CmEndpoint>,
+    pub(crate) opts: SocketOptions,
+    cq_armed: bool,
+    cm_closed: bool,
+    disconnect_started: bool,
+    wc_error: Option<String>,
+    scratch_offset: usize,
+    keepalive_due: Option<Instant>,
+    pub(crate) nonblocking: bool,
+    pub(crate) read_timeout: Option<Duration>,
+    pub(crate) write_timeout: Option<Duration>,
+    /// A blocking call is sleeping in poll(2) on the connection's fds.
+    pub(crate) poller_active: bool,
+}
+
+impl Connection {
+    /// A connection about to be made: the engine is created and the receives posted.
+    pub(crate) fn new(
+        res: Resources,
+        endpoint: Arc<dyn CmEndpoint>,
+        opts: SocketOptions,
+    ) -> io::Result<Connection> {
+        let engine = StreamEngine::new(opts.stream.clone(), res.regions());
+        let scratch_offset = opts.stream.send_ring() + opts.stream.control_area_len();
+        let mut c = Connection {
+            engine,
+            res,
+            endpoint,
+            keepalive_due: opts.keepalive.map(|k| Instant::now() + k),
+            opts,
+            cq_armed: false,
+            cm_closed: false,
+            disconnect_started: false,
+            wc_error: None,
+            scratch_offset,
+            nonblocking: false,
+            read_timeout: None,
+            write_timeout: None,
+            poller_active: false,
+        };
+        c.post_ops()?;
+        Ok(c)
+    }
+
+    /// Our hello, for the private data.
+    pub(crate) fn hello_bytes(&self) -> Vec<u8> {
+        self.engine.hello().to_bytes().to_vec()
+    }
+
+    /// The peer's hello arrived: the stream is connected.
+    pub(crate) fn connected(&mut self, peer: &Hello) -> io::Result<()> {
+        self.engine.on_connected(peer).map_err(io::Error::from)
+    }
+
+    /// Posts the engine's queued work requests in order.
+    pub(crate) fn post_ops(&mut self) -> io::Result<()> {
+        while let Some(op) = self.engine.pop_op() {
+            if let Err(e) = self.post(op) {
+                let text = format!("posting a work request failed: {e}");
+                self.engine.fail(StreamError::ConnectionReset(text));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn gather(
+        &self,
+        payload: Payload,
+        inline: bool,
+    ) -> io::Result<([ScatterGather<'_>; 2], usize)> {
+        let mr = &self.res.send_mr;
+        Ok(match payload {
+            Payload::Empty => ([mr.slice(0, 0)?; 2], 0),
+            Payload::SendRing { first, second } => {
+                let a = mr.slice(first.offset, first.len)?;
+                match second {
+                    None => ([a, a], 1),
+                    Some(s) => ([a, mr.slice(s.offset, s.len)?], 2),
+                }
+            }
+            Payload::Small {
+                bytes,
+                len,
+                control_slot,
+            } => {
+                let offset = if inline {
+                    self.scratch_offset
+                } else {
+                    self.opts.stream.send_ring() + 16 * usize::from(control_slot)
+                };
+                let len = usize::from(len);
+                mr.write_at(offset, &bytes[..len])?;
+                let a = mr.slice(offset, len)?;
+                ([a, a], 1)
+            }
+        })
+    }
+
+    fn post_send(
+        &self,
+        wr_id: WrId,
+        op: SendOp,
+        payload: Payload,
+        inline: bool,
+        signaled: bool,
+    ) -> io::Result<()> {
+        let (sges, n) = self.gather(payload, inline)?;
+        let mut flags = SendFlags::empty();
+        if signaled {
+            flags |= SendFlags::SIGNALED;
+        }
+        if inline {
+            flags |= SendFlags::INLINE;
+        }
+        let wr = SendRequest::new(wr_id.0, op, &sges[..n]).with_flags(flags);
+        self.res
+            .qp
+            .post_send(&[wr])
+            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+    }
+
+    fn post(&self, op: Op) -> io::Result<()> {
+        match op {
+            Op::WriteWithImm {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                imm,
+                inline,
+                signaled,
+            } => {
+                let op = SendOp::RdmaWriteWithImm {
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
+                    imm,
+                };
+                self.post_send(wr_id, op, payload, inline, signaled)
+            }
+            Op::Write {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                inline,
+                signaled,
+            } => {
+                let op = SendOp::RdmaWrite {
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
+                };
+                self.post_send(wr_id, op, payload, inline, signaled)
+            }
+            Op::Send {
+                wr_id,
+                payload,
+                inline,
+                signaled,
+            } => self.post_send(wr_id, SendOp::Send, payload, inline, signaled),
+            Op::PostRecv {
+                wr_id,
+                message_slot,
+            } => {
+                let sge;
+                let sg_list: &[ScatterGather<'_>] = match (message_slot, &self.res.message_mr) {
+                    (Some(slot), Some(mr)) => {
+                        sge = [mr.slice(slot as usize * 4, 4)?];
+                        &sge
+                    }
+                    _ => &[],
+                };
+                let wr = RecvRequest {
+                    wr_id: wr_id.0,
+                    sg_list,
+                };
+                self.res
+                    .qp
+                    .post_recv(&[wr])
+                    .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+            }
+            Op::ClearTargetEntry { offset } => {
+                Ok(self.res.target_mr.write_at(offset, &[0u8; 16])?)
+            }
+        }
+    }
+
+    /// Feeds one completion to the engine.
+    fn feed(&mut self, wc: &WorkCompletion) -> io::Result<()> {
+        let id = WrId(wc.wr_id);
+        let status = wc.status();
+        let ok = status.is_success();
+        if !ok && status != WcStatus::WorkRequestFlushError && self.wc_error.is_none() {
+            self.wc_error = Some(format!(
+                "work request {:#x} completed with status {} ({status}, vendor error {:#x})",
+                wc.wr_id, wc.status, wc.vendor_err
+            ));
+        }
+        if id.is_receive() {
+            if !ok {
+                self.engine.on_receive_failed(id);
+                return Ok(());
+            }
+            let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
+                Received::Immediate(wc.imm_data)
+            } else {
+                let mut word = [0u8; 4];
+                if let Some(mr) = &self.res.message_mr {
+                    mr.read_at(id.message_slot() as usize * 4, &mut word)?;
+                }
+                Received::Message(word)
+            };
+            let mut targets = [0u8; TARGET_LIST_LEN];
+            self.res.target_mr.read_at(0, &mut targets)?;
+            self.engine.on_receive(id, received, &targets);
+        } else {
+            self.engine.on_send_completion(id, ok);
+        }
+        Ok(())
+    }
+
+    /// Makes every possible step without blocking: posts queued work, feeds completions, takes
+    /// connection-manager notices, starts the disconnect when the stream is done, sends a due
+    /// keepalive. Returns whether anything happened.
+    pub(crate) fn pump(&mut self) -> io::Result<bool> {
+        self.post_ops()?;
+        let mut progress = false;
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+        loop {
+            let n = self.res.cq.poll(&mut wcs)?.len();
+            for wc in &wcs[..n] {
+                self.feed(wc)?;
+                self.post_ops()?;
+            }
+            progress |= n > 0;
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+        while let Some(notice) = self.endpoint.poll_notice()? {
+            progress = true;
+            match notice {
+                CmNotice::Disconnected => {
+                    self.cm_closed = true;
+                    self.engine.on_cm_disconnected();
+                }
+                CmNotice::DeviceRemoved => {
+                    self.engine.fail(StreamError::ConnectionReset(
+                        "the RDMA device was removed".into(),
+                    ));
+                }
+            }
+        }
+        self.maybe_disconnect();
+        Ok(progress)
+    }
+
+    /// Runs the connection manager's disconnect once the stream is over.
+    fn maybe_disconnect(&mut self) {
+        if self.disconnect_started {
+            return;
+        }
+        let r = self.engine.readiness();
+        let over = self.cm_closed || r.error || (r.disconnected && self.engine.all_sends_done());
+        if over {
+            self.disconnect_started = true;
+            // A failure here leaves nothing to do: the connection is gone either way.
+            let _ = self.endpoint.disconnect(&self.res.qp);
+        }
+    }
+
+    /// Sends a keepalive when one is due; returns how long until the next.
+    pub(crate) fn keepalive_tick(&mut self) -> Option<Duration> {
+        let interval = self.opts.keepalive?;
+        let now = Instant::now();
+        let due = self.keepalive_due.get_or_insert(now + interval);
+        if now >= *due {
+            *due = now + interval;
+            self.engine.keepalive();
+        }
+        Some(due.saturating_duration_since(now))
+    }
+
+    /// Takes the completion channel's events and arms the queue, so that the next completion
+    /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether that
+    /// last poll made progress.
+    pub(crate) fn arm(&mut self) -> io::Result<bool> {
+        let mut events = 0;
+        while self.res.cq_channel.try_get_event()?.is_some() {
+            events += 1;
+        }
+        if events > 0 {
+            self.res.cq.ack_events(events);
+            self.cq_armed = false;
+        }
+        if !self.cq_armed {
+            self.res.cq.req_notify(false)?;
+            self.cq_armed = true;
+        }
+        self.pump()
+    }
+
+    /// Copies up to `buf.len()` bytes into the send ring.
+    pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
+        let mr = &self.res.send_mr;
+        self.engine.write(buf.len(), |s: CopySpan| {
+            // In range by the engine's arithmetic; a failure would be a bug caught by tests.
+            let _ = mr.write_at(s.ring_offset, &buf[s.data_offset..s.data_offset + s.len]);
+        })
+    }
+
+    /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
+    pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
+        let mr = &self.res.recv_mr;
+        let len = buf.len();
+        let copy = |s: CopySpan| {
+            let _ = mr.read_at(
+                s.ring_offset,
+                &mut buf[s.data_offset..s.data_offset + s.len],
+            );
+        };
+        if peek {
+            self.engine.peek(len, copy)
+        } else {
+            self.engine.read(len, copy)
+        }
+    }
+
+    /// What is possible now.
+    pub(crate) fn readiness(&self) -> Readiness {
+        self.engine.readiness()
+    }
+
+    /// Whether the connection manager's disconnect ran or the connection is gone.
+    pub(crate) fn closed(&self) -> bool {
+        self.disconnect_started
+    }
+
+    /// An engine error as an `io::Error`, with the failed completion's status when known.
+    pub(crate) fn io_error(&self, e: StreamError) -> io::Error {
+        let kind = io::Error::from(e.clone()).kind();
+        match (&e, &self.wc_error) {
+            (StreamError::ConnectionReset(_), Some(wc)) => {
+                io::Error::new(kind, format!("{e}; {wc}"))
+            }
+            _ => io::Error::new(kind, e),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! [`RdmaListener`]: accepts RDMA stream connections, like [`std::net::TcpListener`].
+#![forbid(unsafe_code)]
+
+use super::cm::{CmListener, ConnectionManager, IncomingRequest, KernelCm};
+use super::options::SocketOptions;
+use super::shared::Shared;
+use super::stream::{prepare, RdmaSocket};
+use crate::stream::Hello;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Listens for RDMA stream connections (rsocket peers and rdmasock alike).
+pub struct RdmaListener {
+    pub(crate) cm: Box<dyn CmListener>,
+    opts: SocketOptions,
+    nonblocking: AtomicBool,
+}
+
+impl fmt::Debug for RdmaListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RdmaListener")
+            .field("local", &self.cm.local_addr().ok())
+            .finish()
+    }
+}
+
+impl RdmaListener {
+    /// Binds to `addr` (the first resolved address that works; port 0 picks one) and listens,
+    /// with the default options. An address on no RDMA device is refused with the list of
+    /// devices.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<RdmaListener> {
+        Self::bind_with(addr, &SocketOptions::default())
+    }
+
+    /// Binds with `opts`, which every accepted connection uses.
+    pub fn bind_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaListener> {
+        Self::bind_via(&KernelCm, addr, opts)
+    }
+
+    /// Binds through the connection manager `cm`.
+    pub fn bind_via(
+        cm: &dyn ConnectionManager,
+        addr: impl ToSocketAddrs,
+        opts: &SocketOptions,
+    ) -> io::Result<RdmaListener> {
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match cm.listen(a, opts.backlog) {
+                Ok(l) => {
+                    return Ok(RdmaListener {
+                        cm: l,
+                        opts: opts.clone(),
+                        nonblocking: AtomicBool::new(false),
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the address resolved to no socket address",
+            )
+        }))
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.cm.local_addr()
+    }
+
+    /// Moves the listener into or out of nonblocking mode: `accept` then returns
+    /// `WouldBlock` when no request waits.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.nonblocking.store(nonblocking, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Accepts the next connection. A request whose hello is unusable (another protocol or
+    /// version, malformed private data) is rejected with the reason as text and skipped.
+    pub fn accept(&self) -> io::Result<(RdmaSocket, SocketAddr)> {
+        loop {
+            let Some(request) = self.cm.poll_request()? else {
+                if self.nonblocking.load(Ordering::Relaxed) {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                self.wait()?;
+                continue;
+            };
+            if let Some(accepted) = self.answer(request)? {
+                return Ok(accepted);
+            }
+        }
+    }
+
+    /// An iterator over accepted connections (never `None`), like `TcpListener::incoming`.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    fn wait(&self) -> io::Result<()> {
+        let mut fds = [PollFd::new(self.cm.event_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Err(e) => Err(io::Error::other(format!(
+                "poll on the listener's rdma_cm fd: {e}"
+            ))),
+        }
+    }
+
+    /// Sets up and accepts one request; `None` when it was rejected.
+    fn answer(&self, request: IncomingRequest) -> io::Result<Option<(RdmaSocket, SocketAddr)>> {
+        let IncomingRequest {
+            endpoint,
+            private_data,
+        } = request;
+        let hello = match Hello::parse(&private_data) {
+            Ok(h) => h,
+            Err(e) => {
+                let mut reason = format!("rdmasock: {e}").into_bytes();
+                reason.truncate(crate::cm::id::IB_REJECT_PRIVATE_DATA_MAX);
+                let _ = endpoint.reject(&reason);
+                return Ok(None);
+            }
+        };
+        let peer = endpoint.peer_addr();
+        let mut conn = match prepare(endpoint, &self.opts) {
+            Ok(c) => c,
+            Err(e) => return Err(e),
+        };
+        // The peer may write as soon as it has our reply: connected before accepting.
+        conn.connected(&hello)?;
+        let data = conn.hello_bytes();
+        conn.endpoint
+            .accept(&conn.res.qp, &data, self.opts.connect_timeout)?;
+        conn.pump()?;
+        let socket = RdmaSocket {
+            shared: Arc::new(Shared::new(conn)?),
+        };
+        let peer = match peer {
+            Some(p) => p,
+            None => socket.peer_addr()?,
+        };
+        Ok(Some((socket, peer)))
+    }
+}
+
+/// The iterator of [`RdmaListener::incoming`].
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a RdmaListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<RdmaSocket>;
+    fn next(&mut self) -> Option<io::Result<RdmaSocket>> {
+        Some(self.listener.accept().map(|(s, _)| s))
+    }
+}

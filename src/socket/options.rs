@@ -1,0 +1,212 @@
+//! [`SocketOptions`]: what a user can set on a connection (ring sizes, inline threshold, queue
+//! depths, event mode or busy-poll, signalling interval, keepalive, timeouts).
+#![forbid(unsafe_code)]
+
+use crate::stream::{ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder};
+use std::time::Duration;
+
+/// The options of one connection (or of every connection a listener accepts). Build them
+/// with [`SocketOptions::builder`]; [`SocketOptions::default`] is rsocket's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketOptions {
+    pub(crate) stream: StreamConfig,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) close_timeout: Duration,
+    pub(crate) keepalive: Option<Duration>,
+    pub(crate) backlog: u32,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        SocketOptions {
+            stream: StreamConfig::default(),
+            connect_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(2),
+            keepalive: None,
+            backlog: 128,
+        }
+    }
+}
+
+impl SocketOptions {
+    /// A builder starting from the defaults: rsocket's stream configuration (128 KiB rings,
+    /// 384-deep queues, 64-byte inline, every send signalled, 10 µs busy-poll), a 10 s connect
+    /// timeout, a 2 s bound on a graceful close, no keepalive, a backlog of 128.
+    pub fn builder() -> SocketOptionsBuilder {
+        SocketOptionsBuilder {
+            stream: StreamConfig::builder(),
+            rest: SocketOptions::default(),
+        }
+    }
+    /// The stream engine's configuration.
+    pub fn stream(&self) -> &StreamConfig {
+        &self.stream
+    }
+    /// How long address/route resolution and the connection handshake may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+    /// How long dropping a socket waits for its queued data and the disconnect handshake.
+    pub fn close_timeout(&self) -> Duration {
+        self.close_timeout
+    }
+    /// The keepalive interval, if any.
+    pub fn keepalive(&self) -> Option<Duration> {
+        self.keepalive
+    }
+    /// The listen backlog.
+    pub fn backlog(&self) -> u32 {
+        self.backlog
+    }
+}
+
+/// Builds [`SocketOptions`]; [`build`](Self::build) checks the values.
+#[derive(Debug, Clone)]
+pub struct SocketOptionsBuilder {
+    stream: StreamConfigBuilder,
+    rest: SocketOptions,
+}
+
+impl SocketOptionsBuilder {
+    /// Send-ring size in bytes (at least 4 KiB).
+    pub fn send_ring(mut self, bytes: usize) -> Self {
+        self.stream = self.stream.send_ring(bytes);
+        self
+    }
+    /// Receive-ring size in bytes (even, at least 4 KiB, each half below 512 MiB).
+    pub fn recv_ring(mut self, bytes: usize) -> Self {
+        self.stream = self.stream.recv_ring(bytes);
+        self
+    }
+    /// Send-queue depth (16…65534).
+    pub fn send_queue_depth(mut self, depth: u16) -> Self {
+        self.stream = self.stream.send_queue_depth(depth);
+        self
+    }
+    /// Receive-queue depth (16…65534), also the credits granted to the peer.
+    pub fn recv_queue_depth(mut self, depth: u16) -> Self {
+        self.stream = self.stream.recv_queue_depth(depth);
+        self
+    }
+    /// Largest payload posted inline.
+    pub fn inline_threshold(mut self, bytes: u32) -> Self {
+        self.stream = self.stream.inline_threshold(bytes);
+        self
+    }
+    /// Signal one send in `n` (1: every send, like rsocket).
+    pub fn signal_interval(mut self, n: u16) -> Self {
+        self.stream = self.stream.signal_interval(n);
+        self
+    }
+    /// Largest single RDMA write of stream data.
+    pub fn max_transfer(mut self, bytes: u32) -> Self {
+        self.stream = self.stream.max_transfer(bytes);
+        self
+    }
+    /// Event mode: arm the completion queue and sleep on its channel at once.
+    pub fn event_mode(mut self) -> Self {
+        self.stream = self.stream.progress(ProgressMode::Event);
+        self
+    }
+    /// Busy-poll the completion queue for up to `spin` before sleeping.
+    pub fn busy_poll(mut self, spin: Duration) -> Self {
+        self.stream = self.stream.progress(ProgressMode::BusyPoll { spin });
+        self
+    }
+    /// How long resolution and the connection handshake may take (at least 1 ms).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.rest.connect_timeout = timeout;
+        self
+    }
+    /// How long dropping a socket waits for queued data and the disconnect handshake.
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.rest.close_timeout = timeout;
+        self
+    }
+    /// Send a keepalive (a zero-length RDMA WRITE) every `interval` while a blocking call
+    /// waits; a dead peer then fails the connection (`None`: off, the default).
+    pub fn keepalive(mut self, interval: Option<Duration>) -> Self {
+        self.rest.keepalive = interval;
+        self
+    }
+    /// The listen backlog (at least 1).
+    pub fn backlog(mut self, backlog: u32) -> Self {
+        self.rest.backlog = backlog;
+        self
+    }
+
+    /// Checks every value and returns the options.
+    pub fn build(self) -> Result<SocketOptions, ConfigError> {
+        let stream = self.stream.build()?;
+        let rest = self.rest;
+        if rest.connect_timeout < Duration::from_millis(1) {
+            return Err(ConfigError(format!(
+                "a connect timeout of {:?} is below 1 ms",
+                rest.connect_timeout
+            )));
+        }
+        if rest.keepalive.is_some_and(|k| k < Duration::from_millis(1)) {
+            return Err(ConfigError(format!(
+                "a keepalive interval of {:?} is below 1 ms",
+                rest.keepalive
+            )));
+        }
+        if rest.backlog == 0 {
+            return Err(ConfigError("a listen backlog of 0 accepts nothing".into()));
+        }
+        Ok(SocketOptions { stream, ..rest })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_rsockets() {
+        let o = SocketOptions::default();
+        assert_eq!(o.stream().send_ring(), 128 * 1024);
+        assert_eq!(o.stream().recv_queue_depth(), 384);
+        assert_eq!(SocketOptions::builder().build().unwrap(), o);
+    }
+
+    #[test]
+    fn builder_sets_and_checks_values() {
+        let o = SocketOptions::builder()
+            .send_ring(1 << 20)
+            .recv_ring(1 << 20)
+            .send_queue_depth(64)
+            .recv_queue_depth(32)
+            .inline_threshold(128)
+            .signal_interval(8)
+            .event_mode()
+            .keepalive(Some(Duration::from_secs(1)))
+            .backlog(4)
+            .build()
+            .unwrap();
+        assert_eq!(o.stream().send_ring(), 1 << 20);
+        assert_eq!(o.stream().recv_queue_depth(), 32);
+        assert_eq!(o.stream().signal_interval(), 8);
+        assert_eq!(o.stream().progress(), ProgressMode::Event);
+        assert_eq!(o.keepalive(), Some(Duration::from_secs(1)));
+        assert_eq!(o.backlog(), 4);
+
+        let e = SocketOptions::builder()
+            .recv_ring(4097)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("even"), "{e}");
+        let e = SocketOptions::builder().backlog(0).build().unwrap_err();
+        assert!(e.to_string().contains("backlog"), "{e}");
+        let e = SocketOptions::builder()
+            .connect_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("connect timeout"), "{e}");
+        let e = SocketOptions::builder()
+            .keepalive(Some(Duration::ZERO))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("keepalive"), "{e}");
+    }
+}

@@ -1,0 +1,238 @@
+//! A connection shared by a socket and its clones, and the one place that waits: blocking
+//! calls sleep in poll(2) on the completion channel and the connection manager's fd (one
+//! thread at a time; the others wait on a condition variable and are woken whenever the
+//! sleeper makes progress).
+#![forbid(unsafe_code)]
+
+use super::cm::CmEndpoint;
+use super::conn::Connection;
+use crate::stream::{ProgressMode, StreamError};
+use crate::verbs::CompletionChannel;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Which timeout a blocking call obeys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Direction {
+    Read,
+    Write,
+    /// No timeout of the socket's (closing, flushing).
+    Other(Option<Duration>),
+}
+
+/// A connection and what waiting on it needs outside its lock.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    conn: Mutex<Connection>,
+    cond: Condvar,
+    cq_channel: CompletionChannel,
+    endpoint: Arc<dyn CmEndpoint>,
+    /// Readable when a mio registration must see an event that no fd would produce.
+    pub(crate) waker: EventFd,
+}
+
+impl Shared {
+    pub(crate) fn new(conn: Connection) -> io::Result<Shared> {
+        let cq_channel = conn.res.cq_channel.clone();
+        let endpoint = conn.endpoint.clone();
+        let waker = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(io::Error::from)?;
+        Ok(Shared {
+            conn: Mutex::new(conn),
+            cond: Condvar::new(),
+            cq_channel,
+            endpoint,
+            waker,
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn cq_channel(&self) -> &CompletionChannel {
+        &self.cq_channel
+    }
+
+    pub(crate) fn endpoint(&self) -> &Arc<dyn CmEndpoint> {
+        &self.endpoint
+    }
+
+    /// Drains the waker (it only carries edges).
+    pub(crate) fn drain_waker(&self) {
+        let _ = self.waker.read();
+    }
+
+    /// Runs `attempt` until it does not return `WouldBlock`, waiting for progress in between
+    /// (or returning `WouldBlock` on a nonblocking socket, with the queue armed so that an
+    /// event follows).
+    pub(crate) fn run<T>(
+        &self,
+        dir: Direction,
+        mut attempt: impl FnMut(&mut Connection) -> Result<T, StreamError>,
+    ) -> io::Result<T> {
+        let mut g = self.lock();
+        let timeout = match dir {
+            Direction::Read => g.read_timeout,
+            Direction::Write => g.write_timeout,
+            Direction::Other(t) => t,
+        };
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
+        loop {
+            g.pump()?;
+            match attempt(&mut g) {
+                Err(StreamError::WouldBlock) => {}
+                result => {
+                    let pumped = g.pump();
+                    self.cond.notify_all();
+                    let value = result.map_err(|e| g.io_error(e))?;
+                    pumped?;
+                    return Ok(value);
+                }
+            }
+            if !nonblocking {
+                if let ProgressMode::BusyPoll { spin } = g.opts.stream.progress() {
+                    if spin_for(&mut g, spin)? {
+                        continue;
+                    }
+                }
+            }
+            if g.arm()? {
+                continue;
+            }
+            if nonblocking {
+                self.drain_waker();
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let left = match deadline {
+                None => None,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WouldBlock,
+                            format!(
+                                "timed out after {:?} waiting on the RDMA connection",
+                                timeout.unwrap_or_default()
+                            ),
+                        ));
+                    }
+                    Some(left)
+                }
+            };
+            g = self.sleep(g, left)?;
+        }
+    }
+
+    /// Sleeps until a completion, a connection-manager event, the keepalive timer or `left`.
+    fn sleep<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Connection>,
+        left: Option<Duration>,
+    ) -> io::Result<MutexGuard<'a, Connection>> {
+        let keepalive = g.keepalive_tick();
+        if g.engine.has_ops() {
+            return Ok(g);
+        }
+        let wait = match (left, keepalive) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if g.poller_active {
+            let g = match wait {
+                Some(w) => {
+                    self.cond
+                        .wait_timeout(g, w)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => self.cond.wait(g).unwrap_or_else(|p| p.into_inner()),
+            };
+            return Ok(g);
+        }
+        g.poller_active = true;
+        drop(g);
+        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), wait);
+        let mut g = self.lock();
+        g.poller_active = false;
+        self.cond.notify_all();
+        result?;
+        Ok(g)
+    }
+
+    /// Wakes other blocked callers after a state change made outside `run`.
+    pub(crate) fn notify(&self) {
+        self.cond.notify_all();
+    }
+}
+
+/// Busy-polls for up to `spin`; true when something happened.
+fn spin_for(g: &mut Connection, spin: Duration) -> io::Result<bool> {
+    if spin.is_zero() {
+        return Ok(false);
+    }
+    let end = Instant::now() + spin;
+    while Instant::now() < end {
+        if g.pump()? {
+            return Ok(true);
+        }
+        std::hint::spin_loop();
+    }
+    Ok(false)
+}
+
+fn poll_fds(
+    channel: &CompletionChannel,
+    endpoint: &dyn CmEndpoint,
+    wait: Option<Duration>,
+) -> io::Result<()> {
+    let timeout = match wait {
+        None => PollTimeout::NONE,
+        Some(w) => {
+            // Round up so that a sub-millisecond remainder still sleeps.
+            let ms = w.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    let mut fds = [
+        PollFd::new(channel.as_fd(), PollFlags::POLLIN),
+        PollFd::new(endpoint.event_fd(), PollFlags::POLLIN),
+    ];
+    match nix::poll::poll(&mut fds, timeout) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(io::Error::other(format!(
+            "poll on the connection's completion channel and rdma_cm fd: {e}"
+        ))),
+    }
+}
+
+impl Drop for Shared {
+    /// The last handle is gone: graceful close (end-of-stream after the queued data, the
+    /// disconnect handshake), bounded by the close timeout.
+    fn drop(&mut self) {
+        let timeout = {
+            let mut g = self.lock();
+            g.engine.shutdown(Shutdown::Both);
+            g.nonblocking = false;
+            g.opts.close_timeout
+        };
+        let _ = self.run(Direction::Other(Some(timeout)), |c| {
+            if c.closed() {
+                Ok(())
+            } else {
+                Err(StreamError::WouldBlock)
+            }
+        });
+        let g = self.lock();
+        if !g.closed() {
+            // Time ran out: tear down without the handshake.
+            let _ = g.endpoint.disconnect(&g.res.qp);
+        }
+    }
+}

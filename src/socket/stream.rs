@@ -1,0 +1,303 @@
+//! [`RdmaSocket`]: a connected RDMA byte stream with `TcpStream`'s API.
+#![forbid(unsafe_code)]
+
+use super::cm::{CmEndpoint, ConnectionManager, KernelCm};
+use super::conn::{Connection, Resources};
+use super::options::SocketOptions;
+use super::shared::{Direction, Shared};
+use crate::stream::{Hello, StreamError};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A connected RDMA stream (rsocket's wire protocol over an RC queue pair), used like
+/// [`std::net::TcpStream`]: `Read`/`Write` on the socket and on `&RdmaSocket`, half-close,
+/// timeouts, nonblocking mode and [`mio`] readiness. Clones ([`try_clone`](Self::try_clone))
+/// share the connection; the last one to drop closes it gracefully: end-of-stream after the
+/// queued data, then the disconnect handshake, bounded by the options' close timeout.
+pub struct RdmaSocket {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for RdmaSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RdmaSocket")
+            .field("local", &self.shared.endpoint().local_addr())
+            .field("peer", &self.shared.endpoint().peer_addr())
+            .finish()
+    }
+}
+
+fn addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
+    let list: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    if list.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address resolved to no socket address",
+        ));
+    }
+    Ok(list)
+}
+
+impl RdmaSocket {
+    /// Connects to `addr` (each resolved address in turn, like `TcpStream::connect`) with the
+    /// default options.
+    pub fn connect(addr: impl ToSocketAddrs) -> io::Result<RdmaSocket> {
+        Self::connect_with(addr, &SocketOptions::default())
+    }
+
+    /// Connects to `addr` within `timeout`.
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<RdmaSocket> {
+        let mut opts = SocketOptions::default();
+        opts.connect_timeout = timeout;
+        Self::connect_with(addr, &opts)
+    }
+
+    /// Connects to `addr` with `opts`.
+    pub fn connect_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaSocket> {
+        Self::connect_via(&KernelCm, addr, opts)
+    }
+
+    /// Connects through the connection manager `cm`.
+    pub fn connect_via(
+        cm: &dyn ConnectionManager,
+        addr: impl ToSocketAddrs,
+        opts: &SocketOptions,
+    ) -> io::Result<RdmaSocket> {
+        let mut last = None;
+        for dst in addrs(addr)? {
+            match connect_one(cm, dst, opts) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one address was tried"))
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.shared
+            .endpoint()
+            .peer_addr()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no peer address"))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.shared
+            .endpoint()
+            .local_addr()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no local address"))
+    }
+
+    /// Shuts down reading, writing or both. `Write` sends end-of-stream after the data
+    /// already written (the peer's reads return 0 once they have read it); reading goes on.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        g.engine.shutdown(how);
+        let r = g.pump();
+        drop(g);
+        self.shared.notify();
+        r.map(|_| ())
+    }
+
+    /// Moves the socket into or out of nonblocking mode (shared with clones).
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.shared.lock().nonblocking = nonblocking;
+        Ok(())
+    }
+
+    /// Sets the read timeout (`None`: block forever). A zero duration is refused, like
+    /// `TcpStream`'s.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.shared.lock().read_timeout = timeout;
+        Ok(())
+    }
+
+    /// Sets the write timeout (`None`: block forever).
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.shared.lock().write_timeout = timeout;
+        Ok(())
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.shared.lock().read_timeout)
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.shared.lock().write_timeout)
+    }
+
+    /// Sets the keepalive interval (`None`: off): while a blocking call waits, a zero-length
+    /// RDMA WRITE goes out every `interval`, so a vanished peer fails the call.
+    pub fn set_keepalive(&self, interval: Option<Duration>) -> io::Result<()> {
+        check_timeout(interval)?;
+        self.shared.lock().opts.keepalive = interval;
+        Ok(())
+    }
+
+    /// The keepalive interval.
+    pub fn keepalive(&self) -> io::Result<Option<Duration>> {
+        Ok(self.shared.lock().opts.keepalive)
+    }
+
+    /// Reads without removing the bytes from the stream.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.shared
+            .run(Direction::Read, |c| read_or_eof(c, buf, true))
+    }
+
+    /// Another handle to the same connection (like `TcpStream::try_clone`).
+    pub fn try_clone(&self) -> io::Result<RdmaSocket> {
+        Ok(RdmaSocket {
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Always `None`: the socket has no pending error apart from what calls return.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(None)
+    }
+
+    /// TCP_NODELAY has no meaning here: every write is posted at once. Accepted for
+    /// compatibility.
+    pub fn set_nodelay(&self, _nodelay: bool) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Always true (see [`set_nodelay`](Self::set_nodelay)).
+    pub fn nodelay(&self) -> io::Result<bool> {
+        Ok(true)
+    }
+
+    /// Whether the peer announced itself as rdmasock (otherwise it is plain rsocket).
+    pub fn peer_is_rdmasock(&self) -> bool {
+        self.shared.lock().engine.peer_is_rdmasock()
+    }
+
+    fn read_inner(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.shared
+            .run(Direction::Read, |c| read_or_eof(c, buf, false))
+    }
+
+    fn write_inner(&self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.shared.run(Direction::Write, |c| c.write(buf))
+    }
+
+    /// Waits until every byte written was placed in the peer's memory.
+    fn flush_inner(&self) -> io::Result<()> {
+        let timeout = self.shared.lock().write_timeout;
+        self.shared.run(Direction::Other(timeout), |c| {
+            if c.engine.all_sends_done() || c.readiness().error {
+                Ok(())
+            } else {
+                Err(StreamError::WouldBlock)
+            }
+        })
+    }
+}
+
+/// A read that ends with 0 once the stream is closed for reading, whatever the reason.
+fn read_or_eof(c: &mut Connection, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
+    match c.read(buf, peek) {
+        Err(StreamError::NotConnected) => Ok(0),
+        r => r,
+    }
+}
+
+fn check_timeout(t: Option<Duration>) -> io::Result<()> {
+    if t == Some(Duration::ZERO) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a zero duration is not a valid timeout",
+        ));
+    }
+    Ok(())
+}
+
+/// Resources for `endpoint` and a connection ready to exchange hellos.
+pub(crate) fn prepare(
+    endpoint: Box<dyn CmEndpoint>,
+    opts: &SocketOptions,
+) -> io::Result<Connection> {
+    let mut opts = opts.clone();
+    let res = Resources::create(endpoint.as_ref(), &mut opts)?;
+    Connection::new(res, Arc::from(endpoint), opts)
+}
+
+fn connect_one(
+    cm: &dyn ConnectionManager,
+    dst: SocketAddr,
+    opts: &SocketOptions,
+) -> io::Result<RdmaSocket> {
+    let start = Instant::now();
+    let endpoint = cm.resolve(dst, opts.connect_timeout)?;
+    let mut conn = prepare(endpoint, opts)?;
+    let left = opts
+        .connect_timeout
+        .saturating_sub(start.elapsed())
+        .max(Duration::from_millis(1));
+    let peer_data = conn
+        .endpoint
+        .connect(&conn.res.qp, &conn.hello_bytes(), left)?;
+    let hello = match Hello::parse(&peer_data) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = conn.endpoint.disconnect(&conn.res.qp);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{dst} answered with an unusable hello: {e}"),
+            ));
+        }
+    };
+    conn.connected(&hello)?;
+    conn.pump()?;
+    Ok(RdmaSocket {
+        shared: Arc::new(Shared::new(conn)?),
+    })
+}
+
+impl Read for RdmaSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf)
+    }
+}
+
+impl Read for &RdmaSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inner(buf)
+    }
+}
+
+impl Write for RdmaSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_inner(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_inner()
+    }
+}
+
+impl Write for &RdmaSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_inner(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_inner()
+    }
+}
