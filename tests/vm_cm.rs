@@ -400,10 +400,9 @@ impl Endpoint {
     }
 }
 
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn queue_pairs_connect_and_exchange_a_message_each_way() {
-    let addr = at(vm_ip(), 7111);
+/// A listener thread and a connector, each with a QP on `device`, connect through the CM
+/// with private data both ways, exchange one message each way, and disconnect.
+fn exchange_over_queue_pairs(addr: SocketAddr, device: &'static str) {
     let (ready_tx, ready_rx) = mpsc::channel();
     let server = thread::spawn(move || {
         let channel = EventChannel::open().expect("open rdma_cm");
@@ -412,6 +411,8 @@ fn queue_pairs_connect_and_exchange_a_message_each_way() {
         listener.listen(1).expect("listen");
         ready_tx.send(()).expect("test alive");
         let request = listener.get_request(T).expect("CONNECT_REQUEST");
+        assert!(request.param.private_data.starts_with(b"client"));
+        assert_eq!(request.id.device().expect("device").name, device);
         let ep = Endpoint::new(&request.id);
         let param = ConnectionParameters {
             private_data: b"server".to_vec(),
@@ -428,12 +429,13 @@ fn queue_pairs_connect_and_exchange_a_message_each_way() {
             .id
             .wait_disconnected(Some(&ep.qp), T)
             .expect("DISCONNECTED");
-        got
+        (got, request.param.private_data)
     });
     ready_rx.recv().expect("server listening");
     let channel = EventChannel::open().expect("open rdma_cm");
     let id = CmId::new(&channel).expect("create id");
     id.resolve(None, addr, T).expect("resolve");
+    assert_eq!(id.device().expect("device").name, device);
     let ep = Endpoint::new(&id);
     let param = ConnectionParameters {
         private_data: b"client".to_vec(),
@@ -448,10 +450,38 @@ fn queue_pairs_connect_and_exchange_a_message_each_way() {
     assert_eq!(ep.complete(), b"message from the server");
     id.disconnect_blocking(Some(&ep.qp), T)
         .expect("DISCONNECTED");
-    assert_eq!(
-        server.join().expect("server thread"),
-        b"message from the client"
+    let (got, request_data) = server.join().expect("server thread");
+    assert_eq!(got, b"message from the client");
+    if device.starts_with("siw") {
+        // iWARP (MPA) keeps private data lengths; IB/RoCE pads a REQ's to 56 bytes.
+        assert_eq!(request_data, b"client");
+        assert_eq!(reply.private_data, b"server");
+    } else {
+        assert_eq!(request_data.len(), 56);
+    }
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn queue_pairs_connect_and_exchange_a_message_each_way() {
+    exchange_over_queue_pairs(at(vm_ip(), 7111), "rxe0");
+}
+
+/// The VM's siw0 address (tests/vm/run.sh --both, the suite's default); panics without it.
+fn siw_ip() -> IpAddr {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/siw0").exists(),
+        "siw0 is missing: run the VM with siw (tests/vm/run.sh --both, the suite's default)"
     );
+    let ip = std::env::var("RDMA_VM_SIW_IP")
+        .expect("RDMA_VM_SIW_IP is unset: run the VM with --both (tests/vm/run.sh)");
+    ip.parse().expect("RDMA_VM_SIW_IP is an IP address")
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn iwarp_queue_pairs_connect_and_exchange_a_message_each_way() {
+    exchange_over_queue_pairs(at(siw_ip(), 7112), "siw0");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -602,4 +632,30 @@ fn our_rdma_client_without_server_says_refused() {
         "{text}"
     );
     assert!(text.ends_with("rdma_client: end -1\n"), "{text}");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn iwarp_our_rdma_server_with_rdma_core_client() {
+    let ip = siw_ip().to_string();
+    let (so, co) = run_pair(
+        &ours("rdma_server", &["-p", "7485"]),
+        &rdma_core("rdma_client", &["-s", &ip, "-p", "7485"]),
+        7485,
+    );
+    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
+    assert!(co.ends_with("rdma_client: end 0\n"), "{co}");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn iwarp_rdma_core_server_with_our_rdma_client() {
+    let ip = siw_ip().to_string();
+    let (so, co) = run_pair(
+        &rdma_core("rdma_server", &["-p", "7486"]),
+        &ours("rdma_client", &["-s", &ip, "-p", "7486"]),
+        7486,
+    );
+    assert!(so.ends_with("rdma_server: end 0\n"), "{so}");
+    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
 }

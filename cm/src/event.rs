@@ -327,3 +327,112 @@ pub struct ChannelEvent {
     /// The event.
     pub event: CmEvent,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(event: u32, status: i32) -> EventResp {
+        let mut r = EventResp::zeroed();
+        r.uid = 7;
+        r.id = 3;
+        r.event = event;
+        r.status = status as u32;
+        r
+    }
+
+    fn no_id() -> CmId {
+        panic!("only CONNECT_REQUEST makes an id")
+    }
+
+    #[test]
+    fn parameters_round_trip_and_mask_the_qp_number() {
+        let p = ConnectionParameters {
+            qp_num: QpNumber(0x7f12_3456),
+            srq: true,
+            responder_resources: 4,
+            initiator_depth: 2,
+            flow_control: 1,
+            retry_count: 6,
+            rnr_retry_count: 5,
+            private_data: b"hello".to_vec(),
+        };
+        let raw = p.to_raw(true);
+        assert_eq!(raw.qp_num, 0x12_3456);
+        assert_eq!(raw.valid, 1);
+        assert_eq!(raw.private_data_len, 5);
+        assert_eq!(&raw.private_data[..5], b"hello");
+        let back = ConnectionParameters::from_raw(&raw);
+        assert_eq!(back.qp_num, QpNumber(0x12_3456));
+        assert_eq!(back.private_data, b"hello");
+        assert_eq!(
+            (back.srq, back.responder_resources, back.initiator_depth),
+            (true, 4, 2)
+        );
+        assert_eq!((back.retry_count, back.rnr_retry_count), (6, 5));
+        assert_eq!(p.to_raw(false).valid, 0);
+    }
+
+    #[test]
+    fn every_simple_event_decodes() {
+        let names = [
+            (0, "ADDR_RESOLVED"),
+            (1, "ADDR_ERROR"),
+            (2, "ROUTE_RESOLVED"),
+            (3, "ROUTE_ERROR"),
+            (5, "CONNECT_RESPONSE"),
+            (6, "CONNECT_ERROR"),
+            (7, "UNREACHABLE"),
+            (8, "REJECTED"),
+            (9, "ESTABLISHED"),
+            (10, "DISCONNECTED"),
+            (11, "DEVICE_REMOVAL"),
+            (12, "MULTICAST_JOIN"),
+            (13, "MULTICAST_ERROR"),
+            (14, "ADDR_CHANGE"),
+            (15, "TIMEWAIT_EXIT"),
+            (99, "unknown event"),
+        ];
+        for (n, name) in names {
+            assert_eq!(CmEvent::decode(&resp(n, 0), no_id).name(), name);
+        }
+    }
+
+    #[test]
+    fn statuses_and_reject_reasons() {
+        let ev = CmEvent::decode(&resp(1, -libc::ETIMEDOUT), no_id);
+        assert_eq!(ev.os_error().unwrap().raw_os_error(), Some(libc::ETIMEDOUT));
+        assert!(ev.to_string().starts_with("ADDR_ERROR ("), "{ev}");
+
+        let mut r = resp(8, 8);
+        let mut conn = ConnParam::zeroed();
+        conn.private_data[..4].copy_from_slice(b"nope");
+        conn.private_data_len = 148;
+        r.param = crate::sys::abi::EventParam { conn };
+        match CmEvent::decode(&r, no_id) {
+            CmEvent::Rejected {
+                reason,
+                private_data,
+            } => {
+                assert_eq!(reason, RejectReason::Ib(8));
+                assert!(reason.is_no_listener());
+                assert_eq!(private_data.len(), 148);
+                assert!(private_data.starts_with(b"nope"));
+            }
+            other => panic!("{other}"),
+        }
+        let iwarp = RejectReason::from_status(-libc::ECONNREFUSED);
+        assert!(iwarp.is_no_listener());
+        assert!(RejectReason::Ib(28).is_consumer());
+        assert_eq!(
+            RejectReason::Ib(28).to_string(),
+            "IB CM reject reason 28, consumer defined"
+        );
+        let ev = CmEvent::decode(&resp(8, 28), no_id);
+        assert_eq!(
+            ev.to_string(),
+            "REJECTED (IB CM reject reason 28, consumer defined)"
+        );
+        assert!(ev.os_error().is_none());
+    }
+}
