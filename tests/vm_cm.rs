@@ -236,6 +236,16 @@ fn serve_once(
         assert_eq!(request.id.local_addr().expect("query"), Some(addr));
         assert_eq!(request.id.device().expect("device").name, "rxe0");
         let got = request.param.private_data.clone();
+        // Give the connection a channel of its own (MIGRATE_ID), as a server with one event
+        // loop source per connection does; its events follow it there.
+        let own = EventChannel::open().expect("open rdma_cm");
+        let mut id = request.id;
+        id.migrate(&own).expect("MIGRATE_ID");
+        assert_eq!(channel.id_count(), 1, "only the listener stays");
+        let request = rdmasock::cm::ConnectRequest {
+            id,
+            param: request.param,
+        };
         if accept {
             let param = ConnectionParameters {
                 private_data: reply.to_vec(),
