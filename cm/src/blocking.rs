@@ -104,12 +104,12 @@ impl CmId {
         timeout: Duration,
     ) -> Result<()> {
         self.resolve_addr(src, dst, timeout)?;
-        match self.wait_for("ADDR_RESOLVED", timeout + KERNEL_SLACK)? {
+        match self.wait_for("ADDR_RESOLVED", timeout.saturating_add(KERNEL_SLACK))? {
             CmEvent::AddrResolved => {}
             other => return Err(self.event_error("ADDR_RESOLVED", other)),
         }
         self.resolve_route(timeout)?;
-        match self.wait_for("ROUTE_RESOLVED", timeout + KERNEL_SLACK)? {
+        match self.wait_for("ROUTE_RESOLVED", timeout.saturating_add(KERNEL_SLACK))? {
             CmEvent::RouteResolved => Ok(()),
             other => Err(self.event_error("ROUTE_RESOLVED", other)),
         }
