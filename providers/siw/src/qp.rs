@@ -123,16 +123,23 @@ impl SiwQp {
         })
     }
 
-    /// The state for posting sends. On iWARP the kernel's connection manager moves the QP to
-    /// RTS behind this handle's back, so a cached state before RTS is refreshed with
-    /// QUERY_QP (once: after that the cache says RTS).
-    fn send_state(&self) -> Result<QpState> {
+    /// The state as far as it can be known. siw's QUERY_QP does not report the state (it
+    /// always reads RESET), and on iWARP the kernel's connection manager moves the QP to RTS
+    /// behind this handle's back. So while the cached state is before RTS, the send doorbell
+    /// is rung as a probe: the kernel refuses it with ENOTCONN in every state but RTS and
+    /// ERROR, and it has no effect on an empty send array. Once accepted, the QP is connected.
+    fn refreshed_state(&self) -> Result<QpState> {
         let mut state = self.state.lock().expect("qp state lock");
         if matches!(
             *state,
             QpState::Reset | QpState::Init | QpState::ReadyToReceive
         ) {
-            *state = self.kernel.query(QpAttrMask::STATE)?.qp_state;
+            match self.kernel.doorbell() {
+                Ok(()) => *state = QpState::ReadyToSend,
+                Err(Error::Kernel { source, .. })
+                    if source.raw_os_error() == Some(libc::ENOTCONN) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(*state)
     }
@@ -199,11 +206,12 @@ impl QpOps for SiwQp {
         Ok(())
     }
 
+    /// QUERY_QP, with the state this provider knows (see `refreshed_state`): siw's answer
+    /// always says RESET.
     fn query(&self, mask: QpAttrMask) -> Result<QpAttributes> {
-        let a = self.kernel.query(mask)?;
-        if mask.contains(QpAttrMask::STATE) {
-            *self.state.lock().expect("qp state lock") = a.qp_state;
-        }
+        let mut a = self.kernel.query(mask)?;
+        a.qp_state = self.refreshed_state()?;
+        a.cur_qp_state = a.qp_state;
         Ok(a)
     }
 
@@ -212,7 +220,7 @@ impl QpOps for SiwQp {
             return Ok(());
         };
         let state = self
-            .send_state()
+            .refreshed_state()
             .map_err(|e| post_error(0, first.wr_id, e))?;
         if matches!(
             state,

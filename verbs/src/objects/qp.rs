@@ -82,7 +82,11 @@ impl QueuePair {
                         to.name()
                     )))
                 }
-                Some(required) => {
+                Some(mut required) => {
+                    if self.context.device().transport == crate::device::Transport::Iwarp {
+                        // iWARP has no partitions: its CM (INIT_QP_ATTR) gives no P_Key index.
+                        required -= QpAttrMask::PKEY_INDEX;
+                    }
                     let missing = required - mask;
                     if !missing.is_empty() {
                         return Err(Error::MissingAttributes {

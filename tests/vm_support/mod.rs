@@ -1,0 +1,226 @@
+//! Fixtures for VM tests that connect two RC queue pairs through the connection manager, in
+//! one process: a listener and a connector on one device's address. This is the only way to
+//! connect iWARP QPs (siw), whose RTR/RTS transitions the kernel's iWARP CM makes; it works
+//! the same on rxe.
+//!
+//! ```ignore
+//! #[path = "vm_support/mod.rs"]
+//! mod cm_support;
+//! let pair = cm_support::CmPair::connect(cm_support::device_ip("siw0"), &Default::default());
+//! // pair.active.qp and pair.passive.qp are in RTS, each with its own PD, CQ and MR.
+//! pair.disconnect();
+//! ```
+#![allow(dead_code)] // each test binary uses a different part
+
+use rdmasock::cm::{CmId, ConnectionParameters, EventChannel};
+use rdmasock::verbs::{
+    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    QpCapabilities, QpInitAttributes, QpState, QueuePair,
+};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+/// How long a connection-manager step may take under the emulated VM.
+pub const CM_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Asserts that RDMA device `name` exists (loudly: these tests need the VM) and returns the
+/// IPv4 address rdma_cm reaches it by: `RDMA_VM_SIW_IP` for siw0, `RDMA_VM_RXE_IP` (or
+/// `RDMA_VM_IP`) for rxe0.
+pub fn device_ip(name: &str) -> IpAddr {
+    let sysfs = format!("/sys/class/infiniband/{name}");
+    assert!(
+        std::path::Path::new(&sysfs).is_dir(),
+        "{sysfs} does not exist: these tests need the VM's {name} (run tests/vm/run.sh, which \
+         boots with rxe0 and siw0; by hand: `run-in-vm.sh --both '<test binary> --ignored'`)"
+    );
+    let vars: &[&str] = match name {
+        "siw0" => &["RDMA_VM_SIW_IP"],
+        _ => &["RDMA_VM_RXE_IP", "RDMA_VM_IP"],
+    };
+    let value = vars
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is unset: these tests run in the VM (tests/vm/run.sh)",
+                vars[0]
+            )
+        });
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{}={value:?} is not an IP address: {e}", vars[0]))
+}
+
+/// How each side of a [`CmPair`] is built.
+#[derive(Clone, Debug)]
+pub struct SideOptions {
+    /// Queue sizes.
+    pub caps: QpCapabilities,
+    /// Every send completes.
+    pub sq_sig_all: bool,
+    /// The CQ reports to a completion channel.
+    pub with_channel: bool,
+    /// Bytes of each side's memory region (registered with every access right).
+    pub mr_len: usize,
+    /// The connection's RDMA READ depths (responder resources and initiator depth).
+    pub read_depth: u8,
+}
+
+impl Default for SideOptions {
+    fn default() -> Self {
+        SideOptions {
+            caps: QpCapabilities {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+            with_channel: false,
+            mr_len: 65536,
+            read_depth: 4,
+        }
+    }
+}
+
+/// One end: its own context on the cm id's device, PD, CQ (send and receive), QP and MR.
+#[allow(missing_docs)]
+pub struct Side {
+    pub context: Context,
+    pub pd: ProtectionDomain,
+    pub channel: Option<CompletionChannel>,
+    pub cq: CompletionQueue,
+    pub qp: QueuePair,
+    pub mr: MemoryRegion,
+}
+
+impl Side {
+    /// Builds the objects on `id`'s device and moves the QP to INIT with the CM's attributes.
+    pub fn new(id: &CmId, options: &SideOptions) -> Side {
+        let device = id.device().expect("the cm id's device");
+        let context = rdmasock::open_device(Some(&device.name))
+            .unwrap_or_else(|e| panic!("opening {}: {e}", device.name));
+        let pd = context.alloc_pd().expect("ALLOC_PD");
+        let channel = options
+            .with_channel
+            .then(|| context.create_comp_channel().expect("CREATE_COMP_CHANNEL"));
+        let cq = context.create_cq(256, channel.as_ref()).expect("CREATE_CQ");
+        let init = QpInitAttributes {
+            caps: options.caps,
+            sq_sig_all: options.sq_sig_all,
+        };
+        let qp = pd.create_qp(&init, &cq, &cq).expect("CREATE_QP");
+        id.init_qp(&qp).expect("RESET -> INIT with INIT_QP_ATTR");
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let mr = pd.register(options.mr_len, access).expect("REG_MR");
+        Side {
+            context,
+            pd,
+            channel,
+            cq,
+            qp,
+            mr,
+        }
+    }
+}
+
+/// Two QPs connected to each other through rdma_cm on one device.
+pub struct CmPair {
+    /// The connecting side.
+    pub active: Side,
+    /// The accepting side.
+    pub passive: Side,
+    /// The connecting side's cm id.
+    pub active_id: CmId,
+    /// The accepted request's cm id.
+    pub passive_id: CmId,
+    /// The listener (kept so the passive id's lifetime never depends on it going).
+    pub listener: CmId,
+}
+
+impl CmPair {
+    /// Listens on an ephemeral port of `ip`, connects to it, and returns both sides once
+    /// each has seen ESTABLISHED. Post receives before the peer sends: iWARP has no RNR
+    /// retry, a SEND that finds no receive breaks the connection.
+    pub fn connect(ip: IpAddr, options: &SideOptions) -> CmPair {
+        let (addr_tx, addr_rx) = mpsc::channel::<SocketAddr>();
+        let passive_options = options.clone();
+        let param = ConnectionParameters {
+            responder_resources: options.read_depth,
+            initiator_depth: options.read_depth,
+            ..Default::default()
+        };
+        let passive_param = param.clone();
+        let server = thread::spawn(move || {
+            let channel = EventChannel::open().expect("opening /dev/infiniband/rdma_cm");
+            let listener = CmId::new(&channel).expect("CREATE_ID for the listener");
+            listener
+                .bind(SocketAddr::new(ip, 0))
+                .expect("binding the listener");
+            listener.listen(4).expect("LISTEN");
+            let addr = listener
+                .local_addr()
+                .expect("the listener's address")
+                .expect("a bound listener has an address");
+            addr_tx.send(addr).expect("the connector is waiting");
+            let request = listener.get_request(CM_TIMEOUT).expect("CONNECT_REQUEST");
+            let side = Side::new(&request.id, &passive_options);
+            request
+                .id
+                .accept_blocking(Some(&side.qp), &passive_param, CM_TIMEOUT)
+                .expect("ACCEPT -> ESTABLISHED");
+            (side, request.id, listener)
+        });
+        let addr = addr_rx
+            .recv()
+            .expect("the listener thread reports its address");
+        let channel = EventChannel::open().expect("opening /dev/infiniband/rdma_cm");
+        let id = CmId::new(&channel).expect("CREATE_ID");
+        id.resolve(None, addr, CM_TIMEOUT)
+            .expect("resolving the listener's address and route");
+        let active = Side::new(&id, options);
+        id.connect_blocking(Some(&active.qp), &param, CM_TIMEOUT)
+            .expect("CONNECT -> ESTABLISHED");
+        let (passive, passive_id, listener) = server.join().expect("the listener thread");
+        assert_eq!(active.qp.state(), QpState::ReadyToSend);
+        assert_eq!(passive.qp.state(), QpState::ReadyToSend);
+        CmPair {
+            active,
+            passive,
+            active_id: id,
+            passive_id,
+            listener,
+        }
+    }
+
+    /// Disconnects both sides (each waits for DISCONNECTED) and returns their objects.
+    pub fn disconnect(self) -> (Side, Side) {
+        let CmPair {
+            active,
+            passive,
+            active_id,
+            passive_id,
+            listener,
+        } = self;
+        let server = thread::spawn(move || {
+            passive_id
+                .wait_disconnected(Some(&passive.qp), CM_TIMEOUT)
+                .expect("DISCONNECTED on the passive side");
+            drop(passive_id);
+            drop(listener);
+            passive
+        });
+        active_id
+            .disconnect_blocking(Some(&active.qp), CM_TIMEOUT)
+            .expect("DISCONNECT -> DISCONNECTED on the active side");
+        drop(active_id);
+        let passive = server.join().expect("the passive side's thread");
+        (active, passive)
+    }
+}
