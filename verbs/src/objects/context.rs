@@ -170,7 +170,8 @@ impl ProtectionDomain {
 
 /// Turns ENOMEM from a registration into the memlock explanation when the limit is the cause.
 fn memlock_error(e: Error, requested: usize) -> Error {
-    let enomem = matches!(&e, Error::Kernel { source, .. } if source.raw_os_error() == Some(libc::ENOMEM));
+    let enomem =
+        matches!(&e, Error::Kernel { source, .. } if source.raw_os_error() == Some(libc::ENOMEM));
     if !enomem {
         return e;
     }
@@ -237,6 +238,35 @@ impl AsyncEventKind {
             WqFatal,
         ];
         ALL.get(v as usize).copied().unwrap_or(Unknown(v))
+    }
+
+    /// The text rdma-core's `ibv_event_type_str` gives for this event ("unknown" for an
+    /// event number it does not know).
+    pub fn text(self) -> &'static str {
+        use AsyncEventKind::*;
+        match self {
+            CqError => "CQ error",
+            QpFatal => "local work queue catastrophic error",
+            QpRequestError => "invalid request local work queue error",
+            QpAccessError => "local access violation work queue error",
+            CommunicationEstablished => "communication established",
+            SendQueueDrained => "send queue drained",
+            PathMigrated => "path migrated",
+            PathMigrationError => "path migration request error",
+            DeviceFatal => "local catastrophic error",
+            PortActive => "port active",
+            PortError => "port error",
+            LidChange => "LID change",
+            PkeyChange => "P_Key change",
+            SmChange => "SM change",
+            SrqError => "SRQ catastrophic error",
+            SrqLimitReached => "SRQ limit reached",
+            QpLastWqeReached => "last WQE reached",
+            ClientReregister => "client reregistration",
+            GidChange => "GID table change",
+            WqFatal => "WQ fatal",
+            Unknown(_) => "unknown",
+        }
     }
 }
 
