@@ -13,5 +13,7 @@ mod registry;
 pub mod socket;
 pub mod stream;
 
-pub use registry::{default_registry, open_device};
+pub use registry::{
+    default_registry, open_device, registry_for, ProviderChoice, ProviderKind, PROVIDER_ENV,
+};
 pub use socket::{RdmaListener, RdmaSocket, SocketOptions};

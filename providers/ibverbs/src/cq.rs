@@ -1,0 +1,220 @@
+//! Completion channels and queues through libibverbs. Every event taken from a channel is
+//! counted for its CQ, and whatever the user did not acknowledge is acknowledged when the
+//! CQ goes (`ibv_destroy_cq` would otherwise wait forever).
+#![forbid(unsafe_code)]
+
+use crate::context::BridgeContext;
+use crate::convert::work_completion;
+use crate::sys::abi::IbvWc;
+use crate::sys::{RawChannel, RawCq};
+use rdmasock_verbs::provider::{ChannelOps, CqOps};
+use rdmasock_verbs::{Error, Result, WorkCompletion};
+use std::any::Any;
+use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Events taken from the channel for one CQ, and how many were acknowledged.
+#[derive(Debug, Default)]
+struct EventCount {
+    taken: AtomicU32,
+    acked: AtomicU32,
+}
+
+/// A completion channel.
+#[derive(Debug)]
+pub struct BridgeChannel {
+    raw: Arc<RawChannel>,
+    context: BridgeContext,
+    counts: Mutex<HashMap<u64, Arc<EventCount>>>,
+}
+
+impl BridgeChannel {
+    /// `ibv_create_comp_channel`.
+    pub(crate) fn create(context: &BridgeContext) -> Result<BridgeChannel> {
+        let raw = RawChannel::create(context.raw())
+            .map_err(|e| context.error("ibv_create_comp_channel", e))?;
+        Ok(BridgeChannel {
+            raw: Arc::new(raw),
+            context: context.clone(),
+            counts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn register(&self, cookie: u64) -> Arc<EventCount> {
+        let count = Arc::new(EventCount::default());
+        self.counts
+            .lock()
+            .expect("channel lock")
+            .insert(cookie, count.clone());
+        count
+    }
+
+    fn unregister(&self, cookie: u64) {
+        self.counts.lock().expect("channel lock").remove(&cookie);
+    }
+}
+
+impl ChannelOps for BridgeChannel {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.raw.fd()
+    }
+
+    fn get_event(&self) -> Result<Option<u64>> {
+        let cookie = self.raw.get_event().map_err(|e| {
+            Error::io(
+                format!(
+                    "reading a completion channel of {} through libibverbs",
+                    self.context.name()
+                ),
+                e,
+            )
+        })?;
+        if let Some(cookie) = cookie {
+            if let Some(count) = self.counts.lock().expect("channel lock").get(&cookie) {
+                count.taken.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        Ok(cookie)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct BridgeCq {
+    raw: Arc<RawCq>,
+    context: BridgeContext,
+    cookie: u64,
+    events: Arc<EventCount>,
+    channel: Option<Arc<dyn ChannelOps>>,
+}
+
+impl BridgeCq {
+    /// `ibv_create_cq` reporting to `channel` (one of this provider's), if any.
+    pub(crate) fn create(
+        context: &BridgeContext,
+        depth: u32,
+        channel: Option<Arc<dyn ChannelOps>>,
+        comp_vector: u32,
+    ) -> Result<BridgeCq> {
+        let bridge_channel = match &channel {
+            None => None,
+            Some(c) => Some(c.as_any().downcast_ref::<BridgeChannel>().ok_or_else(|| {
+                Error::InvalidArgument(
+                    "the completion channel belongs to another provider than the rdma-core bridge"
+                        .into(),
+                )
+            })?),
+        };
+        let cookie = context.next_cookie();
+        let raw = RawCq::create(
+            context.raw(),
+            depth,
+            cookie,
+            bridge_channel.map(|c| c.raw.clone()),
+            comp_vector,
+        )
+        .map_err(|e| context.error("ibv_create_cq", e))?;
+        let events = match bridge_channel {
+            Some(c) => c.register(cookie),
+            None => Arc::new(EventCount::default()),
+        };
+        Ok(BridgeCq {
+            raw: Arc::new(raw),
+            context: context.clone(),
+            cookie,
+            events,
+            channel,
+        })
+    }
+
+    pub(crate) fn raw(&self) -> &Arc<RawCq> {
+        &self.raw
+    }
+}
+
+impl Drop for BridgeCq {
+    fn drop(&mut self) {
+        if let Some(c) = &self.channel {
+            if let Some(c) = c.as_any().downcast_ref::<BridgeChannel>() {
+                c.unregister(self.cookie);
+            }
+        }
+        let taken = self.events.taken.load(Ordering::Acquire);
+        let acked = self.events.acked.load(Ordering::Acquire);
+        self.raw.ack_events(taken.saturating_sub(acked));
+    }
+}
+
+/// Completions moved per `ibv_poll_cq` call.
+const POLL_BATCH: usize = 16;
+
+impl CqOps for BridgeCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let mut buf = [IbvWc::default(); POLL_BATCH];
+        let mut total = 0;
+        while total < out.len() {
+            let want = (out.len() - total).min(POLL_BATCH);
+            let n = self
+                .raw
+                .poll(&mut buf[..want])
+                .map_err(|e| self.context.error("ibv_poll_cq", e))?;
+            for (slot, wc) in out[total..].iter_mut().zip(&buf[..n]) {
+                *slot = work_completion(wc);
+            }
+            total += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.raw
+            .req_notify(solicited_only)
+            .map_err(|e| self.context.error("ibv_req_notify_cq", e))
+    }
+
+    fn ack_events(&self, n: u32) {
+        // Never acknowledge more than was taken: ibv_destroy_cq waits for the counts to
+        // match exactly.
+        let taken = self.events.taken.load(Ordering::Acquire);
+        let mut acked = self.events.acked.load(Ordering::Acquire);
+        loop {
+            let k = n.min(taken.saturating_sub(acked));
+            if k == 0 {
+                return;
+            }
+            match self.events.acked.compare_exchange(
+                acked,
+                acked + k,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.raw.ack_events(k);
+                    return;
+                }
+                Err(now) => acked = now,
+            }
+        }
+    }
+
+    fn depth(&self) -> u32 {
+        self.raw.cqe()
+    }
+
+    fn cookie(&self) -> u64 {
+        self.cookie
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
