@@ -22,15 +22,7 @@ impl CmId {
         state: QpState,
         tweak: impl FnOnce(&mut QpAttributes, QpAttrMask),
     ) -> Result<()> {
-        let (mut attr, mut mask) = self.init_qp_attr(state)?;
-        if state == QpState::Init && is_iwarp(qp) && !mask.contains(QpAttrMask::PKEY_INDEX) {
-            // iWARP has no partitions, so the kernel's answer for INIT lacks the P_Key index
-            // that the verbs layer's RC state check requires for RESET -> INIT. Index 0 is
-            // what librdmacm's (zeroed) ibv_qp_attr carries; siw ignores it, and the kernel
-            // runs P_Key security checks on InfiniBand ports only.
-            mask |= QpAttrMask::PKEY_INDEX;
-            attr.pkey_index = 0;
-        }
+        let (mut attr, mask) = self.init_qp_attr(state)?;
         tweak(&mut attr, mask);
         qp.modify(&attr, mask)?;
         Ok(())
