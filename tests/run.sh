@@ -29,6 +29,9 @@ started=$SECONDS
 if [ $run_host = 1 ]; then
   echo "=== host suite: cargo test --workspace --no-fail-fast ${flags[*]}"
   if cargo test --workspace --no-fail-fast "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
+  # host tests that need a tool .ci/run installs (tshark): run, never skipped
+  echo "=== host suite: tests that need tshark"
+  if ! cargo test -p rdmasock-uiwarp --test tshark "${flags[@]}" -- --ignored; then host_status=FAILED; fi
 fi
 host_seconds=$((SECONDS - started))
 
