@@ -11,11 +11,18 @@
 //!   the verbs semantics (memory regions reached through a [`core::MemoryTable`], send and
 //!   receive queues, IRD/ORD, QP states, flush on error).
 //!
-//! The I/O driver (TCP sockets, a progress thread) that owns connections comes on top.
+//! * [`driver`]: the I/O driver: nonblocking TCP sockets and a progress thread per process,
+//!   connection setup ([`connect`], [`UiwarpListener`]), and an optional pcap capture.
+//! * [`provider`]: the verbs provider ([`UiwarpProvider`]) for the userspace device `uiwarp0`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod core;
+pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod provider;
 pub mod wire;
+
+pub use driver::{connect, disconnect, Notice, Rejected, UiwarpListener, UiwarpRequest};
+pub use provider::{device_info, UiwarpProvider, DEVICE_NAME, DRIVER_NAME};

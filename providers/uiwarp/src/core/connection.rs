@@ -145,6 +145,32 @@ impl Connection {
         matches!(self.phase, Phase::Error) && self.control.is_empty()
     }
 
+    /// Binds the connection to a queue pair: the QP number put in completions and the queue
+    /// depths enforced at post time. A responder's connection exists before the application
+    /// creates the QP it accepts on, so the driver sets these when it accepts.
+    pub fn set_queue_pair(
+        &mut self,
+        qp_number: rdmasock_verbs::QpNumber,
+        max_send_requests: usize,
+        max_recv_requests: usize,
+    ) {
+        self.config.qp_number = qp_number;
+        self.config.max_send_requests = max_send_requests;
+        self.config.max_recv_requests = max_recv_requests;
+    }
+
+    /// How many posted send requests have not yet been handed over whole to
+    /// [`Connection::poll_transmit`]'s output: their gather memory may still be read. Requests
+    /// are consumed in posting order.
+    pub fn unsent_send_requests(&self) -> usize {
+        self.sq_pending.len()
+            + usize::from(
+                self.tx_current
+                    .as_ref()
+                    .is_some_and(|m| m.send_seq().is_some()),
+            )
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

@@ -1,0 +1,558 @@
+//! Connection setup, the userspace stand-in for rdma_cm: a listener on a TCP port, connect,
+//! accept/reject with private data in the MPA frames, and disconnect. A queue pair reaches
+//! RTS by itself when the MPA exchange (and in peer-to-peer mode the RTR) completes.
+
+use super::endpoint::{Endpoint, NoMemory, Outcome, Pending};
+use super::link::Link;
+use super::{engine, Engine, Target};
+use crate::core::{Config, ConnectRequest, Connection, CoreError};
+use crate::provider::qp::UiwarpQp;
+use mio::{Interest, Token};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use rdmasock_verbs::{QpState, QueuePair};
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RW: Interest = Interest::READABLE.add(Interest::WRITABLE);
+
+/// The responder refused the connection (an MPA reply with the reject bit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Who rejected it.
+    pub peer: SocketAddr,
+    /// The responder's private data (often a reason in text).
+    pub private_data: Vec<u8>,
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} rejected the iWARP connection (MPA reject)",
+            self.peer
+        )
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+fn core_error(e: CoreError) -> io::Error {
+    let kind = match e {
+        CoreError::PrivateDataTooLong { .. } => io::ErrorKind::InvalidInput,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e)
+}
+
+/// The driver's side of a uiwarp QP: its connection notices and addresses.
+pub fn endpoint(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
+    endpoint_of(qp)
+}
+
+fn endpoint_of(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
+    qp.ops()
+        .as_any()
+        .downcast_ref::<UiwarpQp>()
+        .map(|q| q.endpoint().clone())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "QP {} is on {} (provider {}), not on the userspace iWARP device uiwarp0",
+                    qp.qp_num(),
+                    qp.context().device().name,
+                    qp.context().provider_name()
+                ),
+            )
+        })
+}
+
+/// Whether MPA CRC is requested: on unless `RDMASOCK_UIWARP_CRC=0`.
+fn crc_wanted() -> bool {
+    std::env::var("RDMASOCK_UIWARP_CRC").map_or(true, |v| v != "0")
+}
+
+fn config_for(socket: &std::net::TcpStream) -> Config {
+    let mss = socket2::SockRef::from(socket).mss().unwrap_or(1460) as usize;
+    Config {
+        mulpdu: Config::mulpdu_for_mss(mss),
+        crc: crc_wanted(),
+        ..Config::default()
+    }
+}
+
+/// Waits until the endpoint's setup has an outcome, or `deadline`.
+fn wait_outcome(endpoint: &Endpoint, deadline: Option<Instant>) -> Outcome {
+    let mut st = endpoint.lock();
+    loop {
+        if !matches!(st.outcome, Outcome::Connecting) {
+            return st.outcome.clone();
+        }
+        match deadline {
+            None => st = endpoint.changed.wait(st).expect("uiwarp endpoint lock"),
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Outcome::Connecting;
+                }
+                st = endpoint
+                    .changed
+                    .wait_timeout(st, d - now)
+                    .expect("uiwarp endpoint lock")
+                    .0;
+            }
+        }
+    }
+}
+
+fn deadline_of(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+/// Connects `qp` (on uiwarp0, in INIT or RESET) to the iWARP listener at `dst`: TCP connect,
+/// MPA request with `private_data`, reply, RTR. Returns the peer's private data once `qp` is
+/// in RTS. Receives posted before are kept.
+pub fn connect(
+    qp: &QueuePair,
+    dst: SocketAddr,
+    private_data: &[u8],
+    timeout: Duration,
+) -> io::Result<Vec<u8>> {
+    let endpoint = endpoint_of(qp)?;
+    let engine = engine()?;
+    let deadline = deadline_of(timeout);
+    {
+        let st = endpoint.lock();
+        if st.link.is_some() || st.qp_state == QpState::Error {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "QP {} is already connected or in error: use a new QP",
+                    endpoint.qpn
+                ),
+            ));
+        }
+    }
+    let stream = std::net::TcpStream::connect_timeout(&dst, timeout).map_err(|e| {
+        let hint = if e.kind() == io::ErrorKind::ConnectionRefused {
+            ": nothing listens on that TCP port (start the server first)"
+        } else {
+            ""
+        };
+        io::Error::new(e.kind(), format!("TCP connect to {dst} failed: {e}{hint}"))
+    })?;
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(true)?;
+    let mut config = config_for(&stream);
+    config.qp_number = endpoint.qpn;
+    config.max_send_requests = endpoint.caps.max_send_wr as usize;
+    config.max_recv_requests = endpoint.caps.max_recv_wr as usize;
+    let mut conn =
+        Connection::initiator(config, private_data, Instant::now()).map_err(core_error)?;
+    let mut st = endpoint.lock();
+    for r in st.early_recvs.drain(..) {
+        conn.post_recv(r).map_err(core_error)?;
+    }
+    let token = engine.add(Target::Endpoint(endpoint.clone()));
+    let mut link = Link::new(conn, mio::net::TcpStream::from_std(stream), token);
+    engine.register(link.socket_mut(), token, RW)?;
+    st.local = link.local;
+    st.peer = link.peer;
+    st.link = Some(link);
+    st.outcome = Outcome::Connecting;
+    endpoint.drive(&mut st, &engine);
+    drop(st);
+    match wait_outcome(&endpoint, deadline) {
+        Outcome::Established(pd) => {
+            qp.assume_state(QpState::ReadyToSend);
+            Ok(pd)
+        }
+        Outcome::Rejected(pd) => {
+            close_endpoint(&endpoint, &engine);
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                Rejected {
+                    peer: dst,
+                    private_data: pd,
+                },
+            ))
+        }
+        Outcome::Failed(why) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("iWARP connection to {dst} failed: {why}"),
+        )),
+        Outcome::Connecting | Outcome::Idle => {
+            close_endpoint(&endpoint, &engine);
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("iWARP connection to {dst}: no MPA reply within {timeout:?}"),
+            ))
+        }
+    }
+}
+
+/// Disconnects `qp`: its outstanding requests are flushed, what was already handed to TCP is
+/// delivered, then TCP is closed (the peer sees a disconnect). The QP is in ERR afterwards.
+pub fn disconnect(qp: &QueuePair) -> io::Result<()> {
+    let endpoint = endpoint_of(qp)?;
+    let engine = engine()?;
+    close_endpoint(&endpoint, &engine);
+    qp.assume_state(QpState::Error);
+    Ok(())
+}
+
+/// Closes an endpoint's connection (idempotent).
+pub(crate) fn close_endpoint(endpoint: &Endpoint, engine: &Engine) {
+    let mut st = endpoint.lock();
+    if let Some(link) = st.link.as_mut() {
+        link.conn.close();
+    }
+    st.qp_state = QpState::Error;
+    endpoint.flush(&mut st, engine);
+}
+
+/// A listening TCP socket whose connections speak MPA.
+#[derive(Debug)]
+pub(crate) struct ListenerShared {
+    socket: Mutex<mio::net::TcpListener>,
+    token: Mutex<Option<Token>>,
+    requests: Mutex<VecDeque<UiwarpRequest>>,
+    fd: EventFd,
+    local: SocketAddr,
+    backlog: usize,
+}
+
+impl ListenerShared {
+    /// Accepts every waiting TCP connection; each waits for its MPA request.
+    pub(crate) fn accept_all(self: &Arc<Self>, engine: &Engine) {
+        loop {
+            let accepted = self.socket.lock().expect("uiwarp listener lock").accept();
+            let (stream, _) = match accepted {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if self.requests.lock().expect("uiwarp requests").len() >= self.backlog {
+                continue;
+            }
+            let std_stream: std::net::TcpStream = stream.into();
+            let _ = std_stream.set_nodelay(true);
+            let config = config_for(&std_stream);
+            let conn = Connection::responder(config, Instant::now());
+            let pending = Arc::new(Pending {
+                link: Mutex::new(None),
+                listener: Arc::downgrade(self),
+            });
+            let token = engine.add(Target::Pending(pending.clone()));
+            let mut link = Link::new(conn, mio::net::TcpStream::from_std(std_stream), token);
+            if engine.register(link.socket_mut(), token, RW).is_err() {
+                engine.remove(token);
+                continue;
+            }
+            engine.set_timer(token, link.next_timer());
+            *pending.link.lock().expect("uiwarp pending lock") = Some(link);
+            pending.progress(engine);
+        }
+    }
+
+    /// Queues a request for the application.
+    pub(crate) fn offer(
+        &self,
+        pending: Arc<Pending>,
+        request: ConnectRequest,
+        local: Option<SocketAddr>,
+        peer: Option<SocketAddr>,
+    ) {
+        let mut q = self.requests.lock().expect("uiwarp requests");
+        if q.is_empty() {
+            let _ = self.fd.write(1);
+        }
+        q.push_back(UiwarpRequest {
+            pending: Some(pending),
+            request,
+            local,
+            peer,
+        });
+    }
+}
+
+/// Listens on a TCP port for iWARP connections (rdma_listen's userspace twin).
+#[derive(Debug)]
+pub struct UiwarpListener {
+    shared: Arc<ListenerShared>,
+}
+
+impl UiwarpListener {
+    /// Binds to `addr` (port 0 picks one) and listens with `backlog` (0: 128).
+    pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<UiwarpListener> {
+        let engine = engine()?;
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        socket
+            .bind(&addr.into())
+            .map_err(|e| io::Error::new(e.kind(), format!("binding {addr} for uiwarp: {e}")))?;
+        let backlog = if backlog == 0 { 128 } else { backlog };
+        socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+        socket.set_nonblocking(true)?;
+        let std_listener: std::net::TcpListener = socket.into();
+        let local = std_listener.local_addr()?;
+        let listener = mio::net::TcpListener::from_std(std_listener);
+        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+        let shared = Arc::new(ListenerShared {
+            socket: Mutex::new(listener),
+            token: Mutex::new(None),
+            requests: Mutex::new(VecDeque::new()),
+            fd,
+            local,
+            backlog: backlog as usize,
+        });
+        let token = engine.add(Target::Listener(shared.clone()));
+        let registered = engine.register(
+            &mut *shared.socket.lock().expect("uiwarp listener lock"),
+            token,
+            Interest::READABLE,
+        );
+        if let Err(e) = registered {
+            engine.remove(token);
+            return Err(e);
+        }
+        *shared.token.lock().expect("uiwarp listener lock") = Some(token);
+        shared.accept_all(&engine);
+        Ok(UiwarpListener { shared })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// The next connection request, without blocking.
+    pub fn try_request(&self) -> Option<UiwarpRequest> {
+        let mut q = self.shared.requests.lock().expect("uiwarp requests");
+        let r = q.pop_front();
+        if r.is_some() && q.is_empty() {
+            let _ = self.shared.fd.read();
+        }
+        r
+    }
+
+    /// Waits up to `timeout` (`None`: forever) for a connection request.
+    pub fn get_request(&self, timeout: Option<Duration>) -> io::Result<UiwarpRequest> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if let Some(r) = self.try_request() {
+                return Ok(r);
+            }
+            let wait = match deadline {
+                None => PollTimeout::NONE,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "no iWARP connection request on {} in time",
+                                self.shared.local
+                            ),
+                        ));
+                    }
+                    PollTimeout::try_from(left.as_millis().clamp(1, i32::MAX as u128) as i32)
+                        .unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let mut fds = [PollFd::new(self.shared.fd.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, wait) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io::Error::from(e)),
+            }
+        }
+    }
+}
+
+impl AsFd for UiwarpListener {
+    /// Readable while a connection request waits.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.fd.as_fd()
+    }
+}
+
+impl Drop for UiwarpListener {
+    fn drop(&mut self) {
+        if let Ok(engine) = engine() {
+            engine.deregister(&mut *self.shared.socket.lock().expect("uiwarp listener lock"));
+            if let Some(t) = self
+                .shared
+                .token
+                .lock()
+                .expect("uiwarp listener lock")
+                .take()
+            {
+                engine.remove(t);
+            }
+        }
+        self.shared
+            .requests
+            .lock()
+            .expect("uiwarp requests")
+            .clear();
+    }
+}
+
+/// A connection request: the initiator's MPA request, waiting for accept or reject. Dropped
+/// unanswered, it is rejected.
+#[derive(Debug)]
+pub struct UiwarpRequest {
+    pending: Option<Arc<Pending>>,
+    request: ConnectRequest,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+}
+
+impl UiwarpRequest {
+    /// The initiator's private data.
+    pub fn private_data(&self) -> &[u8] {
+        &self.request.private_data
+    }
+
+    /// The initiator's IRD and ORD, if it sent them.
+    pub fn ird_ord(&self) -> (Option<u16>, Option<u16>) {
+        (self.request.ird, self.request.ord)
+    }
+
+    /// Our address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    /// The initiator's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Accepts on `qp` (on uiwarp0, in RESET or INIT; receives posted before are kept),
+    /// replying with `private_data`; returns once `qp` is in RTS (peer-to-peer mode: the
+    /// initiator's RTR arrived) or fails after `timeout`.
+    pub fn accept(
+        mut self,
+        qp: &QueuePair,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> io::Result<()> {
+        let endpoint = endpoint_of(qp)?;
+        let engine = engine()?;
+        let deadline = deadline_of(timeout);
+        let pending = self.pending.take().expect("a request is answered once");
+        let gone = || {
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the initiator went away before the accept (TCP closed or the request timed out)",
+            )
+        };
+        let mut link = pending
+            .link
+            .lock()
+            .expect("uiwarp pending lock")
+            .take()
+            .ok_or_else(gone)?;
+        let mut st = endpoint.lock();
+        if st.link.is_some() || st.qp_state == QpState::Error {
+            drop(st);
+            *pending.link.lock().expect("uiwarp pending lock") = Some(link);
+            pending.abandon(&engine);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "QP {} is already connected or in error: use a new QP",
+                    endpoint.qpn
+                ),
+            ));
+        }
+        link.conn.set_queue_pair(
+            endpoint.qpn,
+            endpoint.caps.max_send_wr as usize,
+            endpoint.caps.max_recv_wr as usize,
+        );
+        for r in st.early_recvs.drain(..) {
+            link.conn.post_recv(r).map_err(core_error)?;
+        }
+        link.conn
+            .accept(private_data, Instant::now())
+            .map_err(core_error)?;
+        engine.replace(link.token, Target::Endpoint(endpoint.clone()));
+        st.local = link.local;
+        st.peer = link.peer;
+        st.outcome = Outcome::Connecting;
+        {
+            let regions = endpoint.regions.read().expect("uiwarp regions lock");
+            let memory = crate::provider::memory::QpMemory {
+                regions: &regions,
+                inline: &st.inline,
+            };
+            // Bytes that arrived while the application decided.
+            link.conn.handle_input(&[], &memory);
+        }
+        st.link = Some(link);
+        endpoint.drive(&mut st, &engine);
+        drop(st);
+        match wait_outcome(&endpoint, deadline) {
+            Outcome::Established(_) => {
+                qp.assume_state(QpState::ReadyToSend);
+                Ok(())
+            }
+            Outcome::Failed(why) => Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("accepting the iWARP connection failed: {why}"),
+            )),
+            _ => {
+                close_endpoint(&endpoint, &engine);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("accepted iWARP connection: no ready-to-receive from the initiator within {timeout:?}"),
+                ))
+            }
+        }
+    }
+
+    /// Rejects the request with `private_data` (a short reason).
+    pub fn reject(mut self, private_data: &[u8]) -> io::Result<()> {
+        let engine = engine()?;
+        let pending = self.pending.take().expect("a request is answered once");
+        reject_pending(&pending, private_data, &engine)
+    }
+}
+
+fn reject_pending(pending: &Pending, private_data: &[u8], engine: &Engine) -> io::Result<()> {
+    let mut guard = pending.link.lock().expect("uiwarp pending lock");
+    let Some(link) = guard.as_mut() else {
+        return Ok(());
+    };
+    link.conn.reject(private_data).map_err(core_error)?;
+    link.flush(&NoMemory);
+    if link.finished(Instant::now()) {
+        let link = guard.take().expect("link exists");
+        link.close(engine);
+    } else {
+        engine.set_timer(link.token, link.next_timer());
+    }
+    Ok(())
+}
+
+impl Drop for UiwarpRequest {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            if let Ok(engine) = engine() {
+                let _ = reject_pending(&p, &[], &engine);
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! A queue pair's side of the driver ([`Endpoint`]: its connection, its posted work before a
+//! connection exists, what the connection manager waits for), and an accepted TCP connection
+//! that no queue pair owns yet ([`Pending`]).
+
+use super::cm::ListenerShared;
+use super::link::Link;
+use super::Engine;
+use crate::core::{
+    CloseReason, ConnectRequest, Event, MemoryTable, Negotiated, RecvWork, RegionView, WorkQueue,
+};
+use crate::provider::cq::uiwarp_cq;
+use crate::provider::memory::{InlinePool, QpMemory, RegionSet};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use rdmasock_verbs::provider::CqOps;
+use rdmasock_verbs::{LocalKey, QpCapabilities, QpNumber, QpState, RemoteKey};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
+use std::time::Instant;
+
+/// What a connected endpoint reports to its connection manager user.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// The connection is over: the peer closed it, reset it, or a TERMINATE ended it.
+    Disconnected,
+}
+
+/// Where connection setup stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// No connection was asked for.
+    Idle,
+    /// The MPA exchange runs.
+    Connecting,
+    /// Established; the peer's private data.
+    Established(Vec<u8>),
+    /// The responder rejected us; its private data.
+    Rejected(Vec<u8>),
+    /// Setup failed, in words.
+    Failed(String),
+}
+
+/// The mutable part of an [`Endpoint`].
+#[derive(Debug)]
+pub(crate) struct EndpointState {
+    /// The QP state while no connection exists (RESET, INIT, ERR).
+    pub(crate) qp_state: QpState,
+    pub(crate) link: Option<Link>,
+    /// Receives posted before the connection exists.
+    pub(crate) early_recvs: VecDeque<RecvWork>,
+    pub(crate) inline: InlinePool,
+    /// Send requests handed to the core so far.
+    pub(crate) posted_sends: u64,
+    pub(crate) outcome: Outcome,
+    pub(crate) negotiated: Option<Negotiated>,
+    pub(crate) notices: VecDeque<Notice>,
+    /// Why the connection ended, once it has.
+    pub(crate) ended: Option<String>,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) peer: Option<SocketAddr>,
+}
+
+impl EndpointState {
+    /// The QP state as verbs reports it.
+    pub(crate) fn qp_state(&self) -> QpState {
+        match &self.link {
+            Some(l) => l.conn.qp_state(),
+            None => self.qp_state,
+        }
+    }
+}
+
+/// A queue pair as the driver sees it.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub(crate) qpn: QpNumber,
+    pub(crate) caps: QpCapabilities,
+    pub(crate) regions: Arc<RwLock<RegionSet>>,
+    pub(crate) send_cq: Arc<dyn CqOps>,
+    pub(crate) recv_cq: Arc<dyn CqOps>,
+    pub(crate) state: Mutex<EndpointState>,
+    pub(crate) changed: Condvar,
+    notice_fd: EventFd,
+}
+
+impl Endpoint {
+    pub(crate) fn new(
+        qpn: QpNumber,
+        caps: QpCapabilities,
+        regions: Arc<RwLock<RegionSet>>,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+    ) -> rdmasock_verbs::Result<Arc<Endpoint>> {
+        let notice_fd =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(|e| {
+                    rdmasock_verbs::Error::io("creating a uiwarp QP's event fd", e.into())
+                })?;
+        let e = Arc::new(Endpoint {
+            qpn,
+            caps,
+            regions,
+            send_cq,
+            recv_cq,
+            state: Mutex::new(EndpointState {
+                qp_state: QpState::Reset,
+                link: None,
+                early_recvs: VecDeque::new(),
+                inline: InlinePool::default(),
+                posted_sends: 0,
+                outcome: Outcome::Idle,
+                negotiated: None,
+                notices: VecDeque::new(),
+                ended: None,
+                local: None,
+                peer: None,
+            }),
+            changed: Condvar::new(),
+            notice_fd,
+        });
+        uiwarp_cq(&e.send_cq).attach(&e);
+        if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
+            uiwarp_cq(&e.recv_cq).attach(&e);
+        }
+        Ok(e)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, EndpointState> {
+        self.state.lock().expect("uiwarp endpoint lock")
+    }
+
+    /// Readable while [`Endpoint::poll_notice`] has something.
+    pub fn notice_fd(&self) -> BorrowedFd<'_> {
+        self.notice_fd.as_fd()
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> QpNumber {
+        self.qpn
+    }
+
+    /// Our TCP address, once connected.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.lock().local
+    }
+
+    /// The peer's TCP address, once connected.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.lock().peer
+    }
+
+    /// Why the connection ended, once it has.
+    pub fn end_reason(&self) -> Option<String> {
+        self.lock().ended.clone()
+    }
+
+    /// The next notice, without blocking.
+    pub fn poll_notice(&self) -> Option<Notice> {
+        let mut st = self.lock();
+        let n = st.notices.pop_front();
+        if n.is_some() && st.notices.is_empty() {
+            let _ = self.notice_fd.read();
+        }
+        n
+    }
+
+    /// Readiness on the engine thread.
+    pub(crate) fn progress(&self, engine: &Engine) {
+        let mut st = self.lock();
+        self.drive(&mut st, engine);
+    }
+
+    /// Progress from an application thread that found its completion queue empty; skipped
+    /// when another thread is at it.
+    pub(crate) fn try_progress(&self) {
+        let Ok(mut st) = self.state.try_lock() else {
+            return;
+        };
+        if st.link.is_none() {
+            return;
+        }
+        if let Ok(engine) = super::engine() {
+            self.drive(&mut st, &engine);
+        }
+    }
+
+    /// Moves bytes both ways, then reports what happened.
+    pub(crate) fn drive(&self, st: &mut EndpointState, engine: &Engine) {
+        let regions = self.regions.read().expect("uiwarp regions lock");
+        let EndpointState { link, inline, .. } = st;
+        if let Some(link) = link {
+            let memory = QpMemory {
+                regions: &regions,
+                inline,
+            };
+            link.progress(&memory);
+        }
+        drop(regions);
+        self.dispatch(st, engine);
+    }
+
+    /// Writes what the core has (after a post), then reports.
+    pub(crate) fn flush(&self, st: &mut EndpointState, engine: &Engine) {
+        let regions = self.regions.read().expect("uiwarp regions lock");
+        let EndpointState { link, inline, .. } = st;
+        if let Some(link) = link {
+            let memory = QpMemory {
+                regions: &regions,
+                inline,
+            };
+            link.flush(&memory);
+        }
+        drop(regions);
+        self.dispatch(st, engine);
+    }
+
+    /// Hands completions to the CQs and events to the waiters; closes a finished socket.
+    pub(crate) fn dispatch(&self, st: &mut EndpointState, engine: &Engine) {
+        let Some(link) = st.link.as_mut() else {
+            return;
+        };
+        while let Some(c) = link.conn.poll_completion() {
+            let mut wc = c.completion;
+            wc.qp_num = self.qpn;
+            match c.queue {
+                WorkQueue::Send => uiwarp_cq(&self.send_cq).push(wc, false),
+                WorkQueue::Receive => uiwarp_cq(&self.recv_cq).push(wc, c.solicited),
+            }
+        }
+        let consumed = st.posted_sends - link.conn.unsent_send_requests() as u64;
+        st.inline.release_before(consumed);
+        let mut changed = false;
+        while let Some(ev) = link.conn.poll_event() {
+            match ev {
+                Event::Established(e) => {
+                    st.negotiated = Some(e.negotiated.clone());
+                    st.outcome = Outcome::Established(e.private_data);
+                    changed = true;
+                }
+                Event::Rejected { private_data } => {
+                    st.outcome = Outcome::Rejected(private_data);
+                    changed = true;
+                }
+                Event::Terminated(t) => {
+                    st.ended = Some(t.reason);
+                }
+                Event::Closed(reason) => {
+                    let text = close_text(&reason, link.io_error.as_ref());
+                    if matches!(st.outcome, Outcome::Connecting) {
+                        st.outcome = Outcome::Failed(st.ended.clone().unwrap_or(text.clone()));
+                    }
+                    st.ended.get_or_insert(text);
+                    if st.notices.is_empty() {
+                        let _ = self.notice_fd.write(1);
+                    }
+                    st.notices.push_back(Notice::Disconnected);
+                    changed = true;
+                }
+                Event::ConnectRequest(_) => {}
+            }
+        }
+        let now = Instant::now();
+        if link.finished(now) {
+            let link = st.link.take().expect("link exists");
+            st.qp_state = QpState::Error;
+            st.inline.clear();
+            link.close(engine);
+        } else {
+            engine.set_timer(link.token, link.next_timer());
+        }
+        if changed {
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// The outcome of an endpoint that never connected.
+pub(crate) fn endpoint_idle() -> Outcome {
+    Outcome::Idle
+}
+
+/// Text for a close reason.
+pub(crate) fn close_text(reason: &CloseReason, io: Option<&std::io::Error>) -> String {
+    let base = match reason {
+        CloseReason::PeerClosed => "the peer closed the TCP connection",
+        CloseReason::PeerReset => "the TCP connection was reset",
+        CloseReason::PeerClosedMidFrame => {
+            "the peer closed the TCP connection in the middle of a frame"
+        }
+        CloseReason::HandshakeTimeout => "the MPA handshake timed out",
+        CloseReason::LocalClose => "the connection was closed locally",
+        CloseReason::Rejected => "the connection was rejected",
+        CloseReason::Terminated => "a TERMINATE ended the connection",
+    };
+    match io {
+        Some(e) => format!("{base} ({e})"),
+        None => base.to_string(),
+    }
+}
+
+/// A table with no regions: the handshake touches no memory.
+pub(crate) struct NoMemory;
+
+impl MemoryTable for NoMemory {
+    fn local(&self, _: LocalKey) -> Option<RegionView<'_>> {
+        None
+    }
+    fn remote(&self, _: RemoteKey) -> Option<RegionView<'_>> {
+        None
+    }
+}
+
+/// An accepted TCP connection before a queue pair adopts it.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) link: Mutex<Option<Link>>,
+    pub(crate) listener: Weak<ListenerShared>,
+}
+
+impl Pending {
+    pub(crate) fn progress(self: &Arc<Self>, engine: &Engine) {
+        let mut guard = self.link.lock().expect("uiwarp pending lock");
+        let Some(link) = guard.as_mut() else {
+            return;
+        };
+        link.progress(&NoMemory);
+        let mut request: Option<ConnectRequest> = None;
+        while let Some(ev) = link.conn.poll_event() {
+            if let Event::ConnectRequest(r) = ev {
+                request = Some(r);
+            }
+        }
+        let (local, peer) = (link.local, link.peer);
+        if link.finished(Instant::now()) {
+            let link = guard.take().expect("link exists");
+            link.close(engine);
+        } else {
+            engine.set_timer(link.token, link.next_timer());
+        }
+        drop(guard);
+        if let Some(r) = request {
+            match self.listener.upgrade() {
+                Some(l) => l.offer(self.clone(), r, local, peer),
+                None => self.abandon(engine),
+            }
+        }
+    }
+
+    /// Closes the connection (no queue pair will take it).
+    pub(crate) fn abandon(&self, engine: &Engine) {
+        let mut guard = self.link.lock().expect("uiwarp pending lock");
+        if let Some(mut link) = guard.take() {
+            link.conn.close();
+            link.flush(&NoMemory);
+            link.close(engine);
+        }
+    }
+}

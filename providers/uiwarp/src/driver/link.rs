@@ -1,0 +1,199 @@
+//! One TCP connection and the sans-IO connection on it: reading into the core, writing what it
+//! gives, and the close sequence.
+
+use super::pcap::Flow;
+use super::Engine;
+use crate::core::{Connection, MemoryTable};
+use mio::net::TcpStream;
+use mio::Token;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Bytes read from TCP per call.
+const READ_CHUNK: usize = 256 * 1024;
+/// Bytes asked of `poll_transmit` at a time.
+const TRANSMIT_CHUNK: usize = 256 * 1024;
+/// How long a closed connection may take to flush and see the peer's FIN.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// A connection on its socket.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) conn: Connection,
+    socket: TcpStream,
+    pub(crate) token: Token,
+    out: Vec<u8>,
+    sent: usize,
+    /// The peer's FIN (or an error) was seen.
+    read_done: bool,
+    write_shut: bool,
+    /// Set when the connection went to the error state: the socket is closed by then.
+    linger_until: Option<Instant>,
+    /// The first socket error, for messages.
+    pub(crate) io_error: Option<io::Error>,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) peer: Option<SocketAddr>,
+    flow: Option<Flow>,
+    scratch: Vec<u8>,
+}
+
+impl Link {
+    pub(crate) fn new(conn: Connection, socket: TcpStream, token: Token) -> Link {
+        let local = socket.local_addr().ok();
+        let peer = socket.peer_addr().ok();
+        let flow = match (local, peer) {
+            (Some(l), Some(p)) => Flow::open(l, p),
+            _ => None,
+        };
+        Link {
+            conn,
+            socket,
+            token,
+            out: Vec::new(),
+            sent: 0,
+            read_done: false,
+            write_shut: false,
+            linger_until: None,
+            io_error: None,
+            local,
+            peer,
+            flow,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub(crate) fn socket_mut(&mut self) -> &mut TcpStream {
+        &mut self.socket
+    }
+
+    /// Reads what TCP has into the core and writes what the core has; returns whether
+    /// anything moved.
+    pub(crate) fn progress(&mut self, memory: &dyn MemoryTable) -> bool {
+        let now = Instant::now();
+        if self.conn.poll_timeout().is_some_and(|t| now >= t) {
+            self.conn.handle_timeout(now);
+        }
+        let read = self.read_input(memory);
+        let wrote = self.flush(memory);
+        read || wrote
+    }
+
+    fn read_input(&mut self, memory: &dyn MemoryTable) -> bool {
+        if self.read_done {
+            return false;
+        }
+        if self.scratch.len() < READ_CHUNK {
+            self.scratch.resize(READ_CHUNK, 0);
+        }
+        let mut moved = false;
+        loop {
+            match self.socket.read(&mut self.scratch) {
+                Ok(0) => {
+                    self.read_done = true;
+                    self.conn.handle_peer_closed(false);
+                    return true;
+                }
+                Ok(n) => {
+                    moved = true;
+                    if let Some(f) = &mut self.flow {
+                        f.inbound(&self.scratch[..n]);
+                    }
+                    self.conn.handle_input(&self.scratch[..n], memory);
+                    // Answers (READ responses, a TERMINATE) go out as they arise.
+                    self.flush(memory);
+                    if n < self.scratch.len() {
+                        // Most likely drained; the next edge brings the rest.
+                        continue;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail(e);
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Writes pending bytes and whatever the core has ready, until TCP would block.
+    pub(crate) fn flush(&mut self, memory: &dyn MemoryTable) -> bool {
+        let mut moved = false;
+        loop {
+            if self.sent == self.out.len() {
+                self.out.clear();
+                self.sent = 0;
+                if self.write_shut || self.io_error.is_some() {
+                    break;
+                }
+                if self
+                    .conn
+                    .poll_transmit(memory, &mut self.out, TRANSMIT_CHUNK)
+                    == 0
+                {
+                    break;
+                }
+                if let Some(f) = &mut self.flow {
+                    f.outbound(&self.out);
+                }
+            }
+            match self.socket.write(&self.out[self.sent..]) {
+                Ok(n) => {
+                    self.sent += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail(e);
+                    break;
+                }
+            }
+        }
+        if self.conn.should_close() && self.sent == self.out.len() && !self.write_shut {
+            self.write_shut = true;
+            let _ = self.socket.shutdown(Shutdown::Write);
+        }
+        if self.conn.should_close() && self.linger_until.is_none() {
+            self.linger_until = Some(Instant::now() + LINGER);
+        }
+        moved
+    }
+
+    fn fail(&mut self, e: io::Error) {
+        self.read_done = true;
+        self.out.clear();
+        self.sent = 0;
+        self.conn.handle_peer_closed(true);
+        if self.io_error.is_none() {
+            self.io_error = Some(e);
+        }
+    }
+
+    /// Whether the socket can be closed: the connection is over, and either both directions
+    /// are finished or the linger time ran out.
+    pub(crate) fn finished(&self, now: Instant) -> bool {
+        if !self.conn.should_close() {
+            return false;
+        }
+        let drained = self.sent == self.out.len();
+        (drained && self.write_shut && self.read_done)
+            || self.io_error.is_some()
+            || self.linger_until.is_some_and(|t| now >= t)
+    }
+
+    /// When the engine must look at this link again without readiness.
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        match (self.conn.poll_timeout(), self.linger_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Deregisters and closes the socket.
+    pub(crate) fn close(mut self, engine: &Engine) {
+        engine.deregister(&mut self.socket);
+        engine.remove(self.token);
+    }
+}

@@ -1,0 +1,212 @@
+//! The I/O driver: nonblocking TCP sockets (socket2, TCP_NODELAY) and one progress thread per
+//! process, the "NIC", that moves data whether or not the application calls in.
+//!
+//! The engine thread waits in [`mio::Poll`] on every socket (edge-triggered, readable and
+//! writable) and on the connections' timers. On readiness it locks the connection, reads what
+//! TCP has, feeds the sans-IO core, writes what the core gives, and hands completions to the
+//! completion queues, whose channels (eventfds) then wake the application. Application threads
+//! do the same work inline where that saves a wake-up: `post_send` transmits at once when the
+//! socket takes it, and polling an empty completion queue reads its queue pairs' sockets.
+//! Whoever finds a socket would block leaves the rest to the next edge, which the engine gets.
+#![forbid(unsafe_code)]
+
+mod cm;
+mod endpoint;
+mod link;
+pub mod pcap;
+
+pub(crate) use cm::close_endpoint;
+pub use cm::{connect, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
+pub(crate) use endpoint::endpoint_idle;
+pub use endpoint::Endpoint;
+pub use endpoint::Notice;
+
+use endpoint::Pending;
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+const WAKER: Token = Token(0);
+
+/// What a token stands for.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// A queue pair's connection.
+    Endpoint(Arc<Endpoint>),
+    /// An accepted TCP connection waiting for its MPA request or the application's answer.
+    Pending(Arc<Pending>),
+    /// A listening socket.
+    Listener(Arc<cm::ListenerShared>),
+}
+
+#[derive(Debug, Default)]
+struct Targets {
+    map: HashMap<usize, Target>,
+    next: usize,
+}
+
+/// The per-process progress engine.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    registry: Registry,
+    waker: Waker,
+    targets: Mutex<Targets>,
+    timers: Mutex<HashMap<usize, Instant>>,
+    thread: OnceLock<ThreadId>,
+}
+
+static ENGINE: OnceLock<io::Result<Arc<Engine>>> = OnceLock::new();
+
+/// The engine, started on first use.
+pub(crate) fn engine() -> io::Result<Arc<Engine>> {
+    match ENGINE.get_or_init(start) {
+        Ok(e) => Ok(e.clone()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("the uiwarp progress engine could not start: {e}"),
+        )),
+    }
+}
+
+fn start() -> io::Result<Arc<Engine>> {
+    let poll = Poll::new()?;
+    let engine = Arc::new(Engine {
+        registry: poll.registry().try_clone()?,
+        waker: Waker::new(poll.registry(), WAKER)?,
+        targets: Mutex::new(Targets {
+            map: HashMap::new(),
+            next: 1,
+        }),
+        timers: Mutex::new(HashMap::new()),
+        thread: OnceLock::new(),
+    });
+    let e = engine.clone();
+    let handle = std::thread::Builder::new()
+        .name("uiwarp-engine".into())
+        .spawn(move || e.run(poll))?;
+    let _ = engine.thread.set(handle.thread().id());
+    Ok(engine)
+}
+
+impl Engine {
+    /// Adds a target; returns its token.
+    pub(crate) fn add(&self, target: Target) -> Token {
+        let mut t = self.targets.lock().expect("engine targets");
+        let token = t.next;
+        t.next += 1;
+        t.map.insert(token, target);
+        Token(token)
+    }
+
+    /// Points `token` at another target (a pending connection adopted by a queue pair).
+    pub(crate) fn replace(&self, token: Token, target: Target) {
+        self.targets
+            .lock()
+            .expect("engine targets")
+            .map
+            .insert(token.0, target);
+    }
+
+    /// Forgets a token and its timer.
+    pub(crate) fn remove(&self, token: Token) {
+        self.targets
+            .lock()
+            .expect("engine targets")
+            .map
+            .remove(&token.0);
+        self.timers.lock().expect("engine timers").remove(&token.0);
+    }
+
+    pub(crate) fn register(
+        &self,
+        source: &mut impl mio::event::Source,
+        token: Token,
+        interest: Interest,
+    ) -> io::Result<()> {
+        self.registry.register(source, token, interest)
+    }
+
+    pub(crate) fn deregister(&self, source: &mut impl mio::event::Source) {
+        let _ = self.registry.deregister(source);
+    }
+
+    /// Sets (or clears) when `token`'s target wants `on_timer`.
+    pub(crate) fn set_timer(&self, token: Token, at: Option<Instant>) {
+        let mut timers = self.timers.lock().expect("engine timers");
+        let before = timers.get(&token.0).copied();
+        match at {
+            Some(t) => timers.insert(token.0, t),
+            None => timers.remove(&token.0),
+        };
+        drop(timers);
+        let on_engine = self.thread.get() == Some(&std::thread::current().id());
+        if at.is_some() && at != before && !on_engine {
+            // The engine computes its poll timeout before it sleeps: wake it to recompute.
+            let _ = self.waker.wake();
+        }
+    }
+
+    fn target(&self, token: Token) -> Option<Target> {
+        self.targets
+            .lock()
+            .expect("engine targets")
+            .map
+            .get(&token.0)
+            .cloned()
+    }
+
+    fn run(self: Arc<Self>, mut poll: Poll) {
+        let mut events = Events::with_capacity(256);
+        loop {
+            let timeout = {
+                let timers = self.timers.lock().expect("engine timers");
+                timers
+                    .values()
+                    .min()
+                    .map(|t| t.saturating_duration_since(Instant::now()))
+            };
+            // Round up so that a timer is not polled a hair early, over and over.
+            let timeout = timeout.map(|t| t + Duration::from_micros(100));
+            if let Err(e) = poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    // Nothing else can move the connections: report once and keep trying.
+                    eprintln!("uiwarp: the progress engine's poll failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    continue;
+                }
+                match self.target(ev.token()) {
+                    Some(Target::Endpoint(e)) => e.progress(&self),
+                    Some(Target::Pending(p)) => p.progress(&self),
+                    Some(Target::Listener(l)) => l.accept_all(&self),
+                    None => {}
+                }
+            }
+            let now = Instant::now();
+            let due: Vec<usize> = {
+                let timers = self.timers.lock().expect("engine timers");
+                timers
+                    .iter()
+                    .filter(|(_, t)| **t <= now)
+                    .map(|(k, _)| *k)
+                    .collect()
+            };
+            for token in due {
+                let token = Token(token);
+                self.timers.lock().expect("engine timers").remove(&token.0);
+                match self.target(token) {
+                    Some(Target::Endpoint(e)) => e.progress(&self),
+                    Some(Target::Pending(p)) => p.progress(&self),
+                    _ => {}
+                }
+            }
+        }
+    }
+}

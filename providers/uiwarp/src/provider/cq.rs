@@ -1,0 +1,181 @@
+//! Completion channels (an eventfd per channel) and completion queues filled by the engine.
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use rdmasock_verbs::provider::{ChannelOps, CqOps};
+use rdmasock_verbs::{Error, Result, WcStatus, WorkCompletion};
+use std::any::Any;
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::driver::Endpoint;
+
+/// Cookies of completion queues: process-wide, never 0.
+static NEXT_COOKIE: AtomicU64 = AtomicU64::new(1);
+
+fn new_eventfd(what: &str) -> Result<EventFd> {
+    EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+        .map_err(|e| Error::io(format!("creating the eventfd of {what}"), e.into()))
+}
+
+/// A completion channel: an eventfd that is readable while events wait.
+#[derive(Debug)]
+pub struct UiwarpChannel {
+    fd: EventFd,
+    events: Mutex<VecDeque<u64>>,
+}
+
+impl UiwarpChannel {
+    pub(crate) fn new() -> Result<UiwarpChannel> {
+        Ok(UiwarpChannel {
+            fd: new_eventfd("a completion channel")?,
+            events: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Queues an event for the CQ with `cookie` and makes the fd readable.
+    fn signal(&self, cookie: u64) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.push_back(cookie);
+        if events.len() == 1 {
+            // An eventfd write fails only when the counter would overflow: it is 0 or 1 here.
+            let _ = self.fd.write(1);
+        }
+    }
+}
+
+impl ChannelOps for UiwarpChannel {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn get_event(&self) -> Result<Option<u64>> {
+        let mut events = self.events.lock().expect("channel lock");
+        let cookie = events.pop_front();
+        if cookie.is_some() && events.is_empty() {
+            // Drains the counter (EAGAIN cannot happen: an event was queued).
+            let _ = self.fd.read();
+        }
+        Ok(cookie)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[derive(Debug, Default)]
+struct CqState {
+    queue: VecDeque<WorkCompletion>,
+    /// Armed: `Some(solicited_only)`.
+    armed: Option<bool>,
+    /// QPs that report here: polling an empty queue drives their sockets.
+    endpoints: Vec<Weak<Endpoint>>,
+}
+
+/// A completion queue in memory.
+#[derive(Debug)]
+pub struct UiwarpCq {
+    state: Mutex<CqState>,
+    channel: Option<Arc<dyn ChannelOps>>,
+    depth: u32,
+    cookie: u64,
+}
+
+impl UiwarpCq {
+    pub(crate) fn new(depth: u32, channel: Option<Arc<dyn ChannelOps>>) -> UiwarpCq {
+        UiwarpCq {
+            state: Mutex::new(CqState::default()),
+            channel,
+            depth,
+            cookie: NEXT_COOKIE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Adds a completion; raises the channel event if armed for it. `solicited`: a receive of
+    /// a SEND with solicited event (errors wake a solicited-only arm too, as in the kernel).
+    pub(crate) fn push(&self, completion: WorkCompletion, solicited: bool) {
+        let mut s = self.state.lock().expect("cq lock");
+        s.queue.push_back(completion);
+        let wake = match s.armed {
+            Some(false) => true,
+            Some(true) => solicited || WcStatus::from_raw(completion.status) != WcStatus::Success,
+            None => false,
+        };
+        if wake {
+            s.armed = None;
+            drop(s);
+            if let Some(c) = self
+                .channel
+                .as_ref()
+                .and_then(|c| c.as_any().downcast_ref::<UiwarpChannel>())
+            {
+                c.signal(self.cookie);
+            }
+        }
+    }
+
+    pub(crate) fn attach(&self, endpoint: &Arc<Endpoint>) {
+        let mut s = self.state.lock().expect("cq lock");
+        s.endpoints.retain(|w| w.strong_count() > 0);
+        s.endpoints.push(Arc::downgrade(endpoint));
+    }
+
+    fn take(&self, out: &mut [WorkCompletion]) -> usize {
+        let mut s = self.state.lock().expect("cq lock");
+        let n = out.len().min(s.queue.len());
+        for (slot, wc) in out.iter_mut().zip(s.queue.drain(..n)) {
+            *slot = wc;
+        }
+        n
+    }
+}
+
+impl CqOps for UiwarpCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let n = self.take(out);
+        if n > 0 || out.is_empty() {
+            return Ok(n);
+        }
+        // Nothing yet: make progress on our QPs' sockets on this thread rather than wait for
+        // the engine thread to wake (the engine does the same work when nobody polls).
+        let endpoints: Vec<Arc<Endpoint>> = {
+            let s = self.state.lock().expect("cq lock");
+            s.endpoints.iter().filter_map(Weak::upgrade).collect()
+        };
+        for e in &endpoints {
+            e.try_progress();
+        }
+        Ok(self.take(out))
+    }
+
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let mut s = self.state.lock().expect("cq lock");
+        if s.armed != Some(false) {
+            s.armed = Some(solicited_only);
+        }
+        Ok(())
+    }
+
+    fn ack_events(&self, _n: u32) {}
+
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    fn cookie(&self) -> u64 {
+        self.cookie
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The uiwarp CQ behind a trait object this provider made (checked when the QP was created).
+pub(crate) fn uiwarp_cq(cq: &Arc<dyn CqOps>) -> &UiwarpCq {
+    cq.as_any()
+        .downcast_ref::<UiwarpCq>()
+        .expect("uiwarp QPs are created only with uiwarp CQs")
+}

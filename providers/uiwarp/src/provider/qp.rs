@@ -1,0 +1,405 @@
+//! Queue pairs: posting into the engine, states, and the iWARP rule that only connection
+//! setup moves a QP to RTS.
+
+use super::cq::UiwarpCq;
+use super::memory::{QpMemory, RegionSet};
+use super::DEVICE_NAME;
+use crate::core::{CoreError, LocalSegment, MemoryTable, RecvWork, SendOperation, SendWork};
+use crate::driver::{self, Endpoint};
+use rdmasock_verbs::provider::{CqOps, QpOps};
+use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
+use rdmasock_verbs::wr::PostError;
+use rdmasock_verbs::{
+    AccessFlags, Error, LocalKey, QpNumber, QpState, RecvRequest, Result, SendFlags, SendRequest,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use std::any::Any;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// The deepest work queue.
+pub const MAX_QUEUE_DEPTH: u32 = 32_768;
+/// Scatter/gather entries per request.
+pub const MAX_SGE: u32 = 6;
+/// The most inline bytes per send request.
+pub const MAX_INLINE: u32 = 256;
+
+static NEXT_QPN: AtomicU32 = AtomicU32::new(1);
+
+/// A reliable-connected queue pair on uiwarp0.
+#[derive(Debug)]
+pub struct UiwarpQp {
+    endpoint: Arc<Endpoint>,
+    sq_sig_all: bool,
+}
+
+fn invalid(what: String) -> Error {
+    Error::InvalidArgument(what)
+}
+
+impl UiwarpQp {
+    pub(crate) fn create(
+        init: &QpInitAttributes,
+        regions: Arc<RwLock<RegionSet>>,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+    ) -> Result<UiwarpQp> {
+        for cq in [&send_cq, &recv_cq] {
+            if !cq.as_any().is::<UiwarpCq>() {
+                return Err(invalid(format!(
+                    "a {DEVICE_NAME} QP needs completion queues of {DEVICE_NAME}"
+                )));
+            }
+        }
+        let c = init.caps;
+        if c.max_send_wr == 0 || c.max_send_wr > MAX_QUEUE_DEPTH || c.max_recv_wr > MAX_QUEUE_DEPTH
+        {
+            return Err(invalid(format!(
+                "queue depths {}/{} (send/receive): {DEVICE_NAME} allows 1..={MAX_QUEUE_DEPTH} sends and 0..={MAX_QUEUE_DEPTH} receives",
+                c.max_send_wr, c.max_recv_wr
+            )));
+        }
+        if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE || c.max_inline_data > MAX_INLINE {
+            return Err(invalid(format!(
+                "{} send / {} receive SGEs and {} inline bytes: {DEVICE_NAME} allows {MAX_SGE} SGEs and {MAX_INLINE} inline bytes",
+                c.max_send_sge, c.max_recv_sge, c.max_inline_data
+            )));
+        }
+        let caps = QpCapabilities {
+            max_send_sge: c.max_send_sge.max(1),
+            max_recv_sge: c.max_recv_sge.max(1),
+            ..c
+        };
+        let qpn = QpNumber(NEXT_QPN.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff);
+        Ok(UiwarpQp {
+            endpoint: Endpoint::new(qpn, caps, regions, send_cq, recv_cq)?,
+            sq_sig_all: init.sq_sig_all,
+        })
+    }
+
+    /// The driver's side of this QP.
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+
+    fn flush_completion(&self, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::WorkRequestFlushError.to_raw(),
+            opcode: opcode.to_raw(),
+            qp_num: self.endpoint.qpn,
+            ..WorkCompletion::default()
+        }
+    }
+
+    fn cq(cq: &Arc<dyn CqOps>) -> &UiwarpCq {
+        super::cq::uiwarp_cq(cq)
+    }
+
+    fn post_error(&self, index: usize, wr_id: u64, e: CoreError) -> PostError {
+        let qp_num = self.endpoint.qpn;
+        let error = match e {
+            CoreError::QueueFull { queue, depth } => Error::QueueFull {
+                queue: if queue == "send" {
+                    "send queue"
+                } else {
+                    "receive queue"
+                },
+                qp_num,
+                depth: depth as u32,
+            },
+            CoreError::Unsupported { operation, why } => Error::Unsupported {
+                device: DEVICE_NAME.into(),
+                operation: format!("{operation} ({why})"),
+            },
+            other => invalid(other.to_string()),
+        };
+        PostError {
+            index,
+            wr_id,
+            error,
+        }
+    }
+
+    /// Copies an inline request's gather list; returns the bytes.
+    fn gather_inline(&self, work: &SendWork, regions: &RegionSet) -> Result<Vec<u8>> {
+        let table = QpMemory {
+            regions,
+            inline: &Default::default(),
+        };
+        let mut bytes = Vec::with_capacity(work.total_length() as usize);
+        for s in &work.segments {
+            let view = table.local(s.lkey).ok_or_else(|| {
+                invalid(format!(
+                    "inline gather entry with lkey {:#x} is not in a region of this QP's protection domain",
+                    s.lkey.0
+                ))
+            })?;
+            let start = bytes.len();
+            bytes.resize(start + s.length as usize, 0);
+            view.read(s.addr, &mut bytes[start..], AccessFlags::empty())
+                .map_err(|e| invalid(format!("inline gather entry at {:#x}: {e:?}", s.addr)))?;
+        }
+        Ok(bytes)
+    }
+}
+
+impl QpOps for UiwarpQp {
+    fn qp_num(&self) -> QpNumber {
+        self.endpoint.qpn
+    }
+
+    fn caps(&self) -> QpCapabilities {
+        self.endpoint.caps
+    }
+
+    fn modify(&self, attr: &QpAttributes, mask: QpAttrMask) -> Result<()> {
+        if !mask.contains(QpAttrMask::STATE) {
+            return Ok(());
+        }
+        let engine = driver::engine().map_err(|e| Error::io("the uiwarp engine", e))?;
+        let mut st = self.endpoint.lock();
+        let current = st.qp_state();
+        match attr.qp_state {
+            QpState::Init if st.link.is_none() && current != QpState::Error => {
+                st.qp_state = QpState::Init;
+                Ok(())
+            }
+            s @ (QpState::ReadyToReceive | QpState::ReadyToSend) if s == current => Ok(()),
+            QpState::Error => {
+                drop(st);
+                crate::driver::close_endpoint(&self.endpoint, &engine);
+                let mut st = self.endpoint.lock();
+                let early: Vec<RecvWork> = st.early_recvs.drain(..).collect();
+                drop(st);
+                for r in early {
+                    Self::cq(&self.endpoint.recv_cq)
+                        .push(self.flush_completion(r.wr_id, WcOpcode::Recv), false);
+                }
+                Ok(())
+            }
+            QpState::Reset if st.link.is_none() => {
+                st.qp_state = QpState::Reset;
+                st.early_recvs.clear();
+                st.outcome = crate::driver::endpoint_idle();
+                Ok(())
+            }
+            QpState::ReadyToReceive | QpState::ReadyToSend => Err(Error::Unsupported {
+                device: DEVICE_NAME.into(),
+                operation: format!(
+                    "moving QP {} to {} by hand: iWARP QPs reach RTS only through connection setup (rdmasock_uiwarp::connect, UiwarpListener, or RdmaSocket)",
+                    self.endpoint.qpn,
+                    attr.qp_state.name()
+                ),
+            }),
+            to => Err(invalid(format!(
+                "QP {} cannot go from {} to {} on {DEVICE_NAME}",
+                self.endpoint.qpn,
+                current.name(),
+                to.name()
+            ))),
+        }
+    }
+
+    fn query(&self, _mask: QpAttrMask) -> Result<QpAttributes> {
+        let st = self.endpoint.lock();
+        let state = st.qp_state();
+        let (ird, ord) = st
+            .negotiated
+            .as_ref()
+            .map_or((0, 0), |n| (n.ird.min(255) as u8, n.ord.min(255) as u8));
+        Ok(QpAttributes {
+            qp_state: state,
+            cur_qp_state: state,
+            cap: self.endpoint.caps,
+            max_rd_atomic: ord,
+            max_dest_rd_atomic: ird,
+            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            port_num: 1,
+            ..QpAttributes::default()
+        })
+    }
+
+    fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError> {
+        let engine = driver::engine().map_err(|e| PostError {
+            index: 0,
+            wr_id: wrs.first().map_or(0, |w| w.wr_id),
+            error: Error::io("the uiwarp engine", e),
+        })?;
+        let mut st = self.endpoint.lock();
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            let mut work = match SendWork::from_request(wr) {
+                Ok(w) => w,
+                Err(e) => {
+                    result = Err(self.post_error(index, wr.wr_id, e));
+                    break;
+                }
+            };
+            work.signaled |= self.sq_sig_all;
+            if work.segments.len() > self.endpoint.caps.max_send_sge as usize {
+                result = Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "{} gather entries: QP {} was created with max_send_sge {}",
+                        work.segments.len(),
+                        self.endpoint.qpn,
+                        self.endpoint.caps.max_send_sge
+                    )),
+                });
+                break;
+            }
+            let inline = wr.flags.contains(SendFlags::INLINE)
+                && !matches!(work.op, SendOperation::RdmaRead { .. });
+            if inline && work.total_length() > u64::from(self.endpoint.caps.max_inline_data) {
+                result = Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "{} inline bytes: QP {} was created with max_inline_data {}",
+                        work.total_length(),
+                        self.endpoint.qpn,
+                        self.endpoint.caps.max_inline_data
+                    )),
+                });
+                break;
+            }
+            if st.link.is_none() {
+                if st.qp_state == QpState::Error {
+                    let op = match work.op {
+                        SendOperation::Send { .. } => WcOpcode::Send,
+                        SendOperation::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+                        SendOperation::RdmaRead { .. } => WcOpcode::RdmaRead,
+                    };
+                    Self::cq(&self.endpoint.send_cq)
+                        .push(self.flush_completion(wr.wr_id, op), false);
+                    continue;
+                }
+                result = Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "QP {} is in {}: an iWARP QP sends once connected (connect or accept it first)",
+                        self.endpoint.qpn,
+                        st.qp_state.name()
+                    )),
+                });
+                break;
+            }
+            if inline {
+                let regions = self.endpoint.regions.read().expect("uiwarp regions lock");
+                let bytes = match self.gather_inline(&work, &regions) {
+                    Ok(b) => b,
+                    Err(error) => {
+                        result = Err(PostError {
+                            index,
+                            wr_id: wr.wr_id,
+                            error,
+                        });
+                        break;
+                    }
+                };
+                drop(regions);
+                let seq = st.posted_sends;
+                match st.inline.store(seq, &bytes) {
+                    Ok((key, addr)) => {
+                        work.segments = vec![LocalSegment {
+                            addr,
+                            length: bytes.len() as u32,
+                            lkey: LocalKey(key),
+                        }];
+                    }
+                    Err(error) => {
+                        result = Err(PostError {
+                            index,
+                            wr_id: wr.wr_id,
+                            error,
+                        });
+                        break;
+                    }
+                }
+            }
+            let link = st.link.as_mut().expect("checked above");
+            if let Err(e) = link.conn.post_send(work) {
+                result = Err(self.post_error(index, wr.wr_id, e));
+                break;
+            }
+            st.posted_sends += 1;
+        }
+        self.endpoint.flush(&mut st, &engine);
+        result
+    }
+
+    fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
+        let mut st = self.endpoint.lock();
+        for (index, wr) in wrs.iter().enumerate() {
+            let work = RecvWork::from_request(wr);
+            if work.segments.len() > self.endpoint.caps.max_recv_sge as usize {
+                return Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "{} scatter entries: QP {} was created with max_recv_sge {}",
+                        work.segments.len(),
+                        self.endpoint.qpn,
+                        self.endpoint.caps.max_recv_sge
+                    )),
+                });
+            }
+            match st.link.as_mut() {
+                Some(link) => {
+                    if let Err(e) = link.conn.post_recv(work) {
+                        return Err(self.post_error(index, wr.wr_id, e));
+                    }
+                }
+                None => match st.qp_state {
+                    QpState::Error => Self::cq(&self.endpoint.recv_cq)
+                        .push(self.flush_completion(wr.wr_id, WcOpcode::Recv), false),
+                    QpState::Reset => {
+                        return Err(PostError {
+                            index,
+                            wr_id: wr.wr_id,
+                            error: invalid(format!(
+                                "QP {} is in RESET: move it to INIT before posting receives",
+                                self.endpoint.qpn
+                            )),
+                        })
+                    }
+                    _ => {
+                        if st.early_recvs.len() >= self.endpoint.caps.max_recv_wr as usize {
+                            return Err(self.post_error(
+                                index,
+                                wr.wr_id,
+                                CoreError::QueueFull {
+                                    queue: "receive",
+                                    depth: self.endpoint.caps.max_recv_wr as usize,
+                                },
+                            ));
+                        }
+                        st.early_recvs.push_back(work);
+                    }
+                },
+            }
+        }
+        // Receive completions of a flushed queue go out now.
+        if st.link.is_some() {
+            if let Ok(engine) = driver::engine() {
+                self.endpoint.dispatch(&mut st, &engine);
+            }
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for UiwarpQp {
+    fn drop(&mut self) {
+        if let Ok(engine) = driver::engine() {
+            crate::driver::close_endpoint(&self.endpoint, &engine);
+        }
+    }
+}
