@@ -13,9 +13,8 @@ mod cm_support;
 #[path = "vm_verbs_support/mod.rs"]
 mod verbs_support;
 
-use cm_support::{device_ip, CmPair, Side, SideOptions, CM_TIMEOUT};
+use cm_support::{device_ip, pattern, post_recv, wait_async, CmPair, SideOptions, CM_TIMEOUT};
 use rdmasock::cm::CmEvent;
-use rdmasock::verbs::kernel::KernelQp;
 use rdmasock::verbs::{
     AsyncEventKind, Error, PortState, QpCapabilities, QpInitAttributes, RecvRequest, RemoteKey,
     SendFlags, SendOp, SendRequest, Transport, WcOpcode, WcStatus, WorkCompletion,
@@ -28,25 +27,6 @@ const DEVICE: &str = "siw0";
 
 fn pair() -> CmPair {
     CmPair::connect(device_ip(DEVICE), &SideOptions::default())
-}
-
-fn post_recv(side: &Side, wr_id: u64, pieces: &[(usize, usize)]) {
-    let sg: Vec<_> = pieces
-        .iter()
-        .map(|&(at, len)| side.mr.slice(at, len).unwrap())
-        .collect();
-    side.qp
-        .post_recv(&[RecvRequest {
-            wr_id,
-            sg_list: &sg,
-        }])
-        .expect("post_recv");
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 #[test]
@@ -300,35 +280,6 @@ fn unsupported_operations_fail_at_post_time_naming_device_and_operation() {
     assert_empty(&a.cq);
     assert_empty(&b.cq);
     p.disconnect();
-}
-
-/// Waits for the async event `kind` about the QP of `side`.
-fn wait_async(side: &Side, kind: AsyncEventKind) {
-    let cookie = side
-        .qp
-        .ops()
-        .as_any()
-        .downcast_ref::<KernelQp>()
-        .expect("a kernel QP")
-        .cookie();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(ev) = side
-            .context
-            .read_async_event()
-            .expect("reading async events")
-        {
-            println!("async event: {ev:?}");
-            if ev.kind == kind && ev.element == cookie {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {kind:?} async event for the QP"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Posts an RDMA READ or WRITE of 16 bytes from the active side to `offset` of the passive

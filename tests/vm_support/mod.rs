@@ -12,15 +12,17 @@
 //! ```
 #![allow(dead_code)] // each test binary uses a different part
 
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use rdmasock::cm::{CmId, ConnectionParameters, EventChannel};
+use rdmasock::verbs::kernel::KernelQp;
 use rdmasock::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpCapabilities, QpInitAttributes, QpState, QueuePair,
+    AccessFlags, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
+    ProtectionDomain, QpCapabilities, QpInitAttributes, QpState, QueuePair, RecvRequest,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a connection-manager step may take under the emulated VM.
 pub const CM_TIMEOUT: Duration = Duration::from_secs(20);
@@ -222,5 +224,57 @@ impl CmPair {
         drop(active_id);
         let passive = server.join().expect("the passive side's thread");
         (active, passive)
+    }
+}
+
+/// Posts one receive on `side` scattering into `(offset, length)` pieces of its region.
+pub fn post_recv(side: &Side, wr_id: u64, pieces: &[(usize, usize)]) {
+    let sg: Vec<_> = pieces
+        .iter()
+        .map(|&(at, len)| side.mr.slice(at, len).unwrap())
+        .collect();
+    side.qp
+        .post_recv(&[RecvRequest {
+            wr_id,
+            sg_list: &sg,
+        }])
+        .expect("post_recv");
+}
+
+/// `len` bytes of a pattern that differs with `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Waits for the async event `kind` about the QP of `side`.
+pub fn wait_async(side: &Side, kind: AsyncEventKind) {
+    let cookie = side
+        .qp
+        .ops()
+        .as_any()
+        .downcast_ref::<KernelQp>()
+        .expect("a kernel QP")
+        .cookie();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(ev) = side
+            .context
+            .read_async_event()
+            .expect("reading async events")
+        {
+            println!("async event: {ev:?}");
+            if ev.kind == kind && ev.element == cookie {
+                return;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no {kind:?} async event for the QP");
+        // Wait until the async event fd turns readable (or the deadline).
+        let fd = side.context.ops().async_fd();
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        nix::poll::poll(&mut fds, PollTimeout::from(ms)).expect("poll on the async event fd");
     }
 }
