@@ -363,3 +363,25 @@ fn rc_pingpong_refuses_iwarp_devices() {
         "the refusal should explain iWARP needs the CM and name the pingpong example: {err}"
     );
 }
+
+/// The examples above open rxe0 through `rdmasock::default_registry()` with this process's
+/// environment: this test proves which provider that gives them (the rdma-core bridge when
+/// tests/vm/suite.sh reruns this suite with RDMASOCK_PROVIDER=ibverbs, else pure-Rust rxe).
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn the_examples_run_on_the_provider_asked_for() {
+    require_device("rxe0");
+    let forced = rdmasock::ProviderChoice::from_env()
+        .expect("RDMASOCK_PROVIDER is malformed")
+        .for_device("rxe0");
+    let expected = match forced {
+        Some(rdmasock::ProviderKind::Ibverbs) => "ibverbs",
+        _ => "rxe",
+    };
+    let context = rdmasock::open_device(Some("rxe0")).expect("opening rxe0");
+    assert_eq!(context.provider_name(), expected);
+    let port = context
+        .query_port(1)
+        .expect("query_port through the provider");
+    assert!(port.is_ethernet(), "rxe0's port 1 is RoCE: {port:?}");
+}

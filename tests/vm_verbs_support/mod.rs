@@ -32,7 +32,25 @@ pub fn open_rxe0() -> Context {
         "{sysfs} does not exist: these tests need the VM's Soft-RoCE device (run \
          tests/vm/run.sh, or /work/shared/vm/run-in-vm.sh '<test binary> --ignored')"
     );
-    rdmasock::open_device(Some(DEVICE)).expect("opening rxe0")
+    let context = rdmasock::open_device(Some(DEVICE)).expect("opening rxe0");
+    assert_eq!(
+        context.provider_name(),
+        expected_provider(),
+        "rxe0 is driven by the wrong provider (RDMASOCK_PROVIDER={:?})",
+        std::env::var(rdmasock::PROVIDER_ENV).ok()
+    );
+    context
+}
+
+/// The provider every test must run on: the rdma-core bridge when `RDMASOCK_PROVIDER`
+/// forces it for rxe0 (tests/vm/suite.sh runs this suite a second time so), else the
+/// pure-Rust rxe provider.
+pub fn expected_provider() -> &'static str {
+    let choice = rdmasock::ProviderChoice::from_env().expect("RDMASOCK_PROVIDER is malformed");
+    match choice.for_device(DEVICE) {
+        Some(rdmasock::ProviderKind::Ibverbs) => "ibverbs",
+        _ => "rxe",
+    }
 }
 
 /// The index of the port's RoCE v2 GID (the IPv4-mapped one when there is one) and the GID.

@@ -84,6 +84,20 @@ impl ChannelOps for BridgeChannel {
     }
 }
 
+/// The receives a QP has outstanding, counted down by the polls of its receive CQ.
+///
+/// Some providers' receive queues hold more than the `max_recv_wr` they report (rdma-core's
+/// rxe rounds up to a power of two), so the bridge enforces the reported depth itself, as
+/// the pure-Rust providers do. Every receive ends in exactly one completion on the receive
+/// CQ; on a CQ shared with the QP's sends only completions with the receive opcode bit
+/// count (error completions need not carry an opcode, so the count can only be too high
+/// after an error, when the QP is dead; a move to RESET clears it).
+#[derive(Debug, Default)]
+pub(crate) struct ReceiveAccount {
+    pub(crate) outstanding: AtomicU32,
+    pub(crate) shared_with_sends: bool,
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct BridgeCq {
@@ -92,6 +106,7 @@ pub struct BridgeCq {
     cookie: u64,
     events: Arc<EventCount>,
     channel: Option<Arc<dyn ChannelOps>>,
+    receivers: Mutex<HashMap<u32, Arc<ReceiveAccount>>>,
 }
 
 impl BridgeCq {
@@ -130,11 +145,46 @@ impl BridgeCq {
             cookie,
             events,
             channel,
+            receivers: Mutex::new(HashMap::new()),
         })
     }
 
     pub(crate) fn raw(&self) -> &Arc<RawCq> {
         &self.raw
+    }
+
+    /// Counts the receives of QP `qp_num` down as their completions are polled here.
+    pub(crate) fn track_receives(&self, qp_num: u32, account: Arc<ReceiveAccount>) {
+        self.receivers
+            .lock()
+            .expect("receivers lock")
+            .insert(qp_num, account);
+    }
+
+    /// Stops counting for a QP that is being destroyed.
+    pub(crate) fn untrack_receives(&self, qp_num: u32) {
+        self.receivers
+            .lock()
+            .expect("receivers lock")
+            .remove(&qp_num);
+    }
+
+    fn count_receives(&self, wcs: &[IbvWc]) {
+        let receivers = self.receivers.lock().expect("receivers lock");
+        if receivers.is_empty() {
+            return;
+        }
+        for wc in wcs {
+            if let Some(account) = receivers.get(&wc.qp_num) {
+                if !account.shared_with_sends || wc.opcode & 128 != 0 {
+                    let _ = account.outstanding.fetch_update(
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                        |n| n.checked_sub(1),
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -164,6 +214,7 @@ impl CqOps for BridgeCq {
                 .raw
                 .poll(&mut buf[..want])
                 .map_err(|e| self.context.error("ibv_poll_cq", e))?;
+            self.count_receives(&buf[..n]);
             for (slot, wc) in out[total..].iter_mut().zip(&buf[..n]) {
                 *slot = work_completion(wc);
             }

@@ -6,15 +6,16 @@
 
 use crate::context::{BridgeContext, BridgePd};
 use crate::convert::{capabilities, ibv_cap, ibv_qp_attr, qp_attributes, send_wr};
-use crate::cq::BridgeCq;
+use crate::cq::{BridgeCq, ReceiveAccount};
 use crate::sys::abi::{IbvRecvWr, IbvSendWr, IbvSge};
 use crate::sys::{RawCq, RawQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use rdmasock_verbs::wr::{PostError, RecvRequest, ScatterGather, SendRequest};
-use rdmasock_verbs::{Error, QpNumber, Result, SendFlags, SendOp};
+use rdmasock_verbs::{Error, QpNumber, QpState, Result, SendFlags, SendOp};
 use std::any::Any;
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// Work requests and SGEs being built for one post.
@@ -33,8 +34,17 @@ pub struct BridgeQp {
     caps: QpCapabilities,
     send: Mutex<Scratch<IbvSendWr>>,
     recv: Mutex<Scratch<IbvRecvWr>>,
+    receives: Arc<ReceiveAccount>,
     _send_cq: Arc<dyn CqOps>,
-    _recv_cq: Arc<dyn CqOps>,
+    recv_cq: Arc<dyn CqOps>,
+}
+
+impl Drop for BridgeQp {
+    fn drop(&mut self) {
+        if let Some(cq) = self.recv_cq.as_any().downcast_ref::<BridgeCq>() {
+            cq.untrack_receives(self.qp_num.0);
+        }
+    }
 }
 
 fn bridge_cq(cq: &Arc<dyn CqOps>) -> Result<Arc<RawCq>> {
@@ -74,6 +84,13 @@ impl BridgeQp {
             context.next_cookie(),
         )
         .map_err(|e| context.error("ibv_create_qp", e))?;
+        let receives = Arc::new(ReceiveAccount {
+            outstanding: Default::default(),
+            shared_with_sends: Arc::ptr_eq(&send_cq, &recv_cq),
+        });
+        if let Some(cq) = recv_cq.as_any().downcast_ref::<BridgeCq>() {
+            cq.track_receives(raw.qp_num(), receives.clone());
+        }
         Ok(BridgeQp {
             qp_num: QpNumber(raw.qp_num()),
             raw,
@@ -81,8 +98,9 @@ impl BridgeQp {
             caps: capabilities(&cap),
             send: Mutex::default(),
             recv: Mutex::default(),
+            receives,
             _send_cq: send_cq,
-            _recv_cq: recv_cq,
+            recv_cq,
         })
     }
 
@@ -174,6 +192,19 @@ impl BridgeQp {
             return Ok(());
         }
         let mut scratch = self.recv.lock().expect("recv scratch lock");
+        let outstanding = self.receives.outstanding.load(Ordering::Acquire);
+        let room = self.caps.max_recv_wr.saturating_sub(outstanding) as usize;
+        let fits = wrs.len().min(room);
+        let full = (fits < wrs.len()).then(|| PostError {
+            index: fits,
+            wr_id: wrs[fits].wr_id,
+            error: Error::QueueFull {
+                queue: "receive queue",
+                qp_num: self.qp_num,
+                depth: self.caps.max_recv_wr,
+            },
+        });
+        let wrs = &wrs[..fits];
         let Scratch { wrs: out, sges } = &mut *scratch;
         out.clear();
         sges.clear();
@@ -185,13 +216,20 @@ impl BridgeQp {
             });
             sges.extend(wr.sg_list.iter().map(sge));
         }
-        self.raw
-            .post_recv(out, sges)
-            .map_err(|(index, e)| PostError {
-                index,
-                wr_id: wrs[index].wr_id,
-                error: self.post_failure("ibv_post_recv", "receive queue", e),
-            })
+        let posted = self.raw.post_recv(out, sges);
+        let count = match &posted {
+            Ok(()) => wrs.len(),
+            Err((index, _)) => *index,
+        };
+        self.receives
+            .outstanding
+            .fetch_add(count as u32, Ordering::AcqRel);
+        posted.map_err(|(index, e)| PostError {
+            index,
+            wr_id: wrs[index].wr_id,
+            error: self.post_failure("ibv_post_recv", "receive queue", e),
+        })?;
+        full.map_or(Ok(()), Err)
     }
 }
 
@@ -231,7 +269,12 @@ impl QpOps for BridgeQp {
     fn modify(&self, attr: &QpAttributes, mask: QpAttrMask) -> Result<()> {
         self.raw
             .modify(&ibv_qp_attr(attr), mask.bits())
-            .map_err(|e| self.context.error("ibv_modify_qp", e))
+            .map_err(|e| self.context.error("ibv_modify_qp", e))?;
+        if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+            // RESET empties the work queues.
+            self.receives.outstanding.store(0, Ordering::Release);
+        }
+        Ok(())
     }
 
     fn query(&self, mask: QpAttrMask) -> Result<QpAttributes> {

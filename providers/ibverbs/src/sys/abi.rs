@@ -57,7 +57,7 @@ pub struct VerbsContext {
     pub query_port:
         Option<unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr, usize) -> c_int>,
     /// `advise_mr` .. `close_xrcd`: 36 function pointers and `priv`.
-    pub _ops: [*const c_void; 36],
+    pub _ops: [*const c_void; 37],
     pub _abi_placeholder3: u64,
     pub sz: usize,
     pub context: IbvContext,
@@ -435,6 +435,8 @@ mod tests {
         assert_eq!(offset_of!(IbvContextOps, post_send), 200);
         assert_eq!(offset_of!(IbvContextOps, post_recv), 208);
         assert_eq!(size_of::<IbvContext>(), 328);
+        assert_eq!(offset_of!(VerbsContext, sz), 312);
+        assert_eq!(offset_of!(VerbsContext, context), 320);
         assert_eq!(size_of::<IbvGid>(), 16);
         assert_eq!(align_of::<IbvGid>(), 8);
         assert_eq!(size_of::<IbvGlobalRoute>(), 24);
