@@ -8,6 +8,8 @@
 #    loudly: no test may pass because the hardware it needs is absent.
 # 2. Runs each test binary (the root crate's tests/vm_*.rs) with --ignored --test-threads=1
 #    in the project root, RDMASOCK_VM_TEST_TIMEOUT seconds at most each (default 600).
+#    Then runs vm_verbs and vm_tools again with RDMASOCK_PROVIDER=ibverbs (the rdma-core
+#    bridge; RDMASOCK_VM_BRIDGE_SUITES changes the list), reported as NAME[ibverbs].
 # 3. Runs each executable tests/vm/interop/*.sh (rdma-core tools against our examples),
 #    with RDMASOCK_BIN_DIR and RDMASOCK_EXAMPLES_DIR set; each counts as one test.
 # 4. Prints a summary and, last, the line "vm: N passed, N failed"; exits 1 on any failure.
@@ -74,12 +76,15 @@ for s in "$HERE"/interop/*.sh; do [ -x "$s" ] && interop+=("$s"); done
 # ------------------------------------------------------------- test binaries ----
 log=$(mktemp)
 cd "$ROOT" || exit 2
-for bin in "$@"; do
-  name=$(basename "$bin"); name=${name%-*}   # vm_verbs-0123456789abcdef -> vm_verbs
+# run_binary LABEL BINARY [VAR=VALUE...]: runs one test binary (with the environment
+# additions given) and adds its counts to the summary under LABEL.
+run_binary() {
+  local name=$1 bin=$2 start rc p f status note
+  shift 2
   echo
   echo "===== $name ====="
   start=$SECONDS
-  timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
+  env "$@" timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   read -r p f < <(awk '/^test result:/ {
       for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
@@ -96,6 +101,25 @@ for bin in "$@"; do
   fi
   summary+=("$(printf '%-7s %-28s %3d passed, %d failed, %ds (exit %d)%s' \
     "$status" "$name" "$p" "$f" $((SECONDS - start)) "$rc" "$note")")
+}
+
+for bin in "$@"; do
+  name=$(basename "$bin"); name=${name%-*}   # vm_verbs-0123456789abcdef -> vm_verbs
+  run_binary "$name" "$bin"
+done
+
+# ------------------------------------------------- again on the rdma-core bridge ----
+# The verbs conformance and tool suites once more with RDMASOCK_PROVIDER=ibverbs: every
+# device driven through rdma-core's libibverbs (its own rxe provider underneath) instead of
+# the pure-Rust providers. Their tests assert Context::provider_name() is "ibverbs" then
+# (and "rxe" in the run above), so the summary's [ibverbs] lines prove which one ran.
+# RDMASOCK_VM_BRIDGE_SUITES overrides the list ("" skips this).
+bridge_suites=${RDMASOCK_VM_BRIDGE_SUITES-vm_verbs vm_tools}
+for bin in "$@"; do
+  name=$(basename "$bin"); name=${name%-*}
+  for suite in $bridge_suites; do
+    [ "$name" = "$suite" ] && run_binary "${name}[ibverbs]" "$bin" RDMASOCK_PROVIDER=ibverbs
+  done
 done
 
 # ------------------------------------------------------------ interop scripts ----
