@@ -1,0 +1,137 @@
+#!/bin/bash
+# bench-rc-pingpong.sh - a benchmark, not a test (issue #2): our rc_pingpong example
+# against rdma-core's ibv_rc_pingpong, on the same rxe0 in one VM boot.
+#
+#   tests/vm/bench-rc-pingpong.sh [--reps N] [--iters N]      from the host
+#
+# Builds the release rc_pingpong example, boots the VM once (tests/vm/run.sh --rxe) and,
+# inside it, runs for each message size (4096 B, 64 B) and mode (polling, -e events)
+# ours<->ours and theirs<->theirs with identical flags (-d rxe0 -g 1 -s SIZE -n ITERS
+# [-e]), N times each (default 5), alternating which pair goes first (and which starts
+# each size/mode).  It parses the client's closing line "ITERS iters in S seconds =
+# U usec/iter" and measures its CPU time (user + system), prints each sample, then a
+# table: size, mode, the median usec/iter of ours and of rdma-core, their ratio (ours /
+# rdma-core; <= 1.00 means ours is no slower), the ratio of the fastest runs, and the
+# median client CPU time per iteration of each (where the time goes in -e mode).
+#
+# The VM runs under TCG, so absolute numbers are far from hardware and noisy when the
+# host is loaded; the ratio of interleaved runs is what to read.  Exit status: 0 when
+# every run finished (whatever the ratio), 1 when a run failed, 125 on VM setup failure.
+#
+# Inside the VM the script is re-run as: bench-rc-pingpong.sh --guest EXAMPLE REPS ITERS
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+# ------------------------------------------------------------------ in the VM ----
+if [ "${1:-}" = --guest ]; then
+  ours=$2 reps=$3 iters=$4
+  theirs=$(command -v ibv_rc_pingpong) || { echo "bench: ibv_rc_pingpong missing (apt-get install ibverbs-utils)"; exit 1; }
+  [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
+  [ -e /sys/class/infiniband/rxe0 ] || { echo "bench: no rxe0 in the VM"; exit 1; }
+  ip=${RDMA_VM_IP:?RDMA_VM_IP unset: run this through tests/vm/run.sh}
+  port=18700
+  samples=$(mktemp)
+  listening() { ss -Hltn "sport = :$1" | grep -q .; }
+  # pair WHO BINARY FLAG... : one server+client run; appends "size mode who usec" to $samples
+  pair() {
+    local who=$1 bin=$2 size=$3 mode=$4
+    shift 4
+    local p=$port
+    port=$((port + 1))
+    local flags=(-d rxe0 -g 1 -s "$size" -n "$iters" -p "$p" "$@")
+    local sout cout
+    sout=$(mktemp) cout=$(mktemp)
+    "$bin" "${flags[@]}" > "$sout" 2>&1 &
+    local spid=$!
+    for _ in $(seq 300); do
+      listening "$p" && break
+      kill -0 "$spid" 2>/dev/null || break
+      sleep 0.05
+    done
+    local ctime=$sout.time TIMEFORMAT='%U %S' ok=1
+    { time timeout 300 "$bin" "${flags[@]}" "$ip" > "$cout" 2>&1 || ok=0; } 2> "$ctime"
+    if [ $ok = 0 ]; then
+      kill "$spid" 2>/dev/null || true
+      echo "bench: $who client ${flags[*]} failed:"; cat "$cout"; echo "server:"; cat "$sout"
+      return 1
+    fi
+    local waited=0
+    while kill -0 "$spid" 2>/dev/null && [ $waited -lt 600 ]; do sleep 0.05; waited=$((waited + 1)); done
+    if kill -0 "$spid" 2>/dev/null; then kill "$spid"; echo "bench: $who server hung"; return 1; fi
+    wait "$spid" || { echo "bench: $who server ${flags[*]} failed:"; cat "$sout"; return 1; }
+    local usec
+    usec=$(sed -n "s/^$iters iters in .* seconds = \([0-9.]*\) usec\/iter\$/\1/p" "$cout")
+    [ -n "$usec" ] || { echo "bench: no closing line from the $who client:"; cat "$cout"; return 1; }
+    # the client's CPU time (user + system, whole process) per iteration, in usec
+    local cpu
+    cpu=$(awk -v n="$iters" '{ printf "%.1f", ($1 + $2) * 1e6 / n }' "$ctime")
+    echo "$size $mode $who $usec $cpu" >> "$samples"
+    echo "  $size $mode $who $usec $cpu"
+    rm -f "$ctime"
+    rm -f "$sout" "$cout"
+  }
+  echo "samples (size mode who usec/iter CPU-usec/iter, client side, in run order):"
+  group=0
+  for size in 4096 64; do
+    for mode in poll events; do
+      extra=()
+      [ $mode = events ] && extra=(-e)
+      group=$((group + 1))
+      for rep in $(seq "$reps"); do
+        if [ $(((rep + group) % 2)) = 0 ]; then
+          pair ours "$ours" $size $mode "${extra[@]}"
+          pair rdma-core "$theirs" $size $mode "${extra[@]}"
+        else
+          pair rdma-core "$theirs" $size $mode "${extra[@]}"
+          pair ours "$ours" $size $mode "${extra[@]}"
+        fi
+      done
+    done
+  done
+  echo
+  echo "rc_pingpong vs ibv_rc_pingpong on rxe0 (-g 1 -n $iters), median of $reps runs:"
+  awk '
+    { v[$1" "$2" "$3] = v[$1" "$2" "$3] " " $4; c[$1" "$2" "$3] = c[$1" "$2" "$3] " " $5 }
+    function least(list,   a, n, i, m) {
+      n = split(list, a, " "); m = a[1]
+      for (i = 2; i <= n; i++) if (a[i] + 0 < m + 0) m = a[i]
+      return m
+    }
+    function median(list,   a, n, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END {
+      printf "| %-5s | %-6s | %-14s | %-19s | %-5s | %-15s | %-13s | %-18s |\n", "size", "mode", "ours usec/iter", "rdma-core usec/iter", "ratio", "ratio of minima", "ours CPU/iter", "rdma-core CPU/iter"
+      printf "|-------|--------|----------------|---------------------|-------|-----------------|---------------|--------------------|\n"
+      split("4096 64", sizes, " "); split("poll events", modes, " ")
+      for (s = 1; s <= 2; s++) for (m = 1; m <= 2; m++) {
+        k = sizes[s] " " modes[m]
+        o = median(v[k " ours"]); t = median(v[k " rdma-core"])
+        printf "| %-5s | %-6s | %14.1f | %19.1f | %5.2f | %15.2f | %13.1f | %18.1f |\n", sizes[s], modes[m], o, t, o / t, least(v[k " ours"]) / least(v[k " rdma-core"]), median(c[k " ours"]), median(c[k " rdma-core"])
+      }
+    }' "$samples"
+  rm -f "$samples"
+  exit 0
+fi
+
+# ------------------------------------------------------------------ on the host ----
+reps=5 iters=1000
+while [ $# -gt 0 ]; do
+  case $1 in
+    --reps) reps=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+    *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+cd "$ROOT"
+echo "bench: building the release rc_pingpong example" >&2
+cargo build --release --example rc_pingpong >&2
+target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+ours=$target_dir/release/examples/rc_pingpong
+[ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
+exec "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
+  bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters"
