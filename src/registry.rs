@@ -217,8 +217,21 @@ pub fn registry_for(choice: &ProviderChoice) -> ProviderRegistry {
     }
     r.register(Arc::new(RxeProvider::new()));
     r.register(Arc::new(SiwProvider::new()));
+    r.register(Arc::new(rdmasock_uiwarp::UiwarpProvider::new()));
     r.register(Arc::new(IbverbsProvider::fallback()));
     r
+}
+
+/// The devices of this machine: the kernel's (see [`DeviceList::discover`]) and, last, the
+/// userspace iWARP device `uiwarp0`, which is always there.
+pub fn device_list() -> Result<DeviceList> {
+    let mut list = match DeviceList::discover() {
+        Ok(l) => l,
+        Err(Error::NoDevice) => DeviceList::default(),
+        Err(e) => return Err(e),
+    };
+    list.devices.push(rdmasock_uiwarp::device_info());
+    Ok(list)
 }
 
 /// The providers this build has, chosen by `RDMASOCK_PROVIDER` (see the module docs).
@@ -236,7 +249,7 @@ pub fn default_registry() -> ProviderRegistry {
 /// Opens the device named `name`, or the first device when `name` is `None`, with the
 /// default providers.
 pub fn open_device(name: Option<&str>) -> Result<Context> {
-    let list = DeviceList::discover()?;
+    let list = device_list()?;
     let device = list.pick(name)?;
     Context::open(device, &default_registry())
 }

@@ -1,10 +1,11 @@
 //! [`RdmaListener`]: accepts RDMA stream connections, like [`std::net::TcpListener`].
 #![forbid(unsafe_code)]
 
-use super::cm::{CmListener, ConnectionManager, IncomingRequest, KernelCm};
+use super::cm::{CmListener, ConnectionManager, IncomingRequest};
 use super::options::SocketOptions;
 use super::shared::Shared;
 use super::stream::{prepare, RdmaSocket};
+use super::uiwarp::AutoCm;
 use crate::stream::Hello;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::fmt;
@@ -38,7 +39,7 @@ impl RdmaListener {
 
     /// Binds with `opts`, which every accepted connection uses.
     pub fn bind_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaListener> {
-        Self::bind_via(&KernelCm, addr, opts)
+        Self::bind_via(&AutoCm, addr, opts)
     }
 
     /// Binds through the connection manager `cm`.

@@ -22,8 +22,10 @@ mod options;
 mod shared;
 mod source;
 mod stream;
+mod uiwarp;
 
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder};
 pub use stream::RdmaSocket;
+pub use uiwarp::{AutoCm, UiwarpCm};

@@ -23,6 +23,8 @@ pub const MAX_QUEUE_DEPTH: u32 = 32_768;
 pub const MAX_SGE: u32 = 6;
 /// The most inline bytes per send request.
 pub const MAX_INLINE: u32 = 256;
+/// The inline bytes every QP gets, whatever it asked for.
+pub const MIN_INLINE: u32 = 64;
 
 static NEXT_QPN: AtomicU32 = AtomicU32::new(1);
 
@@ -65,9 +67,12 @@ impl UiwarpQp {
                 c.max_send_sge, c.max_recv_sge, c.max_inline_data
             )));
         }
+        // Like the kernel providers, give at least what was asked (inline: at least
+        // MIN_INLINE, so small control messages may always go inline).
         let caps = QpCapabilities {
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: c.max_recv_sge.max(1),
+            max_inline_data: c.max_inline_data.max(MIN_INLINE),
             ..c
         };
         let qpn = QpNumber(NEXT_QPN.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff);

@@ -1,0 +1,418 @@
+//! RdmaSocket / RdmaListener on this host, which has no kernel RDMA: every connection goes
+//! through the userspace iWARP provider (uiwarp) on loopback TCP. Big transfers, half-close,
+//! connect/close cycles without leaks, and mio with many connections.
+
+use rdmasock::socket::{AutoCm, UiwarpCm};
+use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A deterministic xorshift generator (no dependencies).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
+    let l = RdmaListener::bind_with(loopback(), opts).expect("bind on loopback");
+    let addr = l.local_addr().expect("listener address");
+    assert_ne!(addr.port(), 0, "an ephemeral port was chosen");
+    (l, addr)
+}
+
+fn pair_with(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let (l, addr) = listener_with(opts);
+    let t = thread::spawn(move || l.accept().expect("accept").0);
+    let c = RdmaSocket::connect_with(addr, opts).expect("connect");
+    (t.join().expect("accept thread"), c)
+}
+
+#[test]
+fn connect_accept_echo_over_uiwarp() {
+    assert!(
+        !std::path::Path::new("/sys/class/infiniband").exists()
+            || std::env::var("RDMASOCK_PROVIDER").as_deref() == Ok("uiwarp"),
+        "this host has kernel RDMA devices: run with RDMASOCK_PROVIDER=uiwarp"
+    );
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let server = thread::spawn(move || {
+        let (mut s, peer) = l.accept().expect("accept");
+        assert_eq!(peer.ip(), addr.ip());
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).unwrap();
+        s.write_all(&buf).unwrap();
+        s
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    assert!(c.peer_is_rdmasock());
+    assert_eq!(c.peer_addr().unwrap(), addr);
+    c.write_all(b"hello").unwrap();
+    let mut buf = [0u8; 5];
+    c.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"hello");
+    let _s = server.join().unwrap();
+}
+
+/// Writes `total` pseudo-random bytes in pseudo-random pieces; returns their hash.
+fn send_random(mut s: &RdmaSocket, total: usize, seed: u64) -> u64 {
+    let mut rng = Rng(seed);
+    let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let mut hash = DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut sent = 0;
+    while sent < total {
+        let n = (1 + rng.below(buf.len())).min(total - sent);
+        for chunk in buf[..n].chunks_mut(8) {
+            let v = data.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        s.write_all(&buf[..n]).expect("write");
+        hash.write(&buf[..n]);
+        sent += n;
+    }
+    s.flush().expect("flush");
+    s.shutdown(Shutdown::Write).expect("shutdown write");
+    hash.finish()
+}
+
+/// Reads to end of stream in pseudo-random pieces; returns (bytes, hash).
+fn receive_random(mut s: &RdmaSocket, seed: u64) -> (usize, u64) {
+    let mut rng = Rng(seed);
+    let mut hash = DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        let want = 1 + rng.below(buf.len());
+        let n = s.read(&mut buf[..want]).expect("read");
+        if n == 0 {
+            return (total, hash.finish());
+        }
+        hash.write(&buf[..n]);
+        total += n;
+    }
+}
+
+/// Both directions at once: each side writes `total` bytes from a writer thread (a clone)
+/// while reading on another.
+fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize) {
+    let start = Instant::now();
+    let run = move |s: RdmaSocket, seed: u64| {
+        let writer = s.try_clone().expect("try_clone");
+        let w = thread::spawn(move || send_random(&writer, total, seed));
+        let (n, h) = receive_random(&s, seed.wrapping_mul(31));
+        (w.join().expect("writer thread"), n, h, s)
+    };
+    let srv = thread::spawn(move || run(server, 1));
+    let (c_sent, c_got, c_hash, _c) = run(client, 2);
+    let (s_sent, s_got, s_hash, _s) = srv.join().expect("server thread");
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{total} bytes each way in {secs:.2} s: {:.1} MB/s total",
+        2.0 * total as f64 / secs / 1e6
+    );
+    assert_eq!(c_got, total, "the client received every byte");
+    assert_eq!(s_got, total, "the server received every byte");
+    assert_eq!(c_hash, s_sent, "the client received what the server sent");
+    assert_eq!(s_hash, c_sent, "the server received what the client sent");
+}
+
+/// Bytes each way: 1 GiB, or `UIWARP_TEST_BYTES` (a debug build moves it slowly).
+fn big_total() -> usize {
+    std::env::var("UIWARP_TEST_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 30)
+}
+
+#[test]
+fn one_gib_each_way_random_sizes_checked_by_hash() {
+    let (s, c) = pair_with(&SocketOptions::default());
+    both_ways(s, c, big_total());
+}
+
+#[test]
+fn small_rings_selective_signalling_and_event_mode() {
+    let opts = SocketOptions::builder()
+        .send_ring(4096)
+        .recv_ring(8192)
+        .send_queue_depth(16)
+        .recv_queue_depth(16)
+        .inline_threshold(0)
+        .signal_interval(4)
+        .event_mode()
+        .build()
+        .unwrap();
+    let (s, c) = pair_with(&opts);
+    both_ways(s, c, 4 << 20);
+}
+
+#[test]
+fn half_close_client_first() {
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read to EOF");
+        assert_eq!(got, b"request");
+        s.write_all(b"reply after your EOF")
+            .expect("write after peer EOF");
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    c.write_all(b"request").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let err = c.write(b"x").expect_err("writing after shutdown(Write)");
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
+    let mut reply = Vec::new();
+    c.read_to_end(&mut reply).expect("read reply to EOF");
+    assert_eq!(reply, b"reply after your EOF");
+    server.join().unwrap();
+}
+
+#[test]
+fn half_close_server_first() {
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        s.write_all(b"banner").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read to EOF");
+        got
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    let mut banner = Vec::new();
+    c.read_to_end(&mut banner).expect("banner then EOF");
+    assert_eq!(banner, b"banner");
+    c.write_all(b"answer after your EOF")
+        .expect("write after peer EOF");
+    drop(c);
+    assert_eq!(server.join().unwrap(), b"answer after your EOF");
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn rss_kib() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+#[test]
+fn thousand_connect_close_cycles_leak_nothing() {
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let cycles: usize = std::env::var("RDMASOCK_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let server = thread::spawn(move || {
+        for _ in 0..cycles + 10 {
+            let (mut s, _) = l.accept().expect("accept");
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).expect("one byte");
+            s.write_all(&b).expect("echo it");
+        }
+    });
+    let cycle = || {
+        let mut c = RdmaSocket::connect(addr).expect("connect");
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+    };
+    for _ in 0..10 {
+        cycle();
+    }
+    let (fds, rss) = (open_fds(), rss_kib());
+    let start = Instant::now();
+    for _ in 0..cycles {
+        cycle();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    server.join().unwrap();
+    // Closing TCP connections finish on the engine thread (FIN both ways): bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut fds2 = open_fds();
+    while fds2 > fds && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+        fds2 = open_fds();
+    }
+    let rss2 = rss_kib();
+    eprintln!(
+        "{cycles} cycles in {secs:.1} s ({:.2} ms each); fds {fds}->{fds2}, RSS {rss}->{rss2} KiB",
+        secs * 1000.0 / cycles as f64
+    );
+    assert!(fds2 <= fds, "fd leak: {fds} -> {fds2}");
+    assert!(
+        rss2 < rss + 16 * 1024,
+        "memory grew by more than 16 MiB: {rss} -> {rss2} KiB"
+    );
+}
+
+#[test]
+fn mio_drives_sixty_four_connections() {
+    use mio::{Events, Interest, Poll, Token};
+    const N: usize = 64;
+    const ROUNDS: usize = 20;
+    let (l, addr) = listener_with(&SocketOptions::default());
+    // Echo server: one thread, blocking per connection is not needed: clones echo in turn.
+    let server = thread::spawn(move || {
+        let mut conns = Vec::new();
+        for _ in 0..N {
+            conns.push(l.accept().expect("accept").0);
+        }
+        let mut poll = Poll::new().unwrap();
+        for (i, s) in conns.iter_mut().enumerate() {
+            s.set_nonblocking(true).unwrap();
+            poll.registry()
+                .register(s, Token(i), Interest::READABLE | Interest::WRITABLE)
+                .unwrap();
+        }
+        let mut echoed = vec![0usize; N];
+        let mut pending: Vec<Vec<u8>> = vec![Vec::new(); N];
+        let mut events = Events::with_capacity(128);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while echoed.iter().any(|&e| e < ROUNDS * 100) {
+            assert!(Instant::now() < deadline, "server stalled: {echoed:?}");
+            poll.poll(&mut events, Some(Duration::from_secs(5)))
+                .unwrap();
+            for ev in events.iter() {
+                let i = ev.token().0;
+                let s = &mut conns[i];
+                let mut buf = [0u8; 4096];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => pending[i].extend_from_slice(&buf[..n]),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("server read: {e}"),
+                    }
+                }
+                while !pending[i].is_empty() {
+                    match s.write(&pending[i]) {
+                        Ok(n) => {
+                            echoed[i] += n;
+                            pending[i].drain(..n);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("server write: {e}"),
+                    }
+                }
+            }
+        }
+        conns
+    });
+    let mut clients: Vec<RdmaSocket> = (0..N)
+        .map(|_| RdmaSocket::connect(addr).expect("connect"))
+        .collect();
+    let mut poll = Poll::new().unwrap();
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.set_nonblocking(true).unwrap();
+        poll.registry()
+            .register(c, Token(i), Interest::READABLE | Interest::WRITABLE)
+            .unwrap();
+    }
+    let msg =
+        |i: usize, r: usize| -> Vec<u8> { (0..100).map(|k| (i * 7 + r * 13 + k) as u8).collect() };
+    let mut round = vec![0usize; N];
+    let mut sent_round = vec![false; N];
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); N];
+    let mut events = Events::with_capacity(128);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Kick every connection once: the first write needs no event.
+    let mut ready: Vec<usize> = (0..N).collect();
+    while round.iter().any(|&r| r < ROUNDS) {
+        assert!(
+            Instant::now() < deadline,
+            "clients stalled at rounds {round:?}"
+        );
+        if ready.is_empty() {
+            poll.poll(&mut events, Some(Duration::from_secs(5)))
+                .unwrap();
+            ready = events.iter().map(|e| e.token().0).collect();
+        }
+        for i in ready.drain(..) {
+            let c = &mut clients[i];
+            if round[i] >= ROUNDS {
+                continue;
+            }
+            if !sent_round[i] {
+                match c.write(&msg(i, round[i])) {
+                    Ok(100) => sent_round[i] = true,
+                    Ok(n) => panic!("short write of {n}"),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("client write: {e}"),
+                }
+            }
+            let mut buf = [0u8; 256];
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) => panic!("server closed early"),
+                    Ok(n) => got[i].extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("client read: {e}"),
+                }
+            }
+            if got[i].len() >= 100 {
+                assert_eq!(got[i][..100], msg(i, round[i])[..], "echo of conn {i}");
+                got[i].drain(..100);
+                round[i] += 1;
+                sent_round[i] = false;
+                if round[i] < ROUNDS {
+                    match c.write(&msg(i, round[i])) {
+                        Ok(100) => sent_round[i] = true,
+                        Ok(n) => panic!("short write of {n}"),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("client write: {e}"),
+                    }
+                }
+            }
+        }
+    }
+    drop(clients);
+    drop(server.join().unwrap());
+}
+
+#[test]
+fn rejected_hello_and_refused_port_say_why() {
+    // Nothing listens: the userspace path says so.
+    let port = std::net::TcpListener::bind(loopback())
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = RdmaSocket::connect_via(&UiwarpCm, port, &SocketOptions::default())
+        .expect_err("nothing listens");
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+    // A plain TCP server that closes at once: the MPA exchange fails with a reason.
+    let tcp = std::net::TcpListener::bind(loopback()).unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let t = thread::spawn(move || drop(tcp.accept().unwrap()));
+    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
+        .expect_err("not an iWARP peer");
+    eprintln!("error text: {err}");
+    assert!(
+        err.to_string().contains("closed") || err.to_string().contains("reset"),
+        "{err}"
+    );
+    t.join().unwrap();
+}
