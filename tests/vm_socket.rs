@@ -2,6 +2,7 @@
 //! runs these with `--ignored --test-threads=1`); each test panics when rxe0 or the VM's
 //! address is missing.
 
+use rdmasock::socket::KernelCm;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
@@ -74,4 +75,400 @@ fn connect_accept_echo() {
         .expect("EOF after the server closes");
     assert!(rest.is_empty());
     server.join().expect("server thread");
+}
+
+/// Writes `total` pseudo-random bytes in pseudo-random pieces; returns their hash.
+fn send_random(mut s: &RdmaSocket, total: usize, seed: u64) -> u64 {
+    let mut rng = Rng(seed);
+    let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let mut hash = DefaultHasher::new();
+    let mut buf = vec![0u8; 300_000];
+    let mut sent = 0;
+    while sent < total {
+        let n = (1 + rng.below(buf.len())).min(total - sent);
+        for b in &mut buf[..n] {
+            *b = data.next() as u8;
+        }
+        s.write_all(&buf[..n]).expect("write");
+        hash.write(&buf[..n]);
+        sent += n;
+    }
+    s.flush().expect("flush");
+    s.shutdown(Shutdown::Write).expect("shutdown write");
+    hash.finish()
+}
+
+/// Reads to end of stream in pseudo-random pieces; returns (bytes, hash).
+fn receive_random(mut s: &RdmaSocket, seed: u64) -> (usize, u64) {
+    let mut rng = Rng(seed);
+    let mut hash = DefaultHasher::new();
+    let mut buf = vec![0u8; 300_000];
+    let mut total = 0;
+    loop {
+        let want = 1 + rng.below(buf.len());
+        let n = s.read(&mut buf[..want]).expect("read");
+        if n == 0 {
+            return (total, hash.finish());
+        }
+        hash.write(&buf[..n]);
+        total += n;
+    }
+}
+
+/// Both directions at once on one connection: each side writes `total` bytes from a writer
+/// thread (a clone) while reading on another.
+fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize) {
+    let start = Instant::now();
+    let run = move |s: RdmaSocket, seed: u64| {
+        let writer = s.try_clone().expect("try_clone");
+        let w = thread::spawn(move || send_random(&writer, total, seed));
+        let (n, h) = receive_random(&s, seed.wrapping_mul(31));
+        (w.join().expect("writer thread"), n, h, s)
+    };
+    let srv = thread::spawn(move || run(server, 1));
+    let (c_sent, c_got, c_hash, _c) = run(client, 2);
+    let (s_sent, s_got, s_hash, _s) = srv.join().expect("server thread");
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{total} bytes each way in {secs:.2} s: {:.1} MB/s total",
+        2.0 * total as f64 / secs / 1e6
+    );
+    assert_eq!(c_got, total, "the client received every byte");
+    assert_eq!(s_got, total, "the server received every byte");
+    assert_eq!(c_hash, s_sent, "the client received what the server sent");
+    assert_eq!(s_hash, c_sent, "the server received what the client sent");
+}
+
+fn pair_with(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), opts).expect("bind");
+    let addr = l.local_addr().unwrap();
+    let t = thread::spawn(move || l.accept().expect("accept").0);
+    let c = RdmaSocket::connect_with(addr, opts).expect("connect");
+    (t.join().expect("accept thread"), c)
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn sixty_four_mib_each_way_at_once_checked_by_hash() {
+    let (s, c) = pair_with(&SocketOptions::default());
+    both_ways(s, c, 64 << 20);
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn small_rings_selective_signalling_and_event_mode() {
+    let opts = SocketOptions::builder()
+        .send_ring(4096)
+        .recv_ring(8192)
+        .send_queue_depth(16)
+        .recv_queue_depth(16)
+        .inline_threshold(0)
+        .signal_interval(4)
+        .event_mode()
+        .build()
+        .unwrap();
+    let (s, c) = pair_with(&opts);
+    both_ways(s, c, 1 << 20);
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn half_close_client_first() {
+    let (l, addr) = listener();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read to EOF");
+        assert_eq!(got, b"request");
+        // The client closed its write side only: the reply still goes through.
+        s.write_all(b"reply after your EOF")
+            .expect("write after peer EOF");
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    c.write_all(b"request").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let err = c.write(b"x").expect_err("writing after shutdown(Write)");
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
+    let mut reply = Vec::new();
+    c.read_to_end(&mut reply).expect("read reply to EOF");
+    assert_eq!(reply, b"reply after your EOF");
+    server.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn half_close_server_first() {
+    let (l, addr) = listener();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        s.write_all(b"banner").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read to EOF");
+        got
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    let mut banner = Vec::new();
+    c.read_to_end(&mut banner).expect("banner then EOF");
+    assert_eq!(banner, b"banner");
+    c.write_all(b"answer after your EOF")
+        .expect("write after peer EOF");
+    drop(c);
+    assert_eq!(server.join().unwrap(), b"answer after your EOF");
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn rss_kib() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+fn mr_count() -> usize {
+    // rxe's resource tracking: `rdma resource show mr` lists every registered region.
+    let out = std::process::Command::new("rdma")
+        .args(["resource", "show", "mr"])
+        .output()
+        .expect("rdma (iproute2) runs");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn thousand_connect_close_cycles_leak_nothing() {
+    let (l, addr) = listener();
+    let cycles: usize = std::env::var("RDMASOCK_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let server = thread::spawn(move || {
+        for _ in 0..cycles + 10 {
+            let (mut s, _) = l.accept().expect("accept");
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).expect("one byte");
+            s.write_all(&b).expect("echo it");
+        }
+    });
+    let cycle = || {
+        let mut c = RdmaSocket::connect(addr).expect("connect");
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+    };
+    for _ in 0..10 {
+        cycle();
+    }
+    let (fds, rss, mrs) = (open_fds(), rss_kib(), mr_count());
+    let start = Instant::now();
+    for _ in 0..cycles {
+        cycle();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    server.join().unwrap();
+    let (fds2, rss2, mrs2) = (open_fds(), rss_kib(), mr_count());
+    eprintln!(
+        "{cycles} cycles in {secs:.1} s ({:.1} ms each); fds {fds}->{fds2}, RSS {rss}->{rss2} KiB, \
+         MR lines {mrs}->{mrs2}",
+        secs * 1000.0 / cycles as f64
+    );
+    // The listener is gone now: one fd fewer is fine, one more is a leak.
+    assert!(fds2 <= fds, "fd leak: {fds} -> {fds2}");
+    assert!(mrs2 <= mrs, "MR leak: {mrs} -> {mrs2}");
+    assert!(
+        rss2 < rss + 8 * 1024,
+        "memory grew by more than 8 MiB: {rss} -> {rss2} KiB"
+    );
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn connection_refused_without_listener() {
+    let addr = SocketAddr::new(vm_ip(), 7301);
+    let err = RdmaSocket::connect(addr).expect_err("nothing listens");
+    eprintln!("error text: {err}");
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+    assert!(err.to_string().contains("10.99.0.2:7301"), "{err}");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn address_on_no_rdma_device_names_the_devices() {
+    let ip = vm_ip();
+    // The kernel's connection manager alone (the default falls back to the userspace iWARP
+    // provider for addresses without a kernel device).
+    let opts = SocketOptions::default();
+    let err = RdmaSocket::connect_via(&KernelCm, "127.0.0.1:7302", &opts)
+        .expect_err("loopback has no RDMA device");
+    eprintln!("error text: {err}");
+    let text = err.to_string();
+    assert!(text.contains("127.0.0.1 is on no RDMA device"), "{text}");
+    assert!(text.contains(&format!("rxe0 (netdev eth0: {ip}")), "{text}");
+    let err =
+        RdmaListener::bind_via(&KernelCm, "127.0.0.1:7303", &opts).expect_err("bind on loopback");
+    eprintln!("error text: {err}");
+    assert!(err.to_string().contains("127.0.0.1"), "{err}");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn unanswered_address_times_out_naming_it() {
+    vm_ip();
+    let addr: SocketAddr = "10.99.0.77:7304".parse().unwrap();
+    let start = Instant::now();
+    let err = RdmaSocket::connect_timeout(&addr, Duration::from_millis(1500))
+        .expect_err("nobody has 10.99.0.77");
+    eprintln!("error text after {:?}: {err}", start.elapsed());
+    assert!(err.to_string().contains("10.99.0.77"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn hostile_hello_is_rejected_with_a_reason_and_the_listener_goes_on() {
+    use rdmasock::cm::{CmId, ConnectionParameters, Error, EventChannel};
+    let (l, addr) = listener();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("the good client after the hostile ones");
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).unwrap();
+        b
+    });
+    let channel = EventChannel::open().unwrap();
+    for (what, data) in [
+        ("HTTP", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+        ("short", vec![1u8; 10]),
+        ("zero credits", {
+            let mut h = vec![0u8; 40];
+            h[0] = 1;
+            h
+        }),
+    ] {
+        let id = CmId::new(&channel).unwrap();
+        id.resolve(None, addr, Duration::from_secs(5)).unwrap();
+        let param = ConnectionParameters {
+            private_data: data,
+            ..ConnectionParameters::default()
+        };
+        let err = id
+            .connect_blocking(None, &param, Duration::from_secs(5))
+            .expect_err("the listener rejects a hostile hello");
+        match err {
+            Error::Rejected { private_data, .. } => {
+                let text = String::from_utf8_lossy(&private_data);
+                eprintln!("{what}: rejected with {text:?}");
+                assert!(text.starts_with("rdmasock: "), "{text}");
+            }
+            other => panic!("{what}: expected a rejection, got {other}"),
+        }
+    }
+    let mut c = RdmaSocket::connect(addr).expect("a good client still gets in");
+    c.write_all(b"ok").unwrap();
+    assert_eq!(&server.join().unwrap(), b"ok");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn read_and_write_timeouts() {
+    let opts = SocketOptions::builder()
+        .send_ring(4096)
+        .recv_ring(8192)
+        .build()
+        .unwrap();
+    let (s, mut c) = pair_with(&opts);
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert_eq!(c.read_timeout().unwrap(), Some(Duration::from_millis(300)));
+    let start = Instant::now();
+    let err = c
+        .read(&mut [0u8; 8])
+        .expect_err("no data: the read times out");
+    let waited = start.elapsed();
+    eprintln!("read timed out after {waited:?}: {err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err}"
+    );
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3));
+    // The peer does not read: the writer fills the rings and then times out.
+    c.set_write_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let chunk = vec![5u8; 4096];
+    let start = Instant::now();
+    let err = loop {
+        if let Err(e) = c.write(&chunk) {
+            break e;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "writes never blocked"
+        );
+    };
+    eprintln!("write timed out: {err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err}"
+    );
+    assert!(c.set_read_timeout(Some(Duration::ZERO)).is_err());
+    drop(s);
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn nonblocking_read_and_peek() {
+    let (mut s, mut c) = pair_with(&SocketOptions::default());
+    c.set_nonblocking(true).unwrap();
+    let err = c.read(&mut [0u8; 4]).expect_err("nothing to read");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    s.write_all(b"peekaboo").unwrap();
+    c.set_nonblocking(false).unwrap();
+    let mut b = [0u8; 4];
+    let n = c.peek(&mut b).unwrap();
+    assert_eq!(&b[..n], &b"peek"[..n]);
+    let mut all = [0u8; 8];
+    c.read_exact(&mut all).unwrap();
+    assert_eq!(&all, b"peekaboo");
+}
+
+/// A child that connects, says hello and then hangs until killed.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn vanish_child() {
+    let Ok(addr) = std::env::var("RDMASOCK_VANISH_ADDR") else {
+        return; // only meaningful as the child of peer_vanishes
+    };
+    let mut c = RdmaSocket::connect(addr.as_str()).expect("child connects");
+    c.write_all(b"h").unwrap();
+    thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn peer_vanishes_reads_end_within_keepalive_time() {
+    let (l, addr) = listener();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "vanish_child", "--nocapture"])
+        .env("RDMASOCK_VANISH_ADDR", addr.to_string())
+        .spawn()
+        .expect("spawn the child");
+    let (mut s, _) = l.accept().expect("accept the child");
+    s.set_keepalive(Some(Duration::from_millis(500))).unwrap();
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let start = Instant::now();
+    let r = s.read(&mut b);
+    let waited = start.elapsed();
+    eprintln!("after the peer was killed: {r:?} within {waited:?}");
+    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    let w = s.write(b"more").and_then(|_| s.flush());
+    eprintln!("write after the peer vanished: {w:?}");
+    assert!(w.is_err(), "writes fail once the peer is gone");
 }

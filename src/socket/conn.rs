@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 const POLL_BATCH: usize = 32;
 /// Bytes after the control slots where an inline small payload is staged.
 const SCRATCH_LEN: usize = 16;
+/// How long a closing connection polls for its flushed receives.
+const FLUSH_WAIT: Duration = Duration::from_millis(200);
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
 /// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
@@ -108,6 +110,9 @@ pub(crate) struct Connection {
     cm_closed: bool,
     disconnect_started: bool,
     wc_error: Option<String>,
+    /// A receive completed with an error: the queue pair left the connected state and every
+    /// completion before that point has been fed.
+    receive_flushed: bool,
     scratch_offset: usize,
     keepalive_due: Option<Instant>,
     pub(crate) nonblocking: bool,
@@ -136,6 +141,7 @@ impl Connection {
             cm_closed: false,
             disconnect_started: false,
             wc_error: None,
+            receive_flushed: false,
             scratch_offset,
             nonblocking: false,
             read_timeout: None,
@@ -302,6 +308,7 @@ impl Connection {
         }
         if id.is_receive() {
             if !ok {
+                self.receive_flushed = true;
                 self.engine.on_receive_failed(id);
                 return Ok(());
             }
@@ -328,24 +335,13 @@ impl Connection {
     /// keepalive. Returns whether anything happened.
     pub(crate) fn pump(&mut self) -> io::Result<bool> {
         self.post_ops()?;
-        let mut progress = false;
-        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
-        loop {
-            let n = self.res.cq.poll(&mut wcs)?.len();
-            for wc in &wcs[..n] {
-                self.feed(wc)?;
-                self.post_ops()?;
-            }
-            progress |= n > 0;
-            if n < POLL_BATCH {
-                break;
-            }
-        }
+        let mut progress = self.drain_cq()?;
         while let Some(notice) = self.endpoint.poll_notice()? {
             progress = true;
             match notice {
                 CmNotice::Disconnected => {
                     self.cm_closed = true;
+                    self.flush_before_close()?;
                     self.engine.on_cm_disconnected();
                 }
                 CmNotice::DeviceRemoved => {
@@ -357,6 +353,42 @@ impl Connection {
         }
         self.maybe_disconnect();
         Ok(progress)
+    }
+
+    /// Feeds every completion waiting in the queue; true when there was any.
+    fn drain_cq(&mut self) -> io::Result<bool> {
+        let mut progress = false;
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+        loop {
+            let n = self.res.cq.poll(&mut wcs)?.len();
+            for wc in &wcs[..n] {
+                self.feed(wc)?;
+                self.post_ops()?;
+            }
+            progress |= n > 0;
+            if n < POLL_BATCH {
+                return Ok(progress);
+            }
+        }
+    }
+
+    /// The connection manager says the connection is down, and that event can overtake the
+    /// completions of the peer's last messages (rxe posts them from another task). Move the
+    /// queue pair to ERR and feed completions until the flushed receives show up: everything
+    /// the peer sent before is then in.
+    fn flush_before_close(&mut self) -> io::Result<()> {
+        if !self.disconnect_started {
+            self.disconnect_started = true;
+            // A failure leaves nothing to do: the connection is gone either way.
+            let _ = self.endpoint.disconnect(&self.res.qp);
+        }
+        let end = Instant::now() + FLUSH_WAIT;
+        while !self.receive_flushed && Instant::now() < end {
+            if !self.drain_cq()? {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
     }
 
     /// Runs the connection manager's disconnect once the stream is over.
@@ -386,8 +418,8 @@ impl Connection {
     }
 
     /// Takes the completion channel's events and arms the queue, so that the next completion
-    /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether that
-    /// last poll made progress.
+    /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether events
+    /// were taken or that last poll made progress.
     pub(crate) fn arm(&mut self) -> io::Result<bool> {
         let mut events = 0;
         while self.res.cq_channel.try_get_event()?.is_some() {
@@ -401,7 +433,7 @@ impl Connection {
             self.res.cq.req_notify(false)?;
             self.cq_armed = true;
         }
-        self.pump()
+        Ok(self.pump()? || events > 0)
     }
 
     /// Copies up to `buf.len()` bytes into the send ring.

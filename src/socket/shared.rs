@@ -85,12 +85,12 @@ impl Shared {
         let deadline = timeout.map(|t| Instant::now() + t);
         let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
         loop {
-            g.pump()?;
+            let mut progress = g.pump()?;
             match attempt(&mut g) {
                 Err(StreamError::WouldBlock) => {}
                 result => {
                     let pumped = g.pump();
-                    self.cond.notify_all();
+                    self.wake_others(&g);
                     let value = result.map_err(|e| g.io_error(e))?;
                     pumped?;
                     return Ok(value);
@@ -98,12 +98,16 @@ impl Shared {
             }
             if !nonblocking {
                 if let ProgressMode::BusyPoll { spin } = g.opts.stream.progress() {
-                    if spin_for(&mut g, spin)? {
-                        continue;
-                    }
+                    progress |= spin_for(&mut g, spin)?;
                 }
             }
-            if g.arm()? {
+            if !progress {
+                progress = g.arm()?;
+            }
+            if progress {
+                // What this thread took from the queue may be what a sleeping caller waits
+                // for, and the channel event that would have woken it may be consumed.
+                self.wake_others(&g);
                 continue;
             }
             if nonblocking {
@@ -158,9 +162,10 @@ impl Shared {
         }
         g.poller_active = true;
         drop(g);
-        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), wait);
+        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), &self.waker, wait);
         let mut g = self.lock();
         g.poller_active = false;
+        self.drain_waker();
         self.cond.notify_all();
         result?;
         Ok(g)
@@ -168,7 +173,16 @@ impl Shared {
 
     /// Wakes other blocked callers after a state change made outside `run`.
     pub(crate) fn notify(&self) {
+        let g = self.lock();
+        self.wake_others(&g);
+    }
+
+    /// Wakes the callers waiting on the condition variable and the one sleeping in poll(2).
+    fn wake_others(&self, g: &Connection) {
         self.cond.notify_all();
+        if g.poller_active {
+            let _ = self.waker.write(1);
+        }
     }
 }
 
@@ -190,6 +204,7 @@ fn spin_for(g: &mut Connection, spin: Duration) -> io::Result<bool> {
 fn poll_fds(
     channel: &CompletionChannel,
     endpoint: &dyn CmEndpoint,
+    waker: &EventFd,
     wait: Option<Duration>,
 ) -> io::Result<()> {
     let timeout = match wait {
@@ -203,6 +218,7 @@ fn poll_fds(
     let mut fds = [
         PollFd::new(channel.as_fd(), PollFlags::POLLIN),
         PollFd::new(endpoint.event_fd(), PollFlags::POLLIN),
+        PollFd::new(waker.as_fd(), PollFlags::POLLIN),
     ];
     match nix::poll::poll(&mut fds, timeout) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),

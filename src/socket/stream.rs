@@ -255,7 +255,8 @@ fn connect_one(
         .max(Duration::from_millis(1));
     let peer_data = conn
         .endpoint
-        .connect(&conn.res.qp, &conn.hello_bytes(), left)?;
+        .connect(&conn.res.qp, &conn.hello_bytes(), left)
+        .map_err(explain_reject)?;
     let hello = match Hello::parse(&peer_data) {
         Ok(h) => h,
         Err(e) => {
@@ -271,6 +272,28 @@ fn connect_one(
     Ok(RdmaSocket {
         shared: Arc::new(Shared::new(conn)?),
     })
+}
+
+/// A rejection whose private data is a reason in text (an rdmasock listener refusing our
+/// hello, say) gets that text in its message.
+fn explain_reject(e: io::Error) -> io::Error {
+    let reason = match e
+        .get_ref()
+        .and_then(|r| r.downcast_ref::<crate::cm::Error>())
+    {
+        Some(crate::cm::Error::Rejected { private_data, .. }) => {
+            let text: String = String::from_utf8_lossy(private_data)
+                .trim_end_matches('\0')
+                .to_string();
+            let printable = !text.is_empty() && text.chars().all(|c| !c.is_control());
+            printable.then_some(text)
+        }
+        _ => None,
+    };
+    match reason {
+        Some(text) => io::Error::new(e.kind(), format!("{e}: \"{text}\"")),
+        None => e,
+    }
 }
 
 impl Read for RdmaSocket {
