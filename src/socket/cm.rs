@@ -106,6 +106,12 @@ impl ConnectionManager for KernelCm {
 
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
         let channel = EventChannel::open()?;
+        if addr.ip().is_loopback() {
+            // rdma_cm binds a loopback address to some device, but nobody can connect to it:
+            // refuse it with the resolver's explanation (naming the devices and addresses).
+            let probe = CmId::new(&channel)?;
+            probe.resolve(None, addr, Duration::from_secs(2))?;
+        }
         let id = CmId::new(&channel)?;
         id.bind(addr)?;
         id.listen(backlog)?;

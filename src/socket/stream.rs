@@ -1,11 +1,10 @@
 //! [`RdmaSocket`]: a connected RDMA byte stream with `TcpStream`'s API.
 #![forbid(unsafe_code)]
 
-use super::cm::{CmEndpoint, ConnectionManager};
+use super::cm::{CmEndpoint, ConnectionManager, KernelCm};
 use super::conn::{Connection, Resources};
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
-use super::uiwarp::AutoCm;
 use crate::stream::{Hello, StreamError};
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -58,7 +57,7 @@ impl RdmaSocket {
 
     /// Connects to `addr` with `opts`.
     pub fn connect_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaSocket> {
-        Self::connect_via(&AutoCm, addr, opts)
+        Self::connect_via(&KernelCm, addr, opts)
     }
 
     /// Connects through the connection manager `cm`.
