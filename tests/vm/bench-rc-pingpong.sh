@@ -2,7 +2,7 @@
 # bench-rc-pingpong.sh - a benchmark, not a test (issue #2): our rc_pingpong example
 # against rdma-core's ibv_rc_pingpong, on the same rxe0 in one VM boot.
 #
-#   tests/vm/bench-rc-pingpong.sh [--reps N] [--iters N]      from the host
+#   tests/vm/bench-rc-pingpong.sh [--reps N] [--iters N] [--sizes "4096 64"] [--modes "poll events"]
 #
 # Builds the release rc_pingpong example, boots the VM once (tests/vm/run.sh --rxe) and,
 # inside it, runs for each message size (4096 B, 64 B) and mode (polling, -e events)
@@ -18,14 +18,15 @@
 # host is loaded; the ratio of interleaved runs is what to read.  Exit status: 0 when
 # every run finished (whatever the ratio), 1 when a run failed, 125 on VM setup failure.
 #
-# Inside the VM the script is re-run as: bench-rc-pingpong.sh --guest EXAMPLE REPS ITERS
+# Inside the VM the script is re-run as:
+#   bench-rc-pingpong.sh --guest EXAMPLE REPS ITERS SIZES MODES
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 # ------------------------------------------------------------------ in the VM ----
 if [ "${1:-}" = --guest ]; then
-  ours=$2 reps=$3 iters=$4
+  ours=$2 reps=$3 iters=$4 sizes=$5 modes=$6
   theirs=$(command -v ibv_rc_pingpong) || { echo "bench: ibv_rc_pingpong missing (apt-get install ibverbs-utils)"; exit 1; }
   [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
   [ -e /sys/class/infiniband/rxe0 ] || { echo "bench: no rxe0 in the VM"; exit 1; }
@@ -73,8 +74,8 @@ if [ "${1:-}" = --guest ]; then
   }
   echo "samples (size mode who usec/iter CPU-usec/iter, client side, in run order):"
   group=0
-  for size in 4096 64; do
-    for mode in poll events; do
+  for size in $sizes; do
+    for mode in $modes; do
       extra=()
       [ $mode = events ] && extra=(-e)
       group=$((group + 1))
@@ -91,7 +92,7 @@ if [ "${1:-}" = --guest ]; then
   done
   echo
   echo "rc_pingpong vs ibv_rc_pingpong on rxe0 (-g 1 -n $iters), median of $reps runs:"
-  awk '
+  awk -v sizes="$sizes" -v modes="$modes" '
     { v[$1" "$2" "$3] = v[$1" "$2" "$3] " " $4; c[$1" "$2" "$3] = c[$1" "$2" "$3] " " $5 }
     function least(list,   a, n, i, m) {
       n = split(list, a, " "); m = a[1]
@@ -106,11 +107,11 @@ if [ "${1:-}" = --guest ]; then
     END {
       printf "| %-5s | %-6s | %-14s | %-19s | %-5s | %-15s | %-13s | %-18s |\n", "size", "mode", "ours usec/iter", "rdma-core usec/iter", "ratio", "ratio of minima", "ours CPU/iter", "rdma-core CPU/iter"
       printf "|-------|--------|----------------|---------------------|-------|-----------------|---------------|--------------------|\n"
-      split("4096 64", sizes, " "); split("poll events", modes, " ")
-      for (s = 1; s <= 2; s++) for (m = 1; m <= 2; m++) {
-        k = sizes[s] " " modes[m]
+      ns = split(sizes, size, " "); nm = split(modes, mode, " ")
+      for (s = 1; s <= ns; s++) for (m = 1; m <= nm; m++) {
+        k = size[s] " " mode[m]
         o = median(v[k " ours"]); t = median(v[k " rdma-core"])
-        printf "| %-5s | %-6s | %14.1f | %19.1f | %5.2f | %15.2f | %13.1f | %18.1f |\n", sizes[s], modes[m], o, t, o / t, least(v[k " ours"]) / least(v[k " rdma-core"]), median(c[k " ours"]), median(c[k " rdma-core"])
+        printf "| %-5s | %-6s | %14.1f | %19.1f | %5.2f | %15.2f | %13.1f | %18.1f |\n", size[s], mode[m], o, t, o / t, least(v[k " ours"]) / least(v[k " rdma-core"]), median(c[k " ours"]), median(c[k " rdma-core"])
       }
     }' "$samples"
   rm -f "$samples"
@@ -118,11 +119,13 @@ if [ "${1:-}" = --guest ]; then
 fi
 
 # ------------------------------------------------------------------ on the host ----
-reps=5 iters=1000
+reps=5 iters=1000 sizes="4096 64" modes="poll events"
 while [ $# -gt 0 ]; do
   case $1 in
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -134,4 +137,4 @@ target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_d
 ours=$target_dir/release/examples/rc_pingpong
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
 exec "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
-  bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters"
+  bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters" "$sizes" "$modes"
