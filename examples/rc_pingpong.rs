@@ -547,16 +547,16 @@ fn run(args: &[String]) -> Result<(), ExitCode> {
                 .req_notify(false)
                 .map_err(|e| fail("Couldn't request CQ notification", e))?;
         }
-        let done: Vec<WorkCompletion> = loop {
+        let done = loop {
             let polled = pp.cq.poll(&mut wc).map_err(|e| fail("poll CQ failed", e))?;
             if !polled.is_empty() || c.events {
-                break polled.to_vec();
+                break polled.len();
             }
         };
-        for w in &done {
+        for w in &wc[..done] {
             if let Err(e) = handle_completion(&mut pp, &mut counters, w) {
                 eprintln!("{e}");
-                eprintln!("parse WC failed {}", done.len());
+                eprintln!("parse WC failed {done}");
                 return Err(ExitCode::FAILURE);
             }
         }
