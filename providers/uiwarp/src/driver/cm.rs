@@ -166,6 +166,7 @@ pub fn connect(
     st.peer = link.peer;
     st.link = Some(link);
     st.outcome = Outcome::Connecting;
+    endpoint.watch_socket(&st);
     endpoint.drive(&mut st, &engine);
     drop(st);
     match wait_outcome(&endpoint, deadline) {
@@ -502,6 +503,7 @@ impl UiwarpRequest {
             link.conn.handle_input(&[], &memory);
         }
         st.link = Some(link);
+        endpoint.watch_socket(&st);
         endpoint.drive(&mut st, &engine);
         drop(st);
         match wait_outcome(&endpoint, deadline) {

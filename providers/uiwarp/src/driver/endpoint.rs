@@ -185,6 +185,30 @@ impl Endpoint {
         }
     }
 
+    /// Progress for a thread woken on a completion channel: waits for the lock (the engine
+    /// thread holds it only briefly), then reads.
+    pub(crate) fn progress_waiting(&self) {
+        let mut st = self.lock();
+        if st.link.is_none() {
+            return;
+        }
+        if let Ok(engine) = super::engine() {
+            self.drive(&mut st, &engine);
+        }
+    }
+
+    /// Makes the completion channels of this QP's CQs watch its socket.
+    pub(crate) fn watch_socket(self: &Arc<Self>, st: &EndpointState) {
+        let Some(link) = st.link.as_ref() else {
+            return;
+        };
+        for cq in [&self.send_cq, &self.recv_cq] {
+            if let Some(ch) = uiwarp_cq(cq).channel() {
+                ch.watch(self, link.socket_fd());
+            }
+        }
+    }
+
     /// Moves bytes both ways, then reports what happened.
     pub(crate) fn drive(&self, st: &mut EndpointState, engine: &Engine) {
         let regions = self.regions.read().expect("uiwarp regions lock");
@@ -260,14 +284,13 @@ impl Endpoint {
                 Event::ConnectRequest(_) => {}
             }
         }
-        let now = Instant::now();
-        if link.finished(now) {
+        if link.conn.should_close() && link.finished(Instant::now()) {
             let link = st.link.take().expect("link exists");
             st.qp_state = QpState::Error;
             st.inline.clear();
             link.close(engine);
         } else {
-            engine.set_timer(link.token, link.next_timer());
+            link.update_timer(engine);
         }
         if changed {
             self.changed.notify_all();

@@ -36,6 +36,8 @@ pub(crate) struct Link {
     pub(crate) peer: Option<SocketAddr>,
     flow: Option<Flow>,
     scratch: Vec<u8>,
+    /// The timer last given to the engine.
+    timer: Option<Instant>,
 }
 
 impl Link {
@@ -60,6 +62,21 @@ impl Link {
             peer,
             flow,
             scratch: Vec::new(),
+            timer: None,
+        }
+    }
+
+    pub(crate) fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd()
+    }
+
+    /// Tells the engine when to look at this link again, if that changed.
+    pub(crate) fn update_timer(&mut self, engine: &Engine) {
+        let t = self.next_timer();
+        if t != self.timer {
+            self.timer = t;
+            engine.set_timer(self.token, t);
         }
     }
 
@@ -70,9 +87,11 @@ impl Link {
     /// Reads what TCP has into the core and writes what the core has; returns whether
     /// anything moved.
     pub(crate) fn progress(&mut self, memory: &dyn MemoryTable) -> bool {
-        let now = Instant::now();
-        if self.conn.poll_timeout().is_some_and(|t| now >= t) {
-            self.conn.handle_timeout(now);
+        if let Some(t) = self.conn.poll_timeout() {
+            let now = Instant::now();
+            if now >= t {
+                self.conn.handle_timeout(now);
+            }
         }
         let read = self.read_input(memory);
         let wrote = self.flush(memory);

@@ -1,5 +1,6 @@
 //! Completion channels (an eventfd per channel) and completion queues filled by the engine.
 
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::{ChannelOps, CqOps};
 use rdmasock_verbs::{Error, Result, WcStatus, WorkCompletion};
@@ -19,18 +20,32 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
         .map_err(|e| Error::io(format!("creating the eventfd of {what}"), e.into()))
 }
 
-/// A completion channel: an eventfd that is readable while events wait.
+/// A completion channel. Its fd is an epoll instance holding an eventfd (readable while
+/// events wait) and the TCP sockets of the queue pairs whose CQs report here: a thread that
+/// sleeps on the channel wakes as soon as bytes arrive, as a thread blocked on a TCP socket
+/// would, and [`ChannelOps::get_event`] then makes the progress itself instead of waiting for
+/// the engine thread.
 #[derive(Debug)]
 pub struct UiwarpChannel {
+    epoll: Epoll,
     fd: EventFd,
     events: Mutex<VecDeque<u64>>,
+    endpoints: Mutex<Vec<Weak<Endpoint>>>,
 }
 
 impl UiwarpChannel {
     pub(crate) fn new() -> Result<UiwarpChannel> {
+        let fd = new_eventfd("a completion channel")?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(|e| Error::io("creating the epoll fd of a completion channel", e.into()))?;
+        epoll
+            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
+            .map_err(|e| Error::io("adding a channel's eventfd to its epoll fd", e.into()))?;
         Ok(UiwarpChannel {
-            fd: new_eventfd("a completion channel")?,
+            epoll,
+            fd,
             events: Mutex::new(VecDeque::new()),
+            endpoints: Mutex::new(Vec::new()),
         })
     }
 
@@ -43,21 +58,55 @@ impl UiwarpChannel {
             let _ = self.fd.write(1);
         }
     }
-}
 
-impl ChannelOps for UiwarpChannel {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// Watches a connected QP's socket: the channel turns readable when it is.
+    pub(crate) fn watch(&self, endpoint: &Arc<Endpoint>, socket: BorrowedFd<'_>) {
+        let mut list = self.endpoints.lock().expect("channel lock");
+        list.retain(|w| w.strong_count() > 0);
+        if list
+            .iter()
+            .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(endpoint)))
+        {
+            return;
+        }
+        // Level-triggered: progress drains the socket, so the fd is not left readable.
+        if self
+            .epoll
+            .add(socket, EpollEvent::new(EpollFlags::EPOLLIN, 1))
+            .is_ok()
+        {
+            list.push(Arc::downgrade(endpoint));
+        }
     }
 
-    fn get_event(&self) -> Result<Option<u64>> {
+    fn pop(&self) -> Option<u64> {
         let mut events = self.events.lock().expect("channel lock");
         let cookie = events.pop_front();
         if cookie.is_some() && events.is_empty() {
             // Drains the counter (EAGAIN cannot happen: an event was queued).
             let _ = self.fd.read();
         }
-        Ok(cookie)
+        cookie
+    }
+}
+
+impl ChannelOps for UiwarpChannel {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.0.as_fd()
+    }
+
+    fn get_event(&self) -> Result<Option<u64>> {
+        if let Some(c) = self.pop() {
+            return Ok(Some(c));
+        }
+        let endpoints: Vec<Arc<Endpoint>> = {
+            let list = self.endpoints.lock().expect("channel lock");
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for e in &endpoints {
+            e.progress_waiting();
+        }
+        Ok(self.pop())
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -114,6 +163,13 @@ impl UiwarpCq {
                 c.signal(self.cookie);
             }
         }
+    }
+
+    /// The channel, if it is a uiwarp one.
+    pub(crate) fn channel(&self) -> Option<&UiwarpChannel> {
+        self.channel
+            .as_ref()
+            .and_then(|c| c.as_any().downcast_ref::<UiwarpChannel>())
     }
 
     pub(crate) fn attach(&self, endpoint: &Arc<Endpoint>) {

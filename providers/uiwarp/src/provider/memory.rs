@@ -57,8 +57,15 @@ impl RegionSet {
 pub(crate) struct InlinePool {
     /// (post sequence, key, memory), oldest first.
     entries: VecDeque<(u64, u32, Arc<RegisteredMemory>)>,
+    /// Buffers of sent copies, for reuse (no allocation per inline send).
+    free: Vec<Arc<RegisteredMemory>>,
     next_key: u32,
 }
+
+/// The size of an inline copy buffer (the largest inline payload).
+const INLINE_BUFFER: usize = 256;
+/// How many spare buffers a QP keeps.
+const SPARE_BUFFERS: usize = 64;
 
 impl InlinePool {
     /// Stores a copy of `bytes`; returns the key and address that reach it.
@@ -67,19 +74,25 @@ impl InlinePool {
         post_seq: u64,
         bytes: &[u8],
     ) -> rdmasock_verbs::Result<(u32, u64)> {
-        let memory = RegisteredMemory::allocate(bytes.len().max(1))?;
+        let memory = match self.free.pop() {
+            Some(m) if bytes.len() <= m.len() => m,
+            _ => Arc::new(RegisteredMemory::allocate(bytes.len().max(INLINE_BUFFER))?),
+        };
         memory.write_at(0, bytes)?;
         self.next_key = self.next_key.wrapping_add(1) & 0x007f_ffff;
         let key = INLINE_KEY_BIT | self.next_key << 8;
         let addr = memory.addr();
-        self.entries.push_back((post_seq, key, Arc::new(memory)));
+        self.entries.push_back((post_seq, key, memory));
         Ok((key, addr))
     }
 
     /// Drops the copies of requests posted before `consumed` (their bytes are sent).
     pub(crate) fn release_before(&mut self, consumed: u64) {
         while self.entries.front().is_some_and(|e| e.0 < consumed) {
-            self.entries.pop_front();
+            let (_, _, m) = self.entries.pop_front().expect("front exists");
+            if self.free.len() < SPARE_BUFFERS && m.len() == INLINE_BUFFER {
+                self.free.push(m);
+            }
         }
     }
 

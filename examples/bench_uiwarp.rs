@@ -1,0 +1,176 @@
+//! `bench_uiwarp`: RdmaSocket over the userspace iWARP provider against `std::net::TcpStream`,
+//! both on loopback, in one run: 64-byte ping-pong latency and 4 KiB / 1 MiB streaming
+//! bandwidth. Prints a table with the ratios (targets: latency <= 1.3x, bandwidth >= 0.8x).
+//!
+//! ```text
+//! bench_uiwarp [--iters N] [--megabytes M] [--event]
+//! ```
+//! Build with `--release`. `--event` uses event mode (sleep on the completion channel)
+//! instead of the default short busy-poll.
+
+use rdmasock::socket::UiwarpCm;
+use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::Instant;
+
+/// A stream both sides use.
+trait Stream: Read + Write + Send + 'static {}
+impl<T: Read + Write + Send + 'static> Stream for T {}
+
+struct Args {
+    iters: usize,
+    megabytes: usize,
+    event: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        iters: 20_000,
+        megabytes: 512,
+        event: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut num = |name: &str| -> usize {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} needs a number"))
+        };
+        match arg.as_str() {
+            "--iters" => a.iters = num("--iters"),
+            "--megabytes" => a.megabytes = num("--megabytes"),
+            "--event" => a.event = true,
+            other => {
+                eprintln!(
+                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] (not {other})"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    a
+}
+
+/// Median microseconds per 64-byte round trip (after a warm-up).
+fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> f64 {
+    let echo = thread::spawn(move || {
+        let mut s = server;
+        let mut buf = [0u8; 64];
+        while s.read_exact(&mut buf).is_ok() {
+            if s.write_all(&buf).is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = [7u8; 64];
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + iters / 10 {
+        let t = Instant::now();
+        client.write_all(&buf).expect("ping");
+        client.read_exact(&mut buf).expect("pong");
+        if i >= iters / 10 {
+            samples.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    drop(client);
+    let _ = echo.join();
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    samples[samples.len() / 2]
+}
+
+/// MB/s of a one-way stream of `total` bytes in `chunk`-byte writes.
+fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f64 {
+    let sink = thread::spawn(move || {
+        let mut s = server;
+        let mut buf = vec![0u8; chunk.max(65536)];
+        let mut got = 0usize;
+        while got < total {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => panic!("sink read: {e}"),
+            }
+        }
+        s.write_all(b"k").expect("ack");
+        got
+    });
+    let buf = vec![0x5au8; chunk];
+    let t = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        let n = chunk.min(total - sent);
+        client.write_all(&buf[..n]).expect("stream write");
+        sent += n;
+    }
+    let mut ack = [0u8; 1];
+    client.read_exact(&mut ack).expect("ack");
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(sink.join().expect("sink"), total);
+    total as f64 / secs / 1e6
+}
+
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let c = TcpStream::connect(addr).unwrap();
+    let (s, _) = l.accept().unwrap();
+    c.set_nodelay(true).unwrap();
+    s.set_nodelay(true).unwrap();
+    (c, s)
+}
+
+fn rdma_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let l = RdmaListener::bind_via(&UiwarpCm, any, opts).expect("bind (uiwarp)");
+    let addr = l.local_addr().unwrap();
+    let t = thread::spawn(move || l.accept().expect("accept").0);
+    let c = RdmaSocket::connect_via(&UiwarpCm, addr, opts).expect("connect (uiwarp)");
+    (c, t.join().unwrap())
+}
+
+fn main() {
+    let a = args();
+    let opts = if a.event {
+        SocketOptions::builder().event_mode().build().unwrap()
+    } else {
+        SocketOptions::default()
+    };
+    let total = a.megabytes << 20;
+    let mut rows = Vec::new();
+    let (c, s) = tcp_pair();
+    let tcp_lat = pingpong(c, s, a.iters);
+    let (c, s) = rdma_pair(&opts);
+    let rdma_lat = pingpong(c, s, a.iters);
+    rows.push((
+        "64 B ping-pong RTT (us, median)",
+        tcp_lat,
+        rdma_lat,
+        rdma_lat / tcp_lat,
+        "<= 1.30",
+    ));
+    for (name, chunk) in [
+        ("4 KiB stream (MB/s)", 4096usize),
+        ("1 MiB stream (MB/s)", 1 << 20),
+    ] {
+        let (c, s) = tcp_pair();
+        let tcp_bw = stream(c, s, chunk, total);
+        let (c, s) = rdma_pair(&opts);
+        let rdma_bw = stream(c, s, chunk, total);
+        rows.push((name, tcp_bw, rdma_bw, rdma_bw / tcp_bw, ">= 0.80"));
+    }
+    println!(
+        "RdmaSocket over uiwarp vs TcpStream, loopback, {} mode; {} ping-pongs, {} MiB per stream",
+        if a.event { "event" } else { "busy-poll" },
+        a.iters,
+        a.megabytes
+    );
+    println!(
+        "{:<34} {:>12} {:>12} {:>8} {:>8}",
+        "workload", "TcpStream", "uiwarp", "ratio", "target"
+    );
+    for (name, tcp, rdma, ratio, target) in rows {
+        println!("{name:<34} {tcp:>12.1} {rdma:>12.1} {ratio:>8.2} {target:>8}");
+    }
+}
