@@ -472,3 +472,72 @@ fn peer_vanishes_reads_end_within_keepalive_time() {
     eprintln!("write after the peer vanished: {w:?}");
     assert!(w.is_err(), "writes fail once the peer is gone");
 }
+
+#[path = "../examples/mio_echo.rs"]
+mod mio_echo;
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn mio_echo_server_with_64_concurrent_nonblocking_connections() {
+    let (l, addr) = listener();
+    let server = thread::spawn(move || mio_echo::serve(l, Some(64)));
+    mio_echo::clients(addr, 64, 100_000).expect("every client got its bytes back");
+    server
+        .join()
+        .unwrap()
+        .expect("the mio server ends after 64 clients");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn mio_event_follows_would_block() {
+    use mio::{Events, Interest, Poll, Token};
+    let (mut s, mut c) = pair_with(&SocketOptions::default());
+    c.set_nonblocking(true).unwrap();
+    let mut poll = Poll::new().unwrap();
+    poll.registry()
+        .register(&mut c, Token(7), Interest::READABLE | Interest::WRITABLE)
+        .unwrap();
+    let mut events = Events::with_capacity(8);
+    // Registration of a writable socket yields an event at once.
+    poll.poll(&mut events, Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(
+        events.iter().any(|e| e.token() == Token(7)),
+        "an event on registration"
+    );
+    for round in 0..50 {
+        // Drain: read until WouldBlock.
+        let mut buf = [0u8; 64];
+        loop {
+            match c.read(&mut buf) {
+                Ok(n) => assert!(n > 0, "no EOF yet"),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        s.write_all(&[round as u8; 10]).unwrap();
+        // After WouldBlock, an event must follow the data's arrival.
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got < 10 {
+            poll.poll(&mut events, Some(Duration::from_secs(10)))
+                .unwrap();
+            assert!(
+                events.iter().any(|e| e.token() == Token(7)),
+                "round {round}: no event within 10 s after WouldBlock (lost wakeup)"
+            );
+            loop {
+                match c.read(&mut buf) {
+                    Ok(n) => {
+                        assert!(buf[..n].iter().all(|&b| b == round as u8));
+                        got += n;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            assert!(Instant::now() < deadline);
+        }
+    }
+}

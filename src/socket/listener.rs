@@ -129,10 +129,7 @@ impl RdmaListener {
             }
         };
         let peer = endpoint.peer_addr();
-        let mut conn = match prepare(endpoint, &self.opts) {
-            Ok(c) => c,
-            Err(e) => return Err(e),
-        };
+        let mut conn = prepare(endpoint, &self.opts)?;
         // The peer may write as soon as it has our reply: connected before accepting.
         conn.connected(&hello)?;
         let data = conn.hello_bytes();

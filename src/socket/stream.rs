@@ -1,16 +1,17 @@
 //! [`RdmaSocket`]: a connected RDMA byte stream with `TcpStream`'s API.
 #![forbid(unsafe_code)]
 
-use super::cm::{CmEndpoint, ConnectionManager, KernelCm};
+use super::cm::{CmEndpoint, ConnectionManager};
 use super::conn::{Connection, Resources};
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
+use super::uiwarp::AutoCm;
 use crate::stream::{Hello, StreamError};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A connected RDMA stream (rsocket's wire protocol over an RC queue pair), used like
 /// [`std::net::TcpStream`]: `Read`/`Write` on the socket and on `&RdmaSocket`, half-close,
@@ -50,14 +51,16 @@ impl RdmaSocket {
 
     /// Connects to `addr` within `timeout`.
     pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<RdmaSocket> {
-        let mut opts = SocketOptions::default();
-        opts.connect_timeout = timeout;
+        let opts = SocketOptions {
+            connect_timeout: timeout,
+            ..SocketOptions::default()
+        };
         Self::connect_with(addr, &opts)
     }
 
     /// Connects to `addr` with `opts`.
     pub fn connect_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaSocket> {
-        Self::connect_via(&KernelCm, addr, opts)
+        Self::connect_via(&AutoCm, addr, opts)
     }
 
     /// Connects through the connection manager `cm`.
@@ -245,13 +248,10 @@ fn connect_one(
     dst: SocketAddr,
     opts: &SocketOptions,
 ) -> io::Result<RdmaSocket> {
-    let start = Instant::now();
+    // Resolution and the handshake each get the whole timeout, as in rdma_cm's own tools.
     let endpoint = cm.resolve(dst, opts.connect_timeout)?;
     let mut conn = prepare(endpoint, opts)?;
-    let left = opts
-        .connect_timeout
-        .saturating_sub(start.elapsed())
-        .max(Duration::from_millis(1));
+    let left = opts.connect_timeout;
     let peer_data = conn
         .endpoint
         .connect(&conn.res.qp, &conn.hello_bytes(), left)
