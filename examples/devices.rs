@@ -10,13 +10,13 @@
 //! Run: `cargo run --example devices`.
 #![forbid(unsafe_code)]
 
-use rdmasock::verbs::{DeviceList, Error};
+use rdmasock::verbs::Error;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     println!("    {:<16}\t   node GUID", "device");
     println!("    {:<16}\t----------------", "------");
-    match DeviceList::discover() {
+    match rdmasock::listed_devices() {
         Ok(list) => {
             for d in &list.devices {
                 println!("    {:<16}\t{}", d.name, d.guid_hex());

@@ -17,7 +17,7 @@ mod common;
 
 use common::{c_long, parse_args, OptSpec};
 use rdmasock::verbs::{
-    DeviceAttributes, DeviceInfo, DeviceList, GidType, PortAttributes, PortState, Transport,
+    DeviceAttributes, DeviceInfo, GidType, PortAttributes, PortState, Transport,
 };
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
         }
     }
 
-    let list = match DeviceList::discover() {
+    let list = match rdmasock::listed_devices() {
         Ok(l) => l,
         Err(e) => {
             eprintln!("No IB devices found: {e}");
@@ -123,7 +123,7 @@ fn main() -> ExitCode {
 }
 
 fn list() -> ExitCode {
-    let devices = match DeviceList::discover() {
+    let devices = match rdmasock::listed_devices() {
         Ok(l) => l.devices,
         Err(rdmasock::verbs::Error::NoDevice) => Vec::new(),
         Err(e) => {
@@ -184,6 +184,10 @@ fn device_section(out: &mut String, dev: &DeviceInfo, a: &DeviceAttributes, verb
     let guid = rdmasock::verbs::device::format_guid;
     let _ = writeln!(out, "hca_id:\t{}", dev.name);
     let _ = writeln!(out, "\ttransport:\t\t\t{transport} ({code})");
+    if dev.uverbs_path.is_none() {
+        // Not in rdma-core's output: a device of this process, with no kernel behind it.
+        let _ = writeln!(out, "\tprovider:\t\t\tuserspace ({})", ctx_driver(dev));
+    }
     if !a.fw_ver.is_empty() {
         let _ = writeln!(out, "\tfw_ver:\t\t\t\t{}", a.fw_ver);
     }
@@ -462,9 +466,18 @@ fn port_section(out: &mut String, dev: &DeviceInfo, port: u8, pa: &PortAttribute
     let _ = writeln!(out);
 }
 
+/// The driver name of a userspace device.
+fn ctx_driver(dev: &DeviceInfo) -> &str {
+    dev.driver.as_deref().unwrap_or("unknown")
+}
+
 /// The GID table as sysfs shows it now. Like rdma-core, a GID whose interface id (last 8
 /// bytes) is zero is not printed, nor one whose type the kernel does not report.
 fn port_gids(out: &mut String, dev: &DeviceInfo, port: u8, pa: &PortAttributes) {
+    if dev.sysfs.is_none() {
+        // A userspace device has no GID table (it speaks TCP from this process).
+        return;
+    }
     let ethernet = pa.link_layer == 2;
     for index in 0..pa.gid_tbl_len {
         let entry = match dev.query_gid(port, index) {

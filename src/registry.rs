@@ -234,6 +234,22 @@ pub fn device_list() -> Result<DeviceList> {
     Ok(list)
 }
 
+/// The devices tools list (`devices`, `devinfo`): the kernel's, and `uiwarp0` when no kernel
+/// device exists or `RDMASOCK_PROVIDER=uiwarp` (so listings match rdma-core's where the kernel
+/// has devices). [`Error::NoDevice`] only when the list is empty.
+pub fn listed_devices() -> Result<DeviceList> {
+    let userspace = ProviderChoice::from_env().is_ok_and(|c| c.forces_userspace());
+    let mut list = match DeviceList::discover() {
+        Ok(l) => l,
+        Err(Error::NoDevice) => DeviceList::default(),
+        Err(e) => return Err(e),
+    };
+    if list.devices.is_empty() || userspace {
+        list.devices.push(rdmasock_uiwarp::device_info());
+    }
+    Ok(list)
+}
+
 /// The providers this build has, chosen by `RDMASOCK_PROVIDER` (see the module docs).
 pub fn default_registry() -> ProviderRegistry {
     match ProviderChoice::from_env() {
