@@ -154,7 +154,9 @@ pub enum Error {
 fn kernel_hint(e: &io::Error) -> &'static str {
     match e.raw_os_error() {
         Some(libc::EIO) => " (the device was removed or its driver unloaded)",
-        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => " (the kernel or driver does not support it)",
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
+            " (the kernel or driver does not support it)"
+        }
         Some(libc::EBUSY) => " (the object is still in use: destroy its QPs/MRs first)",
         Some(libc::EACCES) | Some(libc::EPERM) => " (permission denied)",
         _ => "",

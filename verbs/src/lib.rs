@@ -41,8 +41,7 @@ pub use objects::{
 };
 pub use provider::{Provider, ProviderRegistry};
 pub use qp_attr::{
-    InitAttributes, QpAttributes, QpCapabilities, QpInitAttributes, RtrAttributes,
-    RtsAttributes,
+    InitAttributes, QpAttributes, QpCapabilities, QpInitAttributes, RtrAttributes, RtsAttributes,
 };
 pub use types::{Gid, Lid, LocalKey, Mtu, PortState, Psn, QpNumber, QpState, RemoteKey};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};

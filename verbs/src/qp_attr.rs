@@ -311,7 +311,10 @@ impl InitAttributes {
         };
         (
             a,
-            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
         )
     }
 }
@@ -329,7 +332,10 @@ impl RtrAttributes {
             ah_attr: self.ah_attr,
             ..Default::default()
         };
-        (a, QpAttrMask::required_rc(QpState::Init, QpState::ReadyToReceive).expect("legal"))
+        (
+            a,
+            QpAttrMask::required_rc(QpState::Init, QpState::ReadyToReceive).expect("legal"),
+        )
     }
 }
 
@@ -347,8 +353,7 @@ impl RtsAttributes {
         };
         (
             a,
-            QpAttrMask::required_rc(QpState::ReadyToReceive, QpState::ReadyToSend)
-                .expect("legal"),
+            QpAttrMask::required_rc(QpState::ReadyToReceive, QpState::ReadyToSend).expect("legal"),
         )
     }
 }

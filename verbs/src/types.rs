@@ -272,7 +272,10 @@ mod tests {
 
     #[test]
     fn pingpong_gid_round_trip() {
-        let g = Gid("fe80::5054:ff:fe12:3456".parse::<Ipv6Addr>().unwrap().octets());
+        let g = Gid("fe80::5054:ff:fe12:3456"
+            .parse::<Ipv6Addr>()
+            .unwrap()
+            .octets());
         let w = g.to_pingpong_wire();
         assert_eq!(w, "fe80000000000000505400fffe123456");
         assert_eq!(Gid::from_pingpong_wire(&w), Some(g));

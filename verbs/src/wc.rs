@@ -310,7 +310,9 @@ impl WorkCompletion {
     }
     /// The immediate data, when present.
     pub fn imm(&self) -> Option<u32> {
-        self.flags().contains(WcFlags::WITH_IMM).then_some(self.imm_data)
+        self.flags()
+            .contains(WcFlags::WITH_IMM)
+            .then_some(self.imm_data)
     }
     /// `Ok(self)` on success, else a [`crate::Error::WorkCompletion`] naming the status, the
     /// vendor error and the work request.
