@@ -54,12 +54,12 @@ check $c "RdmaSocket uiwarp server <- siw client, 4 MB echoed"
 echo "=== same workload, same VM: RdmaSocket siw<->siw against uiwarp<->uiwarp (16 MB echo)"
 RDMASOCK_PROVIDER=siw timeout 120 "$E/socket_echo" server "$IP:7485" & S=$!
 wait_cm_listen
-RDMASOCK_PROVIDER=siw timeout 100 "$E/socket_echo" client "$IP:7485" 16000000 | tee /tmp/siw.txt; c=$?
+RDMASOCK_PROVIDER=siw timeout 100 "$E/socket_echo" client "$IP:7485" 16000000 | tee /tmp/siw.txt; c=${PIPESTATUS[0]}
 kill $S 2>/dev/null; wait $S 2>/dev/null
 check $c "RdmaSocket siw <-> siw, 16 MB echoed"
 RDMASOCK_PROVIDER=uiwarp timeout 120 "$E/socket_echo" server "$IP:7486" & S=$!
 wait_tcp_listen 7486
-RDMASOCK_PROVIDER=uiwarp timeout 100 "$E/socket_echo" client "$IP:7486" 16000000 | tee /tmp/uiwarp.txt; c=$?
+RDMASOCK_PROVIDER=uiwarp timeout 100 "$E/socket_echo" client "$IP:7486" 16000000 | tee /tmp/uiwarp.txt; c=${PIPESTATUS[0]}
 kill $S 2>/dev/null; wait $S 2>/dev/null
 check $c "RdmaSocket uiwarp <-> uiwarp, 16 MB echoed"
 echo "siw: $(cat /tmp/siw.txt)"
