@@ -7,6 +7,7 @@
 #   tests/run.sh --vm        the VM suite only
 #   tests/run.sh --release   build and test the release profile
 #
+# First tests/setup.sh installs what is missing (Debian packages, siw.ko; a no-op once done).
 # Both parts always run; the exit status is non-zero if either failed.  The last line
 # is "N passed, N failed" for the VM tests.  See README.md, "Running the tests".
 set -uo pipefail
@@ -25,6 +26,7 @@ for arg in "$@"; do
 done
 
 host_status=skipped vm_status=skipped vm_line=
+tests/setup.sh || { echo "tests/run.sh: setup failed"; echo "0 passed, 1 failed"; exit 1; }
 started=$SECONDS
 if [ $run_host = 1 ]; then
   echo "=== host suite: cargo test --workspace --no-fail-fast ${flags[*]}"

@@ -1,0 +1,58 @@
+#!/bin/bash
+# tests/setup.sh - installs what the test suites need on Debian 12, once; later runs find it all
+# in place and return at once. Called by tests/run.sh (the README's test command) and so by CI.
+#
+#   apt packages: qemu, Debian's kernel (the VM boots it), busybox, rdma-core's tools and
+#                 libraries (interop peers), perftest, tshark, gcc/make and the kernel source
+#                 for siw.ko (Debian's kernels lack CONFIG_RDMA_SIW)
+#   siw.ko:       built by tests/vm/build-siw.sh into the VM cache
+#
+# Needs root (apt-get) only when something is missing; otherwise it says what is.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(qemu-system-x86 linux-image-amd64 busybox-static kmod iproute2 cpio xz-utils
+  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest gcc make
+  libibverbs-dev libibverbs1 python3 tshark)
+# libibverbs-dev: verbs.h for tests/abi_ibverbs.rs only (nothing links to libibverbs)
+# libibverbs1 + python3: tests/status_text.rs compares our texts with ibv_*_str via ctypes
+# tshark: the uiwarp capture test decodes our frames with Wireshark's iWARP dissectors
+
+command -v cargo >/dev/null || { echo "setup: cargo is missing: install Rust (rustup)" >&2; exit 1; }
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing Debian packages: $*; run as root: apt-get install --no-install-recommends $*" >&2
+    exit 1
+  fi
+  apt-get install -y -q --no-install-recommends "$@"
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "=== setup: installing ${missing[*]}"
+  [ "$(id -u)" = 0 ] && apt-get update -q
+  apt_install "${missing[@]}"
+fi
+
+. tests/vm/common.sh
+kernel=$(vm_pick_kernel)
+[ -n "$kernel" ] || { echo "setup: no /boot/vmlinuz-* with modules (linux-image-amd64)" >&2; exit 1; }
+kver=${kernel##*/vmlinuz-}
+if [ ! -f "$(vm_siw_dir "$kver")/siw.ko" ]; then
+  srcver=$(echo "$kver" | sed -E 's/^([0-9]+\.[0-9]+).*/\1/')
+  pkgver=$(dpkg-query -W -f '${Version}' "linux-image-$kver")
+  if ! dpkg-query -W -f '${Status}' "linux-headers-$kver" "linux-source-$srcver" 2>/dev/null \
+      | grep -c "install ok installed" | grep -q 2; then
+    [ "$(id -u)" = 0 ] && apt-get update -q
+    apt_install "linux-headers-$kver" "linux-source-$srcver=$pkgver" \
+      || apt_install "linux-headers-$kver" "linux-source-$srcver"
+  fi
+  echo "=== setup: building siw.ko for $kver"
+  tests/vm/build-siw.sh "$kver"
+fi
