@@ -3,8 +3,8 @@
 //! VM's load affects both alike. Prints a table; checks every byte and which provider ran
 //! (libibverbs is not even mapped until the first bridge round).
 //!
-//! In the VM: `run-in-vm.sh '<this binary> --ignored --nocapture'` (not part of the suite:
-//! it measures, under TCG the numbers are only comparable with each other).
+//! In the VM: `tests/vm/run.sh --both -- <this binary> --ignored --nocapture` (named bench_*, so
+//! the VM suite does not run it: it measures; under TCG its numbers compare only with each other).
 #![forbid(unsafe_code)]
 
 use rdmasock::{RdmaListener, RdmaSocket};
