@@ -125,9 +125,18 @@ fn config() -> Result<Config, String> {
     Ok(c)
 }
 
-/// The IPv4 address of `device` (or of the first device with one), from its RoCE GIDs.
+/// The IPv4 address of `device` (or of the first device with one), from its RoCE GIDs. With
+/// no kernel RDMA device (or `-d uiwarp0`), loopback: the userspace iWARP provider serves it
+/// (the socket layer says so on stderr).
 fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
-    let list = DeviceList::discover().map_err(|e| e.to_string())?;
+    if device == Some("uiwarp0") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let list = match DeviceList::discover() {
+        Ok(list) => list,
+        Err(rdmasock::verbs::Error::NoDevice) => DeviceList::default(),
+        Err(e) => return Err(e.to_string()),
+    };
     for d in &list.devices {
         if device.is_some_and(|name| name != d.name) {
             continue;
@@ -141,10 +150,13 @@ fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
             }
         }
     }
-    Err(match device {
-        Some(name) => format!("device {name} has no IPv4 address (or does not exist)"),
-        None => "no RDMA device with an IPv4 address".into(),
-    })
+    match device {
+        Some(name) => Err(format!(
+            "device {name} has no IPv4 address (or does not exist)"
+        )),
+        None if list.devices.is_empty() => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        None => Err("no RDMA device with an IPv4 address".into()),
+    }
 }
 
 fn options(c: &Config) -> SocketOptions {
