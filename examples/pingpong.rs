@@ -164,7 +164,7 @@ fn options(c: &Config) -> SocketOptions {
     let b = if c.events {
         b.event_mode()
     } else {
-        b.busy_poll(Duration::from_millis(1))
+        b.busy_poll(Duration::from_micros(20))
     };
     b.build().expect("valid options")
 }
