@@ -7,15 +7,67 @@ use rdmasock_verbs::{DeviceInfo, DeviceList, Gid};
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Mutex;
 
-/// The device with node GUID `guid`. Several soft devices on netdevs sharing a MAC share a
-/// GUID; then the one whose GID table holds the local address wins.
+/// The devices found by the last discovery, shared by the whole process: a discovery reads
+/// sysfs (every GID of every port) and asks netlink, which costs about a second per connection
+/// under emulation, while devices come and go rarely.
+static DISCOVERED: Mutex<Option<DeviceList>> = Mutex::new(None);
+
+/// The device with node GUID `guid`, from the process's cached discovery when it still
+/// describes the device (see [`still_present`]); otherwise from a fresh discovery, which then
+/// replaces the cache. Several soft devices on netdevs sharing a MAC share a GUID; then the
+/// one whose GID table holds the local address wins, always from a fresh discovery (their
+/// GID tables follow the netdevs' addresses).
 pub(crate) fn find_by_guid(
     guid: u64,
     local: Option<SocketAddr>,
     target: &str,
 ) -> Result<DeviceInfo> {
+    if let Some(device) = cached_by_guid(guid) {
+        return Ok(device);
+    }
     let list = DeviceList::discover()?;
+    let found = pick_by_guid(&list, guid, local, target);
+    *DISCOVERED.lock().unwrap_or_else(|p| p.into_inner()) = Some(list);
+    found
+}
+
+/// The single cached device with node GUID `guid`, when sysfs still shows it as cached.
+fn cached_by_guid(guid: u64) -> Option<DeviceInfo> {
+    let cache = DISCOVERED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut matching = cache
+        .as_ref()?
+        .devices
+        .iter()
+        .filter(|d| d.node_guid == guid);
+    let device = matching.next()?;
+    if matching.next().is_some() || !still_present(device) {
+        return None;
+    }
+    Some(device.clone())
+}
+
+/// Whether `device`'s sysfs directory still carries its GUID and its uverbs node still
+/// belongs to it: a device removed and re-added (same GUID, new uverbs minor) fails this.
+fn still_present(device: &DeviceInfo) -> bool {
+    let read = |dir: &Option<std::path::PathBuf>, file: &str| {
+        dir.as_ref()
+            .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
+            .map(|t| t.trim().to_string())
+    };
+    read(&device.sysfs, "node_guid").as_deref() == Some(device.guid_grouped().as_str())
+        && (device.uverbs_sysfs.is_none()
+            || read(&device.uverbs_sysfs, "ibdev").as_deref() == Some(device.name.as_str()))
+}
+
+/// The device with node GUID `guid` in `list` (see [`find_by_guid`]).
+fn pick_by_guid(
+    list: &DeviceList,
+    guid: u64,
+    local: Option<SocketAddr>,
+    target: &str,
+) -> Result<DeviceInfo> {
     let matching: Vec<&DeviceInfo> = list
         .devices
         .iter()
@@ -38,7 +90,7 @@ pub(crate) fn find_by_guid(
     chosen.cloned().ok_or_else(|| Error::UnknownDevice {
         target: target.to_string(),
         guid,
-        devices: describe(&list),
+        devices: describe(list),
     })
 }
 
@@ -240,6 +292,29 @@ mod tests {
         );
         assert!(is_no_device(Some(libc::ENODEV)));
         assert!(!is_no_device(Some(libc::ETIMEDOUT)));
+    }
+
+    #[test]
+    fn cached_device_is_checked_against_sysfs() {
+        let root = std::env::temp_dir().join(format!("rdmasock-cm-cache-{}", std::process::id()));
+        let (dev_dir, uverbs_dir) = (root.join("rxe0"), root.join("uverbs0"));
+        std::fs::create_dir_all(&dev_dir).unwrap();
+        std::fs::create_dir_all(&uverbs_dir).unwrap();
+        std::fs::write(dev_dir.join("node_guid"), "5054:00ff:fe12:3456\n").unwrap();
+        std::fs::write(uverbs_dir.join("ibdev"), "rxe0\n").unwrap();
+        let mut d = device("rxe0", 0x5054_00ff_fe12_3456, "eth0");
+        d.sysfs = Some(dev_dir.clone());
+        d.uverbs_sysfs = Some(uverbs_dir.clone());
+        assert!(still_present(&d));
+        // The uverbs node now belongs to another device (rxe0 was removed and re-added).
+        std::fs::write(uverbs_dir.join("ibdev"), "siw0\n").unwrap();
+        assert!(!still_present(&d));
+        std::fs::write(uverbs_dir.join("ibdev"), "rxe0\n").unwrap();
+        std::fs::write(dev_dir.join("node_guid"), "5054:00ff:fe12:9999\n").unwrap();
+        assert!(!still_present(&d));
+        std::fs::remove_dir_all(&dev_dir).unwrap();
+        assert!(!still_present(&d));
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
