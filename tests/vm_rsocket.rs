@@ -1,0 +1,404 @@
+//! Wire interoperability with rdma-core's rsocket (issue #3), against the kernel's rxe0 in
+//! the VM (`tests/vm/run.sh` runs these with `--ignored --test-threads=1`):
+//!
+//! * `rstream` (librdmacm's rsocket benchmark, calling rsocket/rbind/rlisten/raccept/
+//!   rconnect/rsend/rrecv) as server with our `RdmaSocket` as client, and as client with our
+//!   `RdmaListener` as server;
+//! * a plain TCP program under `LD_PRELOAD=librspreload.so` in both roles: `rstream -T s`
+//!   (sockets mode: socket/bind/listen/accept/connect/send/recv from libc) with the preload
+//!   library turning its sockets into rsockets;
+//! * every exchange is proven to have crossed the RDMA device: rxe0's `sent_pkts` and
+//!   `rcvd_pkts` must grow by at least the bytes moved divided by the path MTU. A control
+//!   test runs the same TCP program without the preload and shows the check then fails
+//!   (the bytes went over kernel TCP and rxe0 saw nothing).
+//!
+//! We reproduce rstream's exchange (its `-S size -C count -T v` custom test): a 16-byte
+//! sync from the client answered by 16 bytes from the server, then `count` transfers of
+//! `size` bytes from the client, then `count` transfers back; with `-T v` each direction's
+//! bytes count up from 0 (mod 256) from the start of the connection, which both sides check.
+
+use rdmasock::{RdmaListener, RdmaSocket};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+/// rstream's sync exchange before the timed transfers.
+const SYNC_BYTES: usize = 16;
+
+/// The VM's rxe0 address; panics (loudly) outside the VM or without rxe0.
+fn vm_ip() -> IpAddr {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+        "rxe0 is missing: these tests run in the VM (tests/vm/run.sh), which creates it"
+    );
+    let ip = std::env::var("RDMA_VM_IP")
+        .expect("RDMA_VM_IP is unset: these tests run in the VM (tests/vm/run.sh)");
+    ip.parse().expect("RDMA_VM_IP is an IP address")
+}
+
+/// rxe0's packet counters (the device's own, not the kernel TCP stack's).
+#[derive(Clone, Copy, Debug)]
+struct Packets {
+    sent: u64,
+    received: u64,
+}
+
+fn read_counter(name: &str) -> u64 {
+    let path = format!("{COUNTERS}/{name}");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("read {path}: {e} (rxe0's hw_counters are needed as proof)"));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path} holds {text:?}, not a number: {e}"))
+}
+
+fn packets() -> Packets {
+    Packets {
+        sent: read_counter("sent_pkts"),
+        received: read_counter("rcvd_pkts"),
+    }
+}
+
+/// rxe's path MTU: the largest IB MTU that fits eth0's MTU less rxe's header allowance.
+fn rxe_mtu() -> u64 {
+    let text = std::fs::read_to_string("/sys/class/net/eth0/mtu").expect("eth0's MTU (sysfs)");
+    let eth: u64 = text.trim().parse().expect("eth0's MTU is a number");
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|&m| m + 80 <= eth)
+        .unwrap_or(256)
+}
+
+/// How many packets rxe0 carried between `before` and now.
+fn growth(before: Packets) -> Packets {
+    let now = packets();
+    Packets {
+        sent: now.sent - before.sent,
+        received: now.received - before.received,
+    }
+}
+
+/// Whether `grown` is enough packets to have carried `bytes` (both directions, all through
+/// rxe0 since both ends share it) at `mtu` bytes per packet.
+fn carried_by_rdma(grown: Packets, bytes: u64, mtu: u64) -> bool {
+    let least = bytes / mtu;
+    grown.sent >= least && grown.received >= least
+}
+
+/// Panics unless rxe0 carried `bytes`: the proof that the exchange was RDMA, not kernel TCP.
+fn assert_carried_by_rdma(what: &str, before: Packets, bytes: u64) {
+    let mtu = rxe_mtu();
+    let grown = growth(before);
+    eprintln!(
+        "{what}: {bytes} bytes, rxe0 sent_pkts +{} rcvd_pkts +{} (at least {} needed at MTU {mtu})",
+        grown.sent,
+        grown.received,
+        bytes / mtu
+    );
+    assert!(
+        carried_by_rdma(grown, bytes, mtu),
+        "{what}: rxe0 carried only {grown:?} packets for {bytes} bytes (MTU {mtu}): \
+         the bytes did not cross the RDMA device (kernel TCP fallback?)"
+    );
+}
+
+/// rstream's `-T v` byte stream: each direction counts up from 0 (mod 256).
+struct Pattern(u8);
+impl Pattern {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            *b = self.0;
+            self.0 = self.0.wrapping_add(1);
+        }
+    }
+    fn check(&mut self, buf: &[u8], offset: u64, what: &str) {
+        for (i, &b) in buf.iter().enumerate() {
+            assert_eq!(
+                b,
+                self.0,
+                "{what}: byte {} of the stream differs from rstream's pattern",
+                offset + i as u64
+            );
+            self.0 = self.0.wrapping_add(1);
+        }
+    }
+}
+
+/// One rstream custom test's shape.
+#[derive(Clone, Copy)]
+struct Exchange {
+    size: usize,
+    count: usize,
+}
+impl Exchange {
+    /// Bytes on the wire, both directions, sync included.
+    fn total(self) -> u64 {
+        2 * (SYNC_BYTES + self.size * self.count) as u64
+    }
+    fn args(self) -> Vec<String> {
+        vec![
+            "-S".into(),
+            self.size.to_string(),
+            "-C".into(),
+            self.count.to_string(),
+            "-I".into(),
+            "1".into(),
+        ]
+    }
+}
+
+/// rstream, blocking calls, data verified; `extra` adds e.g. `-T s` and the role.
+fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> Child {
+    let mut cmd = Command::new("rstream");
+    cmd.args(["-p", &port.to_string(), "-T", "b", "-T", "v"])
+        .args(exchange.args())
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if preload {
+        assert!(
+            std::path::Path::new(PRELOAD).exists(),
+            "{PRELOAD} is missing: install rdma-core's librdmacm (package librdmacm1)"
+        );
+        cmd.env("LD_PRELOAD", PRELOAD);
+    }
+    cmd.spawn()
+        .expect("start rstream (rdma-core's rdmacm-utils package)")
+}
+
+/// Waits for rstream (bounded) and checks it exited 0 and reported its test.
+fn finish(child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut child = child;
+    loop {
+        if child.try_wait().expect("poll rstream").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect rstream output");
+            panic!(
+                "{what}: rstream still running after 120 s; stdout {:?} stderr {:?}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collect rstream output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{what}: rstream said:\n{stdout}{stderr}");
+    assert!(
+        out.status.success(),
+        "{what}: rstream failed ({}): stdout {stdout:?} stderr {stderr:?}",
+        out.status
+    );
+    assert!(
+        stdout.contains("custom") && !stdout.contains("verification failed"),
+        "{what}: rstream did not report a verified custom test: {stdout:?}"
+    );
+    out
+}
+
+/// Connects to a server that is starting up: retries refusals until `deadline`.
+fn connect_when_listening(addr: SocketAddr, server: &mut Child) -> RdmaSocket {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match RdmaSocket::connect(addr) {
+            Ok(s) => return s,
+            Err(e) => {
+                if let Some(status) = server.try_wait().expect("poll rstream") {
+                    panic!("rstream server exited ({status}) before accepting: connect said {e}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "connect to rstream at {addr}: {e} (for 30 s)"
+                );
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn read_checked(s: &mut RdmaSocket, len: usize, pattern: &mut Pattern, got: &mut u64, what: &str) {
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf)
+        .unwrap_or_else(|e| panic!("{what}: read {len} bytes after {got}: {e}"));
+    pattern.check(&buf, *got, what);
+    *got += len as u64;
+}
+
+fn write_pattern(s: &mut RdmaSocket, len: usize, pattern: &mut Pattern, what: &str) {
+    let mut buf = vec![0u8; len];
+    pattern.fill(&mut buf);
+    s.write_all(&buf)
+        .unwrap_or_else(|e| panic!("{what}: write {len} bytes: {e}"));
+}
+
+/// rstream's client side over our socket; ends by reading the server's close (EOF).
+fn play_client(mut s: RdmaSocket, exchange: Exchange, what: &str) {
+    let (mut out, mut back, mut got) = (Pattern(0), Pattern(0), 0u64);
+    write_pattern(&mut s, SYNC_BYTES, &mut out, what);
+    read_checked(&mut s, SYNC_BYTES, &mut back, &mut got, what);
+    for _ in 0..exchange.count {
+        write_pattern(&mut s, exchange.size, &mut out, what);
+    }
+    for _ in 0..exchange.count {
+        read_checked(&mut s, exchange.size, &mut back, &mut got, what);
+    }
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest)
+        .unwrap_or_else(|e| panic!("{what}: EOF after rstream's shutdown: {e}"));
+    assert!(rest.is_empty(), "{what}: {} unexpected bytes", rest.len());
+}
+
+/// rstream's server side over our socket.
+fn play_server(mut s: RdmaSocket, exchange: Exchange, what: &str) {
+    let (mut out, mut inbound, mut got) = (Pattern(0), Pattern(0), 0u64);
+    read_checked(&mut s, SYNC_BYTES, &mut inbound, &mut got, what);
+    write_pattern(&mut s, SYNC_BYTES, &mut out, what);
+    for _ in 0..exchange.count {
+        read_checked(&mut s, exchange.size, &mut inbound, &mut got, what);
+    }
+    for _ in 0..exchange.count {
+        write_pattern(&mut s, exchange.size, &mut out, what);
+    }
+    s.shutdown(Shutdown::Write)
+        .unwrap_or_else(|e| panic!("{what}: shutdown: {e}"));
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest)
+        .unwrap_or_else(|e| panic!("{what}: EOF after rstream's shutdown: {e}"));
+    assert!(rest.is_empty(), "{what}: {} unexpected bytes", rest.len());
+}
+
+/// rstream (optionally a sockets-mode rstream under librspreload) serves; we are the client.
+fn rstream_serves(port: u16, exchange: Exchange, sockets_mode: bool, what: &str) {
+    let ip = vm_ip();
+    let addr = SocketAddr::new(ip, port);
+    let before = packets();
+    let ip_text = ip.to_string();
+    let mut extra = vec!["-b", ip_text.as_str()];
+    if sockets_mode {
+        extra.extend(["-T", "s"]);
+    }
+    let mut server = rstream(port, exchange, &extra, sockets_mode);
+    let s = connect_when_listening(addr, &mut server);
+    play_client(s, exchange, what);
+    finish(server, what);
+    assert_carried_by_rdma(what, before, exchange.total());
+}
+
+/// We serve; rstream (optionally sockets-mode under librspreload) is the client.
+fn rstream_connects(port: u16, exchange: Exchange, sockets_mode: bool, what: &str) {
+    let ip = vm_ip();
+    let listener = RdmaListener::bind(SocketAddr::new(ip, port)).expect("bind on rxe0's address");
+    let before = packets();
+    let ip_text = ip.to_string();
+    let mut extra = vec!["-s", ip_text.as_str()];
+    if sockets_mode {
+        extra.extend(["-T", "s"]);
+    }
+    let client = rstream(port, exchange, &extra, sockets_mode);
+    let (s, peer) = listener.accept().expect("accept rstream's connection");
+    assert_eq!(peer.ip(), ip, "rstream connects from rxe0's address");
+    assert!(!s.peer_is_rdmasock(), "rstream is plain rsocket");
+    play_server(s, exchange, what);
+    finish(client, what);
+    assert_carried_by_rdma(what, before, exchange.total());
+}
+
+const EXCHANGE: Exchange = Exchange {
+    size: 65_000,
+    count: 8,
+};
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rstream_server_rdmasocket_client() {
+    rstream_serves(18471, EXCHANGE, false, "rstream server, RdmaSocket client");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rstream_client_rdmalistener_server() {
+    rstream_connects(
+        18472,
+        EXCHANGE,
+        false,
+        "rstream client, RdmaListener server",
+    );
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn small_transfers_both_ways() {
+    // Below rsocket's inline size (64) and odd sizes: inline sends and many immediates.
+    let small = Exchange {
+        size: 37,
+        count: 300,
+    };
+    rstream_serves(18473, small, false, "rstream server, small transfers");
+    rstream_connects(18474, small, false, "rstream client, small transfers");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn preloaded_tcp_server_rdmasocket_client() {
+    rstream_serves(
+        18475,
+        EXCHANGE,
+        true,
+        "TCP rstream -T s under librspreload, server",
+    );
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn preloaded_tcp_client_rdmalistener_server() {
+    rstream_connects(
+        18476,
+        EXCHANGE,
+        true,
+        "TCP rstream -T s under librspreload, client",
+    );
+}
+
+/// The proof can fail: the same TCP program pair without the preload runs over kernel TCP,
+/// and rxe0's counters then do not account for the bytes.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn proof_rejects_kernel_tcp() {
+    let ip = vm_ip().to_string();
+    let port = 18477u16;
+    let before = packets();
+    let server = rstream(port, EXCHANGE, &["-b", &ip, "-T", "s"], false);
+    // The client retries until the kernel TCP listener is up (rstream gives up at once).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let client = loop {
+        let c = rstream(port, EXCHANGE, &["-s", &ip, "-T", "s"], false);
+        let out = c.wait_with_output().expect("rstream client");
+        if out.status.success() {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kernel-TCP rstream client kept failing: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(String::from_utf8_lossy(&client.stdout).contains("custom"));
+    finish(server, "kernel TCP rstream pair");
+    let grown = growth(before);
+    eprintln!("kernel TCP rstream pair: rxe0 grew {grown:?}");
+    assert!(
+        !carried_by_rdma(grown, EXCHANGE.total(), rxe_mtu()),
+        "kernel TCP traffic showed up in rxe0's counters ({grown:?}): the proof would not \
+         tell RDMA from a TCP fallback"
+    );
+}
