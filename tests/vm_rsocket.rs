@@ -402,3 +402,168 @@ fn proof_rejects_kernel_tcp() {
          tell RDMA from a TCP fallback"
     );
 }
+
+/// A capture of rsocket's own wire traffic next to ours. rxe loops traffic between two
+/// endpoints on the same device inside the driver (no netdev sees it: a capture on eth0
+/// stays empty while rxe0's counters grow), so one VM cannot capture RoCE between local
+/// peers; siw0 carries its iWARP frames over kernel TCP, which loops through `lo`, where
+/// dumpcap sees every frame and tshark decodes MPA/DDP/RDMAP. On iWARP rsocket sends data as
+/// RDMA WRITE plus a 4-byte SEND carrying its message word (op << 29 | length), the same
+/// word RoCE carries as the write's immediate. We capture rstream <-> rstream and
+/// rstream <-> RdmaSocket and require the same RDMAP opcodes and message words.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn capture_rsocket_and_ours_on_siw() {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/siw0").exists(),
+        "siw0 is missing: run the VM with --both (the suite's default)"
+    );
+    let ip: IpAddr = std::env::var("RDMA_VM_SIW_IP")
+        .expect("RDMA_VM_SIW_IP is unset: run in the VM with --both")
+        .parse()
+        .expect("RDMA_VM_SIW_IP is an IP address");
+    let ip_text = ip.to_string();
+    let (theirs, ours) = (18481u16, 18482u16);
+    let exchange = Exchange {
+        size: 3000,
+        count: 2,
+    };
+    let dir = std::env::temp_dir().join(format!("rsocket-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("capture directory");
+    let file = dir.join("rsocket.pcapng");
+    let filter = format!("tcp port {theirs} or tcp port {ours}");
+    let mut dumpcap = Command::new("dumpcap")
+        .args(["-i", "lo", "-q", "-f", &filter, "-w"])
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dumpcap (package tshark)");
+    // dumpcap says "Capturing on 'lo'" once the capture runs.
+    let mut said = String::new();
+    let mut err = dumpcap.stderr.take().expect("dumpcap stderr");
+    let mut byte = [0u8; 1];
+    while !said.contains("Capturing on") {
+        let n = err.read(&mut byte).expect("read dumpcap's stderr");
+        assert!(n > 0, "dumpcap exited before capturing: {said}");
+        said.push(byte[0] as char);
+    }
+
+    let server = rstream(theirs, exchange, &["-b", &ip_text], false);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let client = rstream(theirs, exchange, &["-s", &ip_text], false);
+        let out = client.wait_with_output().expect("rstream client");
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rstream client kept failing");
+        thread::sleep(Duration::from_millis(50));
+    }
+    finish(server, "rstream <-> rstream on siw0");
+    let mut server = rstream(ours, exchange, &["-b", &ip_text], false);
+    let s = connect_when_listening(SocketAddr::new(ip, ours), &mut server);
+    play_client(s, exchange, "rstream server, RdmaSocket client on siw0");
+    finish(server, "rstream server, RdmaSocket client on siw0");
+
+    let stopped = Command::new("kill")
+        .args(["-INT", &dumpcap.id().to_string()])
+        .status()
+        .expect("signal dumpcap");
+    assert!(stopped.success(), "kill -INT dumpcap");
+    let status = dumpcap.wait().expect("wait for dumpcap");
+    assert!(status.success(), "dumpcap: {status}");
+
+    let decoded = Command::new("tshark")
+        .args(["-r"])
+        .arg(&file)
+        .args([
+            "-Y",
+            "iwarp_rdma",
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "iwarp_rdma.opcode",
+            "-e",
+            "iwarp_ddp.tagged_flag",
+            "-e",
+            "tcp.payload",
+        ])
+        .output()
+        .expect("run tshark");
+    let text = String::from_utf8_lossy(&decoded.stdout).to_string();
+    assert!(
+        decoded.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&decoded.stderr)
+    );
+    let theirs_summary = summarize_iwarp(&text, theirs);
+    let ours_summary = summarize_iwarp(&text, ours);
+    eprintln!("rstream <-> rstream:    {theirs_summary:?}");
+    eprintln!("rstream <-> RdmaSocket: {ours_summary:?}");
+    let data = 2 * (SYNC_BYTES + exchange.size * exchange.count) as u64;
+    for (who, summary) in [("rstream", &theirs_summary), ("ours", &ours_summary)] {
+        assert!(
+            summary.frames.contains_key("RDMA Write (0x00), tagged"),
+            "{who}: no RDMA WRITE frames: {summary:?}"
+        );
+        assert_eq!(
+            summary.data_bytes, data,
+            "{who}: the data message words (op 0 << 29 | length) do not add up to the bytes moved"
+        );
+    }
+    assert_eq!(
+        theirs_summary.frames.keys().collect::<Vec<_>>(),
+        ours_summary.frames.keys().collect::<Vec<_>>(),
+        "our frames differ in kind from rsocket's"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What one connection's decoded iWARP frames hold.
+#[derive(Debug, Default)]
+struct IwarpSummary {
+    /// Frame kinds (RDMAP opcode, DDP model, message-word op for SENDs) and their counts.
+    frames: std::collections::BTreeMap<String, usize>,
+    /// Sum of the lengths in data message words (op 0).
+    data_bytes: u64,
+}
+
+/// Summarizes tshark's `srcport|dstport|opcode|tagged|tcp.payload` lines of one connection.
+/// A 4-byte SEND is one MPA FPDU of 28 bytes: MPA length (2), DDP/RDMAP untagged header (18),
+/// the message word (4, the sender's byte order: little-endian here), MPA CRC (4).
+fn summarize_iwarp(text: &str, port: u16) -> IwarpSummary {
+    let mut summary = IwarpSummary::default();
+    let port = port.to_string();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('|').collect();
+        if f.len() < 5 || (f[0] != port && f[1] != port) {
+            continue;
+        }
+        let kind = match (f[2], f[3]) {
+            ("0x00", "1") => "RDMA Write (0x00), tagged".to_string(),
+            ("0x03", "0") if f[4].len() == 56 => {
+                let bytes: Vec<u8> = (20..24)
+                    .map(|i| u8::from_str_radix(&f[4][2 * i..2 * i + 2], 16).expect("hex"))
+                    .collect();
+                let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                let op = word >> 29;
+                if op == 0 {
+                    summary.data_bytes += u64::from(word & 0x1fff_ffff);
+                }
+                format!("Send (0x03), untagged, 4-byte message word op {op}")
+            }
+            (op, tagged) => format!(
+                "opcode {op} tagged {tagged}, {} payload hex digits",
+                f[4].len()
+            ),
+        };
+        *summary.frames.entry(kind).or_insert(0) += 1;
+    }
+    summary
+}
