@@ -1,0 +1,175 @@
+//! `bench_socket`: ping-pong latency and one-way streaming bandwidth of [`RdmaSocket`] or
+//! `std::net::TcpStream` between two threads of one process over `IP` (the address of an
+//! RDMA device's netdev, so both kinds use the same link). Used by tests/vm/bench-socket.sh.
+//!
+//! ```text
+//! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
+//! ```
+//!
+//! For each size: `N` ping-pongs after `N/10` warm-up ones; then `M` MiB written in `B`-byte
+//! writes (default 64 KiB) and acknowledged by the reader with one byte. Prints, per result:
+//!
+//! ```text
+//! RESULT lat rdma 64 AVG_USEC MEDIAN_USEC      one-way: half the round trip, as perftest
+//! RESULT bw rdma 65536 MIB_PER_SEC
+//! ```
+use rdmasock::{RdmaListener, RdmaSocket};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::thread;
+use std::time::Instant;
+
+/// A stream both kinds provide.
+trait Stream: Read + Write + Send + 'static {}
+impl<T: Read + Write + Send + 'static> Stream for T {}
+
+struct Args {
+    kind: String,
+    ip: IpAddr,
+    sizes: Vec<usize>,
+    iters: usize,
+    megabytes: usize,
+    chunk: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let kind = it.next().ok_or("the kind (rdma or tcp) is missing")?;
+    if kind != "rdma" && kind != "tcp" {
+        return Err(format!("kind {kind}: expected rdma or tcp"));
+    }
+    let ip = it
+        .next()
+        .ok_or("the IP address is missing")?
+        .parse()
+        .map_err(|e| format!("IP address: {e}"))?;
+    let mut a = Args {
+        kind,
+        ip,
+        sizes: vec![64, 4096, 65536],
+        iters: 200,
+        megabytes: 16,
+        chunk: 65536,
+    };
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+        match flag.as_str() {
+            "--sizes" => {
+                a.sizes = value.split(',').map(num).collect::<Result<_, _>>()?;
+            }
+            "--iters" => a.iters = num(&value)?,
+            "--megabytes" => a.megabytes = num(&value)?,
+            "--chunk" => a.chunk = num(&value)?,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if a.iters == 0 || a.chunk == 0 || a.sizes.contains(&0) {
+        return Err("iterations, sizes and the chunk must be positive".into());
+    }
+    Ok(a)
+}
+
+/// (average, median) one-way microseconds over `iters` round trips of `size` bytes.
+fn pingpong<S: Stream>(mut client: S, server: S, size: usize, iters: usize) -> (f64, f64) {
+    let warm = iters / 10;
+    let echo = thread::spawn(move || {
+        let mut s = server;
+        let mut buf = vec![0u8; size];
+        for _ in 0..iters + warm {
+            s.read_exact(&mut buf).expect("server read");
+            s.write_all(&buf).expect("server write");
+        }
+    });
+    let out: Vec<u8> = (0..size).map(|i| (i * 7) as u8).collect();
+    let mut back = vec![0u8; size];
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + warm {
+        let t = Instant::now();
+        client.write_all(&out).expect("client write");
+        client.read_exact(&mut back).expect("client read");
+        if i >= warm {
+            samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+        assert_eq!(back, out, "the echo differs from what was sent");
+    }
+    echo.join().expect("echo thread");
+    let avg = samples.iter().sum::<f64>() / samples.len() as f64;
+    samples.sort_by(f64::total_cmp);
+    (avg, samples[samples.len() / 2])
+}
+
+/// MiB/s of `total` bytes written in `chunk`-byte writes, until the reader's one-byte ack.
+fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f64 {
+    let sink = thread::spawn(move || {
+        let mut s = server;
+        let mut buf = vec![0u8; chunk.max(65536)];
+        let mut got = 0usize;
+        while got < total {
+            match s.read(&mut buf).expect("sink read") {
+                0 => break,
+                n => got += n,
+            }
+        }
+        s.write_all(b"k").expect("ack");
+        got
+    });
+    let buf = vec![0x5au8; chunk];
+    let t = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        let n = chunk.min(total - sent);
+        client.write_all(&buf[..n]).expect("stream write");
+        sent += n;
+    }
+    let mut ack = [0u8; 1];
+    client.read_exact(&mut ack).expect("ack");
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(sink.join().expect("sink thread"), total, "bytes lost");
+    total as f64 / secs / f64::from(1u32 << 20)
+}
+
+fn tcp_pair(ip: IpAddr) -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind(SocketAddr::new(ip, 0)).expect("TCP bind");
+    let c = TcpStream::connect(l.local_addr().expect("TCP address")).expect("TCP connect");
+    let (s, _) = l.accept().expect("TCP accept");
+    c.set_nodelay(true).expect("TCP_NODELAY");
+    s.set_nodelay(true).expect("TCP_NODELAY");
+    (c, s)
+}
+
+fn rdma_pair(ip: IpAddr) -> (RdmaSocket, RdmaSocket) {
+    let l = RdmaListener::bind(SocketAddr::new(ip, 0)).expect("RDMA bind");
+    let addr = l.local_addr().expect("RDMA address");
+    let t = thread::spawn(move || l.accept().expect("RDMA accept").0);
+    let c = RdmaSocket::connect(addr).expect("RDMA connect");
+    (c, t.join().expect("accept thread"))
+}
+
+fn run<S: Stream>(a: &Args, pair: impl Fn(IpAddr) -> (S, S)) {
+    for &size in &a.sizes {
+        let (c, s) = pair(a.ip);
+        let (avg, median) = pingpong(c, s, size, a.iters);
+        println!("RESULT lat {} {size} {avg:.2} {median:.2}", a.kind);
+    }
+    let (c, s) = pair(a.ip);
+    let bw = stream(c, s, a.chunk, a.megabytes << 20);
+    println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
+}
+
+fn main() -> ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]");
+            return ExitCode::from(2);
+        }
+    };
+    if a.kind == "rdma" {
+        run(&a, rdma_pair);
+    } else {
+        run(&a, tcp_pair);
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,200 @@
+#!/bin/bash
+# bench-socket.sh - a benchmark, not a test (issues #3 and #4): RdmaSocket's ping-pong
+# latency and streaming bandwidth against perftest, rdma-core's rstream and TcpStream, on
+# rxe0 and on siw0, in one VM boot (tests/vm/run.sh --both).
+#
+#   tests/vm/bench-socket.sh [--iters N] [--megabytes M] [--sizes "64 4096 65536"]
+#
+# Builds the release bench_socket example, boots the VM once, and in it runs, each on the
+# device's own address (rxe0: 10.99.0.2 on eth0, siw0: 10.99.1.2 on eth1):
+#   rxe0: bench_socket rdma (RdmaSocket) and tcp (TcpStream), ib_send_lat -R, ib_write_lat -R,
+#         rstream (latency: -C 1 -I N; bandwidth: -S 65536 -C M*16 -I 1), ib_write_bw -R
+#   siw0: bench_socket rdma and tcp, ib_send_lat -R, ib_write_bw -R
+# Latency is one-way (half a round trip, perftest's convention; rstream's usec/xfer is the
+# same), the average over N round trips (default 200) after warm-up; perftest's is t_avg.
+# Bandwidth is MiB/s of M MiB (default 16) in 64 KiB messages: one way for RdmaSocket, TCP
+# and ib_write_bw (its "BW average[MB/sec]", MB = 2^20); rstream sends the block and gets it
+# back, and its Gb/sec counts both directions, converted to MiB/s the same way.
+# Then it prints one table per device with the ratios RdmaSocket / other: for latency
+# <= 1.00 means RdmaSocket is no slower; for bandwidth >= 1.00 means no slower.
+#
+# The VM runs under TCG: absolute numbers are far from hardware and noisy when the host is
+# loaded; read the ratios. Exit status: 0 when every run finished, 1 when one failed, 125
+# on VM setup failure.
+#
+# Inside the VM the script is re-run as: bench-socket.sh --guest BENCH_SOCKET ITERS MEGABYTES SIZES
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+# ------------------------------------------------------------------ in the VM ----
+if [ "${1:-}" = --guest ]; then
+  ours=$2 iters=$3 megabytes=$4 sizes=$5
+  for tool in ib_send_lat ib_write_lat ib_write_bw rstream; do
+    command -v $tool > /dev/null || { echo "bench: $tool missing (apt-get install perftest rdmacm-utils)"; exit 1; }
+  done
+  [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
+  for d in rxe0 siw0; do
+    [ -e /sys/class/infiniband/$d ] || { echo "bench: no $d in the VM (run with --both)"; exit 1; }
+  done
+  rxe_ip=${RDMA_VM_RXE_IP:?RDMA_VM_RXE_IP unset: run this through tests/vm/run.sh}
+  siw_ip=${RDMA_VM_SIW_IP:?RDMA_VM_SIW_IP unset: run this through tests/vm/run.sh}
+  bw_iters=$((megabytes * 16))   # 64 KiB messages
+  results=$(mktemp)
+  port=19100
+  log() { echo "  $*" >&2; }
+  # record DEVICE KIND TOOL SIZE VALUE
+  record() { echo "$*" >> "$results"; log "$*"; }
+
+  # server_client NAME SERVER_CMD... -- CLIENT_CMD... : starts the server, runs the client
+  # (retried while the server is still coming up), prints the client's output.
+  server_client() {
+    local name=$1
+    shift
+    local server=() client=()
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    client=("$@")
+    local sout cout
+    sout=$(mktemp) cout=$(mktemp)
+    "${server[@]}" > "$sout" 2>&1 &
+    local spid=$! tries=0
+    sleep 1
+    until timeout 300 "${client[@]}" > "$cout" 2>&1; do
+      tries=$((tries + 1))
+      if ! kill -0 $spid 2>/dev/null || [ $tries -ge 20 ]; then
+        kill $spid 2>/dev/null || true
+        echo "bench: $name failed: ${client[*]}" >&2; cat "$cout" >&2
+        echo "bench: its server: ${server[*]}" >&2; cat "$sout" >&2
+        rm -f "$sout" "$cout"
+        return 1
+      fi
+      sleep 1
+    done
+    local waited=0
+    while kill -0 $spid 2>/dev/null && [ $waited -lt 100 ]; do sleep 0.1; waited=$((waited + 1)); done
+    kill $spid 2>/dev/null || true
+    wait $spid 2>/dev/null || true
+    cat "$cout"
+    rm -f "$sout" "$cout"
+  }
+
+  # perftest DEVICE KIND TOOL SIZE ITERS COLUMN IP [FLAG...]: COLUMN of the result line
+  perftest() {
+    local dev=$1 kind=$2 tool=$3 size=$4 n=$5 col=$6 ip=$7
+    shift 7
+    port=$((port + 1))
+    local flags=(-R -F -s "$size" -n "$n" -p "$port" "$@") out value
+    out=$(server_client "$tool" "$tool" "${flags[@]}" -- "$tool" "${flags[@]}" "$ip") || return 1
+    value=$(echo "$out" | awk -v s="$size" -v n="$n" -v c="$col" '$1 == s && $2 == n { print $c; exit }')
+    [ -n "$value" ] || { echo "bench: no result line from $tool:" >&2; echo "$out" >&2; return 1; }
+    record "$dev" "$kind" "$tool" "$size" "$value"
+  }
+
+  # ours DEVICE IP: RdmaSocket and TcpStream
+  ours() {
+    local dev=$1 ip=$2 kind out
+    for kind in rdma tcp; do
+      out=$(timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
+        --megabytes "$megabytes" 2>&1) || { echo "bench: bench_socket $kind $ip failed:" >&2; echo "$out" >&2; return 1; }
+      local tool=RdmaSocket
+      [ $kind = tcp ] && tool=TcpStream
+      echo "$out" | awk -v d="$dev" -v t="$tool" '$1 == "RESULT" && $2 == "lat" { print d, "lat", t, $4, $5 }
+                                                 $1 == "RESULT" && $2 == "bw" { print d, "bw", t, $4, $5 }' \
+        | while read -r line; do record $line; done
+    done
+  }
+
+  # rstream DEVICE KIND SIZE COUNT ITERS IP
+  rstream_run() {
+    local dev=$1 kind=$2 size=$3 count=$4 n=$5 ip=$6 out line
+    port=$((port + 1))
+    local flags=(-S "$size" -C "$count" -I "$n" -p "$port")
+    out=$(server_client rstream rstream -b "$ip" "${flags[@]}" -- rstream -s "$ip" "${flags[@]}") || return 1
+    # name size transfers iterations bytes seconds Gb/sec usec/xfer
+    line=$(echo "$out" | awk 'NF >= 8 && $(NF) ~ /^[0-9.]+$/ && $(NF-1) ~ /^[0-9.]+$/ { l = $0 } END { print l }')
+    [ -n "$line" ] || { echo "bench: no result line from rstream:" >&2; echo "$out" >&2; return 1; }
+    if [ "$kind" = lat ]; then
+      record "$dev" lat rstream "$size" "$(echo "$line" | awk '{ print $NF }')"
+    else
+      record "$dev" bw rstream "$size" "$(echo "$line" | awk '{ printf "%.2f", $(NF-1) * 1e9 / 8 / 1048576 }')"
+    fi
+  }
+
+  status=0
+  echo "bench: rxe0 ($rxe_ip)" >&2
+  ours rxe0 "$rxe_ip" || status=1
+  for size in $sizes; do
+    perftest rxe0 lat ib_send_lat "$size" "$iters" 6 "$rxe_ip" || status=1
+    perftest rxe0 lat ib_write_lat "$size" "$iters" 6 "$rxe_ip" || status=1
+    rstream_run rxe0 lat "$size" 1 "$iters" "$rxe_ip" || status=1
+  done
+  perftest rxe0 bw ib_write_bw 65536 "$bw_iters" 4 "$rxe_ip" || status=1
+  rstream_run rxe0 bw 65536 "$bw_iters" 1 "$rxe_ip" || status=1
+  echo "bench: siw0 ($siw_ip)" >&2
+  ours siw0 "$siw_ip" || status=1
+  for size in $sizes; do
+    perftest siw0 lat ib_send_lat "$size" "$iters" 6 "$siw_ip" || status=1
+  done
+  perftest siw0 bw ib_write_bw 65536 "$bw_iters" 4 "$siw_ip" || status=1
+
+  # ----- the tables
+  value() { awk -v d="$1" -v k="$2" -v t="$3" -v s="$4" '$1 == d && $2 == k && $3 == t && $4 == s { print $5; exit }' "$results"; }
+  ratio() { # ratio A B: A / B, or "-" when either is missing
+    if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; else echo -; fi
+  }
+  # the bandwidth tool shown in a latency tool's column
+  bw_tool() { case $1 in ib_send_lat) echo ib_write_bw ;; ib_write_lat) echo none ;; *) echo "$1" ;; esac; }
+  table() {
+    local dev=$1
+    shift
+    local others=("$@")
+    echo
+    echo "$dev, $iters round trips (one-way usec, average) and $megabytes MiB streams (MiB/s); ratio = RdmaSocket / other"
+    printf '%-10s %10s' "workload" RdmaSocket
+    for o in "${others[@]}"; do printf ' %13s' "$o"; done
+    for o in "${others[@]}"; do printf ' %9s' "÷${o:0:8}"; done
+    echo
+    local size ours_v v
+    for size in $sizes; do
+      ours_v=$(value "$dev" lat RdmaSocket "$size")
+      printf '%-10s %10s' "lat $size" "${ours_v:--}"
+      for o in "${others[@]}"; do v=$(value "$dev" lat "$o" "$size"); printf ' %13s' "${v:--}"; done
+      for o in "${others[@]}"; do printf ' %9s' "$(ratio "$ours_v" "$(value "$dev" lat "$o" "$size")")"; done
+      echo
+    done
+    ours_v=$(value "$dev" bw RdmaSocket 65536)
+    printf '%-10s %10s' "bw 64KiB" "${ours_v:--}"
+    for o in "${others[@]}"; do v=$(value "$dev" bw "$(bw_tool "$o")" 65536); printf ' %13s' "${v:--}"; done
+    for o in "${others[@]}"; do printf ' %9s' "$(ratio "$ours_v" "$(value "$dev" bw "$(bw_tool "$o")" 65536)")"; done
+    echo
+  }
+  echo
+  echo "bench: results (the ib_send_lat column's bandwidth row is ib_write_bw -R)"
+  table rxe0 ib_send_lat ib_write_lat rstream TcpStream
+  table siw0 ib_send_lat TcpStream
+  echo
+  echo "raw results (device kind tool size value):"
+  cat "$results"
+  exit $status
+fi
+
+# ------------------------------------------------------------------ on the host ----
+iters=200 megabytes=16 sizes="64 4096 65536"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --iters) iters=$2; shift 2 ;;
+    --megabytes) megabytes=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+    *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+cd "$ROOT"
+echo "bench: building the release bench_socket example" >&2
+cargo build --release --example bench_socket >&2
+target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+ours=$target_dir/release/examples/bench_socket
+[ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
+exec "$HERE/run.sh" --both --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
+  bash "$HERE/bench-socket.sh" --guest "$ours" "$iters" "$megabytes" "$sizes"
