@@ -567,3 +567,70 @@ fn summarize_iwarp(text: &str, port: u16) -> IwarpSummary {
     }
     summary
 }
+
+/// examples/tcp_echo (built by `cargo test`), or `$RDMASOCK_EXAMPLES_DIR/tcp_echo`.
+fn tcp_echo_binary() -> std::path::PathBuf {
+    let path = match std::env::var_os("RDMASOCK_EXAMPLES_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("tcp_echo"),
+        None => std::env::current_exe()
+            .expect("test binary path")
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target profile directory")
+            .join("examples/tcp_echo"),
+    };
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo test` or `cargo build --example tcp_echo`",
+        path.display()
+    );
+    path
+}
+
+/// A std TCP program under librspreload: std asks for SOCK_STREAM | SOCK_CLOEXEC, which
+/// rsocket refuses, so the preload leaves the socket to the kernel. The echo works, but over
+/// kernel TCP, and the counter proof says so. (This is why the preload tests above use
+/// `rstream -T s`, whose sockets are plain SOCK_STREAM.)
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn std_tcp_program_under_preload_falls_back_to_kernel_tcp() {
+    let ip = vm_ip();
+    let bin = tcp_echo_binary();
+    let port = 18478u16;
+    let bytes = 300_000u64;
+    let before = packets();
+    let mut server = Command::new(&bin)
+        .args(["server", &port.to_string()])
+        .env("LD_PRELOAD", PRELOAD)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start tcp_echo server");
+    let mut line = String::new();
+    let mut out = server.stdout.take().expect("server stdout");
+    let mut byte = [0u8; 1];
+    while !line.contains('\n') {
+        let n = out.read(&mut byte).expect("read tcp_echo server's stdout");
+        assert!(n > 0, "tcp_echo server exited before listening: {line}");
+        line.push(byte[0] as char);
+    }
+    let client = Command::new(&bin)
+        .args(["client", &format!("{ip}:{port}"), &bytes.to_string()])
+        .env("LD_PRELOAD", PRELOAD)
+        .output()
+        .expect("run tcp_echo client");
+    server.kill().expect("stop tcp_echo server");
+    let _ = server.wait();
+    let said = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        client.status.success() && said.contains(&format!("echoed {bytes} bytes")),
+        "tcp_echo under librspreload: {said} {}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let grown = growth(before);
+    eprintln!("std tcp_echo under librspreload: {bytes} bytes each way, rxe0 grew {grown:?}");
+    assert!(
+        !carried_by_rdma(grown, 2 * bytes, rxe_mtu()),
+        "std's SOCK_CLOEXEC sockets went over rxe0 ({grown:?}): librspreload intercepts them \
+         now, so examples/tcp_echo can join the preload interop tests"
+    );
+}
