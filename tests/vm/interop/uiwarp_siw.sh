@@ -7,10 +7,10 @@
 #   cargo build --release --example uiwarp_rdma -p rdmasock-uiwarp
 #   tests/vm/run.sh --both -- bash tests/vm/interop/uiwarp_siw.sh
 #
-# UIWARP_EXAMPLES names the directory of those binaries (default: $CARGO_TARGET_DIR or
+# UIWARP_EXAMPLES names the directory of those binaries (default: the suite's RDMASOCK_EXAMPLES_DIR, else $CARGO_TARGET_DIR or
 # target, /release/examples). Prints PASS/FAIL per case and exits 1 if any failed.
 set -u
-E=${UIWARP_EXAMPLES:-${CARGO_TARGET_DIR:-$(pwd)/target}/release/examples}
+E=${UIWARP_EXAMPLES:-${RDMASOCK_EXAMPLES_DIR:-${CARGO_TARGET_DIR:-$(pwd)/target}/release/examples}}
 IP=${RDMA_VM_SIW_IP:?run in the VM with --both (siw0 on eth1)}
 [ -e /sys/class/infiniband/siw0 ] || { echo "FAIL siw0 is missing"; exit 1; }
 for b in uiwarp_rdma socket_echo; do
