@@ -4,7 +4,11 @@
 //!
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
+//!                         [--spin MICROSECONDS]
 //! ```
+//!
+//! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode; default: the
+//! library's default options).
 //!
 //! For each size: `N` ping-pongs after `N/10` warm-up ones; then `M` MiB written in `B`-byte
 //! writes (default 64 KiB) and acknowledged by the reader with one byte. Prints, per result:
@@ -13,12 +17,12 @@
 //! RESULT lat rdma 64 AVG_USEC MEDIAN_USEC      one-way: half the round trip, as perftest
 //! RESULT bw rdma 65536 MIB_PER_SEC
 //! ```
-use rdmasock::{RdmaListener, RdmaSocket};
+use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A stream both kinds provide.
 trait Stream: Read + Write + Send + 'static {}
@@ -31,6 +35,7 @@ struct Args {
     iters: usize,
     megabytes: usize,
     chunk: usize,
+    opts: SocketOptions,
 }
 
 fn args() -> Result<Args, String> {
@@ -51,6 +56,7 @@ fn args() -> Result<Args, String> {
         iters: 200,
         megabytes: 16,
         chunk: 65536,
+        opts: SocketOptions::default(),
     };
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -62,6 +68,14 @@ fn args() -> Result<Args, String> {
             "--iters" => a.iters = num(&value)?,
             "--megabytes" => a.megabytes = num(&value)?,
             "--chunk" => a.chunk = num(&value)?,
+            "--spin" => {
+                let b = SocketOptions::builder();
+                let b = match num(&value)? {
+                    0 => b.event_mode(),
+                    us => b.busy_poll(Duration::from_micros(us as u64)),
+                };
+                a.opts = b.build().map_err(|e| format!("--spin {value}: {e}"))?;
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -139,11 +153,11 @@ fn tcp_pair(ip: IpAddr) -> (TcpStream, TcpStream) {
     (c, s)
 }
 
-fn rdma_pair(ip: IpAddr) -> (RdmaSocket, RdmaSocket) {
-    let l = RdmaListener::bind(SocketAddr::new(ip, 0)).expect("RDMA bind");
+fn rdma_pair(ip: IpAddr, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let l = RdmaListener::bind_with(SocketAddr::new(ip, 0), opts).expect("RDMA bind");
     let addr = l.local_addr().expect("RDMA address");
     let t = thread::spawn(move || l.accept().expect("RDMA accept").0);
-    let c = RdmaSocket::connect(addr).expect("RDMA connect");
+    let c = RdmaSocket::connect_with(addr, opts).expect("RDMA connect");
     (c, t.join().expect("accept thread"))
 }
 
@@ -162,12 +176,12 @@ fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US]");
             return ExitCode::from(2);
         }
     };
     if a.kind == "rdma" {
-        run(&a, rdma_pair);
+        run(&a, |ip| rdma_pair(ip, &a.opts));
     } else {
         run(&a, tcp_pair);
     }
