@@ -334,7 +334,7 @@ fn mio_drives_sixty_four_connections() {
     let msg =
         |i: usize, r: usize| -> Vec<u8> { (0..100).map(|k| (i * 7 + r * 13 + k) as u8).collect() };
     let mut round = vec![0usize; N];
-    let mut sent_round = vec![false; N];
+    let mut sent_round = [false; N];
     let mut got: Vec<Vec<u8>> = vec![Vec::new(); N];
     let mut events = Events::with_capacity(128);
     let deadline = Instant::now() + Duration::from_secs(60);
