@@ -1,7 +1,7 @@
 //! Device discovery from sysfs (and netlink for the driver id): what `ibv_devices` lists.
 //!
 //! [`DeviceList::discover`] reads `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
-//! ([`sysfs`]) and asks NETLINK_RDMA for each device's driver id ([`netlink`]), falling back
+//! (`sysfs`) and asks NETLINK_RDMA for each device's driver id (`netlink`), falling back
 //! to the sysfs heuristics of kernel-abi.md §2.1.3 when netlink is unavailable.
 #![forbid(unsafe_code)]
 

@@ -1,5 +1,5 @@
 //! Every `unsafe` line of the bridge: the libibverbs ABI ([`abi`]), loading the library
-//! ([`library`]) and owning handles to its objects ([`objects`]) whose methods are safe.
+//! (`library`) and owning handles to its objects (`objects`) whose methods are safe.
 //!
 //! The handles own one libibverbs object each and hold the handles of what it depends on
 //! (a QP its PD and CQs, everything its context), so C objects are destroyed in a valid
