@@ -31,6 +31,10 @@ started=$SECONDS
 if [ $run_host = 1 ]; then
   echo "=== host suite: cargo test --workspace --no-fail-fast ${flags[*]}"
   if cargo test --workspace --no-fail-fast "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
+  echo "=== host suite: cargo fmt --check, clippy -D warnings, rustdoc -D warnings"
+  cargo fmt --all -- --check || host_status=FAILED
+  cargo clippy --workspace --all-targets "${flags[@]}" -- -D warnings || host_status=FAILED
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps "${flags[@]}" || host_status=FAILED
   # host tests that need a tool .ci/run installs (tshark): run, never skipped
   echo "=== host suite: tests that need tshark"
   if ! cargo test -p rdmasock-uiwarp --test tshark "${flags[@]}" -- --ignored; then host_status=FAILED; fi
