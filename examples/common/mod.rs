@@ -2,6 +2,7 @@
 //! number parsing (`strtol(s, NULL, 0)`).
 #![allow(dead_code)] // each example uses a different part
 
+pub mod cm_endpoint;
 pub mod pingpong;
 
 /// One option an example takes.
