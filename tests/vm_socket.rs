@@ -22,8 +22,24 @@ fn vm_ip() -> IpAddr {
     ip.parse().expect("RDMA_VM_IP is an IP address")
 }
 
+/// The VM's siw0 address (`--both`, the suite's default); panics (loudly) without siw0.
+fn siw_ip() -> IpAddr {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/siw0").exists(),
+        "siw0 is missing: the siw tests run in the VM started with --both (tests/vm/run.sh \
+         --both, the suite's default), which loads siw.ko and creates siw0 on eth1"
+    );
+    let ip = std::env::var("RDMA_VM_SIW_IP")
+        .expect("RDMA_VM_SIW_IP is unset: the siw tests run in the VM (tests/vm/run.sh --both)");
+    ip.parse().expect("RDMA_VM_SIW_IP is an IP address")
+}
+
 fn listener() -> (RdmaListener, SocketAddr) {
-    let l = RdmaListener::bind(SocketAddr::new(vm_ip(), 0)).expect("bind on rxe0's address");
+    listener_on(vm_ip())
+}
+
+fn listener_on(ip: IpAddr) -> (RdmaListener, SocketAddr) {
+    let l = RdmaListener::bind(SocketAddr::new(ip, 0)).expect("bind on the device's address");
     let addr = l.local_addr().expect("listener address");
     assert_ne!(addr.port(), 0, "an ephemeral port was chosen");
     (l, addr)
@@ -46,7 +62,11 @@ impl Rng {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn connect_accept_echo() {
-    let (l, addr) = listener();
+    echo_on(vm_ip());
+}
+
+fn echo_on(ip: IpAddr) {
+    let (l, addr) = listener_on(ip);
     let server = thread::spawn(move || {
         let (mut s, peer) = l.accept().expect("accept");
         assert_eq!(peer.ip(), addr.ip());
@@ -140,7 +160,11 @@ fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize) {
 }
 
 fn pair_with(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
-    let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), opts).expect("bind");
+    pair_on(vm_ip(), opts)
+}
+
+fn pair_on(ip: IpAddr, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let l = RdmaListener::bind_with(SocketAddr::new(ip, 0), opts).expect("bind");
     let addr = l.local_addr().unwrap();
     let t = thread::spawn(move || l.accept().expect("accept").0);
     let c = RdmaSocket::connect_with(addr, opts).expect("connect");
@@ -174,7 +198,11 @@ fn small_rings_selective_signalling_and_event_mode() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn half_close_client_first() {
-    let (l, addr) = listener();
+    half_close_client_first_on(vm_ip());
+}
+
+fn half_close_client_first_on(ip: IpAddr) {
+    let (l, addr) = listener_on(ip);
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         let mut got = Vec::new();
@@ -198,7 +226,11 @@ fn half_close_client_first() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn half_close_server_first() {
-    let (l, addr) = listener();
+    half_close_server_first_on(vm_ip());
+}
+
+fn half_close_server_first_on(ip: IpAddr) {
+    let (l, addr) = listener_on(ip);
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         s.write_all(b"banner").unwrap();
@@ -487,7 +519,11 @@ mod mio_echo;
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn mio_echo_server_with_64_concurrent_nonblocking_connections() {
-    let (l, addr) = listener();
+    mio_echo_64_on(vm_ip());
+}
+
+fn mio_echo_64_on(ip: IpAddr) {
+    let (l, addr) = listener_on(ip);
     let server = thread::spawn(move || mio_echo::serve(l, Some(64)));
     mio_echo::clients(addr, 64, 100_000).expect("every client got its bytes back");
     server
@@ -548,4 +584,36 @@ fn mio_event_follows_would_block() {
             assert!(Instant::now() < deadline);
         }
     }
+}
+
+// siw0 (soft-iWARP on eth1, 10.99.1.2; the VM started with --both): the same bodies on the
+// iWARP device, where the socket sends data as RDMA WRITE + 4-byte SEND (iWARP has no
+// write-with-immediate). RdmaSocket does not expose its StreamConfig, so the mode is not
+// asserted here. Not yet here (issue #4): the mio test with 64 connections and the
+// connect/close cycles, which fail on siw0 (connect gets CONNECT_ERROR with EINVAL when a
+// connection follows or overlaps another one).
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_connect_accept_echo() {
+    echo_on(siw_ip());
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_sixty_four_mib_each_way_at_once_checked_by_hash() {
+    let (s, c) = pair_on(siw_ip(), &SocketOptions::default());
+    both_ways(s, c, 64 << 20);
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_half_close_client_first() {
+    half_close_client_first_on(siw_ip());
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_half_close_server_first() {
+    half_close_server_first_on(siw_ip());
 }
