@@ -465,6 +465,20 @@ fn capture_rsocket_and_ours_on_siw() {
     play_client(s, exchange, "rstream server, RdmaSocket client on siw0");
     finish(server, "rstream server, RdmaSocket client on siw0");
 
+    let data = 2 * (SYNC_BYTES + exchange.size * exchange.count) as u64;
+    // libpcap hands packets to dumpcap in blocks that are retired on a timer, and a SIGINT
+    // drops a block not yet retired: stop only once the file holds both exchanges' data
+    // (re-read until then, bounded), so the check below judges the wire, not the timing.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let text = decode_iwarp(&file);
+        if summarize_iwarp(&text, theirs).data_bytes >= data
+            && summarize_iwarp(&text, ours).data_bytes >= data
+        {
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
     let stopped = Command::new("kill")
         .args(["-INT", &dumpcap.id().to_string()])
         .status()
@@ -473,9 +487,35 @@ fn capture_rsocket_and_ours_on_siw() {
     let status = dumpcap.wait().expect("wait for dumpcap");
     assert!(status.success(), "dumpcap: {status}");
 
+    let text = decode_iwarp(&file);
+    let theirs_summary = summarize_iwarp(&text, theirs);
+    let ours_summary = summarize_iwarp(&text, ours);
+    eprintln!("rstream <-> rstream:    {theirs_summary:?}");
+    eprintln!("rstream <-> RdmaSocket: {ours_summary:?}");
+    for (who, summary) in [("rstream", &theirs_summary), ("ours", &ours_summary)] {
+        assert!(
+            summary.frames.contains_key("RDMA Write (0x00), tagged"),
+            "{who}: no RDMA WRITE frames: {summary:?}"
+        );
+        assert_eq!(
+            summary.data_bytes, data,
+            "{who}: the data message words (op 0 << 29 | length) do not add up to the bytes moved"
+        );
+    }
+    assert_eq!(
+        theirs_summary.frames.keys().collect::<Vec<_>>(),
+        ours_summary.frames.keys().collect::<Vec<_>>(),
+        "our frames differ in kind from rsocket's"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// tshark's `srcport|dstport|opcode|tagged|tcp.payload` lines for the iWARP RDMAP frames in
+/// `file` (which dumpcap may still be writing).
+fn decode_iwarp(file: &std::path::Path) -> String {
     let decoded = Command::new("tshark")
         .args(["-r"])
-        .arg(&file)
+        .arg(file)
         .args([
             "-Y",
             "iwarp_rdma",
@@ -495,34 +535,8 @@ fn capture_rsocket_and_ours_on_siw() {
             "tcp.payload",
         ])
         .output()
-        .expect("run tshark");
-    let text = String::from_utf8_lossy(&decoded.stdout).to_string();
-    assert!(
-        decoded.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&decoded.stderr)
-    );
-    let theirs_summary = summarize_iwarp(&text, theirs);
-    let ours_summary = summarize_iwarp(&text, ours);
-    eprintln!("rstream <-> rstream:    {theirs_summary:?}");
-    eprintln!("rstream <-> RdmaSocket: {ours_summary:?}");
-    let data = 2 * (SYNC_BYTES + exchange.size * exchange.count) as u64;
-    for (who, summary) in [("rstream", &theirs_summary), ("ours", &ours_summary)] {
-        assert!(
-            summary.frames.contains_key("RDMA Write (0x00), tagged"),
-            "{who}: no RDMA WRITE frames: {summary:?}"
-        );
-        assert_eq!(
-            summary.data_bytes, data,
-            "{who}: the data message words (op 0 << 29 | length) do not add up to the bytes moved"
-        );
-    }
-    assert_eq!(
-        theirs_summary.frames.keys().collect::<Vec<_>>(),
-        ours_summary.frames.keys().collect::<Vec<_>>(),
-        "our frames differ in kind from rsocket's"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+        .expect("run tshark (package tshark)");
+    String::from_utf8_lossy(&decoded.stdout).to_string()
 }
 
 /// What one connection's decoded iWARP frames hold.
