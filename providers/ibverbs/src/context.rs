@@ -2,7 +2,7 @@
 //! memory regions and completion channels.
 #![forbid(unsafe_code)]
 
-use crate::convert::{device_attributes, port_attributes};
+use crate::convert::{device_attributes, port_attributes, WcFlagsEncoding};
 use crate::cq::{BridgeChannel, BridgeCq};
 use crate::error::{load_error, not_listed, verb_error, Selection};
 use crate::qp::BridgeQp;
@@ -30,6 +30,7 @@ struct Inner {
     device: DeviceInfo,
     raw: Arc<RawContext>,
     next_cookie: AtomicU64,
+    wc_flags: WcFlagsEncoding,
 }
 
 impl BridgeContext {
@@ -53,6 +54,7 @@ impl BridgeContext {
                 device: device.clone(),
                 raw: Arc::new(raw),
                 next_cookie: AtomicU64::new(1),
+                wc_flags: WcFlagsEncoding::for_driver(device.driver.as_deref()),
             }),
         })
     }
@@ -75,6 +77,11 @@ impl BridgeContext {
 
     pub(crate) fn raw(&self) -> &Arc<RawContext> {
         &self.inner.raw
+    }
+
+    /// How this device's rdma-core provider encodes `wc_flags`.
+    pub(crate) fn wc_flags_encoding(&self) -> WcFlagsEncoding {
+        self.inner.wc_flags
     }
 
     pub(crate) fn name(&self) -> &str {

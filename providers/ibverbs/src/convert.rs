@@ -18,9 +18,36 @@ const IBV_WC_IP_CSUM_OK: u32 = 1 << 2;
 /// libibverbs' `IBV_WC_WITH_INV` (the kernel's bit 2).
 const IBV_WC_WITH_INV: u32 = 1 << 3;
 
-/// libibverbs' `wc_flags` in the kernel's encoding ([`WcFlags`]): bits 2 and 3 trade places;
-/// GRH and WITH_IMM are the same; libibverbs-only bits (tag matching) are dropped.
-pub fn wc_flags_from_ibv(flags: u32) -> WcFlags {
+/// How a libibverbs provider fills `ibv_wc.wc_flags`. The two encodings differ in bits 2
+/// and 3: libibverbs' `enum ibv_wc_flags` has `IP_CSUM_OK` = 1 << 2 and `WITH_INV` = 1 << 3,
+/// the kernel's `enum ib_wc_flags` the other way round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcFlagsEncoding {
+    /// libibverbs' own encoding: providers that build each `ibv_wc` themselves (siw, mlx5,
+    /// irdma, ...).
+    Libibverbs,
+    /// The kernel's encoding: rdma-core's rxe copies the completion the kernel wrote into
+    /// the shared ring verbatim (the kernel's rxe sets `IB_WC_WITH_INVALIDATE` = 1 << 2).
+    Kernel,
+}
+
+impl WcFlagsEncoding {
+    /// The encoding the rdma-core provider for kernel driver `driver` uses.
+    pub fn for_driver(driver: Option<&str>) -> WcFlagsEncoding {
+        match driver {
+            Some("rxe") => WcFlagsEncoding::Kernel,
+            _ => WcFlagsEncoding::Libibverbs,
+        }
+    }
+}
+
+/// A provider's `wc_flags` in the kernel's encoding ([`WcFlags`]). In libibverbs' encoding
+/// bits 2 and 3 trade places; GRH and WITH_IMM are the same everywhere; libibverbs-only
+/// bits (tag matching) are dropped.
+pub fn wc_flags_from_ibv(flags: u32, encoding: WcFlagsEncoding) -> WcFlags {
+    if encoding == WcFlagsEncoding::Kernel {
+        return WcFlags::from_bits_truncate(flags);
+    }
     let mut out = WcFlags::from_bits_truncate(flags & 0b11);
     if flags & IBV_WC_IP_CSUM_OK != 0 {
         out |= WcFlags::IP_CSUM_OK;
@@ -32,8 +59,8 @@ pub fn wc_flags_from_ibv(flags: u32) -> WcFlags {
 }
 
 /// One completion as the verbs layer reports it.
-pub fn work_completion(wc: &IbvWc) -> WorkCompletion {
-    let flags = wc_flags_from_ibv(wc.wc_flags);
+pub fn work_completion(wc: &IbvWc, encoding: WcFlagsEncoding) -> WorkCompletion {
+    let flags = wc_flags_from_ibv(wc.wc_flags, encoding);
     WorkCompletion {
         wr_id: wc.wr_id,
         status: wc.status as u32,
@@ -299,13 +326,42 @@ mod tests {
     use rdmasock_verbs::{RemoteKey, SendFlags};
 
     #[test]
-    fn wc_flags_swap_bits_two_and_three() {
-        assert_eq!(wc_flags_from_ibv(0), WcFlags::empty());
-        assert_eq!(wc_flags_from_ibv(0b11), WcFlags::GRH | WcFlags::WITH_IMM);
-        assert_eq!(wc_flags_from_ibv(1 << 2), WcFlags::IP_CSUM_OK);
-        assert_eq!(wc_flags_from_ibv(1 << 3), WcFlags::WITH_INVALIDATE);
+    fn wc_flags_swap_bits_two_and_three_in_libibverbs_encoding() {
+        let lib = WcFlagsEncoding::Libibverbs;
+        assert_eq!(wc_flags_from_ibv(0, lib), WcFlags::empty());
+        assert_eq!(
+            wc_flags_from_ibv(0b11, lib),
+            WcFlags::GRH | WcFlags::WITH_IMM
+        );
+        assert_eq!(wc_flags_from_ibv(1 << 2, lib), WcFlags::IP_CSUM_OK);
+        assert_eq!(wc_flags_from_ibv(1 << 3, lib), WcFlags::WITH_INVALIDATE);
         // Tag-matching bits have no kernel meaning.
-        assert_eq!(wc_flags_from_ibv(0b111_0000), WcFlags::empty());
+        assert_eq!(wc_flags_from_ibv(0b111_0000, lib), WcFlags::empty());
+    }
+
+    #[test]
+    fn rdma_core_rxe_passes_the_kernel_encoding_through() {
+        assert_eq!(
+            WcFlagsEncoding::for_driver(Some("rxe")),
+            WcFlagsEncoding::Kernel
+        );
+        for other in [Some("siw"), Some("mlx5"), None] {
+            assert_eq!(
+                WcFlagsEncoding::for_driver(other),
+                WcFlagsEncoding::Libibverbs
+            );
+        }
+        let kernel = WcFlagsEncoding::Kernel;
+        // The kernel's rxe: GRH | WITH_INVALIDATE (bit 2) on a SEND_WITH_INV receive.
+        assert_eq!(
+            wc_flags_from_ibv(0b101, kernel),
+            WcFlags::GRH | WcFlags::WITH_INVALIDATE
+        );
+        assert_eq!(wc_flags_from_ibv(1 << 3, kernel), WcFlags::IP_CSUM_OK);
+        assert_eq!(
+            wc_flags_from_ibv(0b11, kernel),
+            WcFlags::GRH | WcFlags::WITH_IMM
+        );
     }
 
     #[test]
@@ -319,7 +375,7 @@ mod tests {
             byte_len: 5,
             ..Default::default()
         };
-        let w = work_completion(&wc);
+        let w = work_completion(&wc, WcFlagsEncoding::Libibverbs);
         assert_eq!(w.imm(), Some(0x1234_5678));
         assert_eq!(w.qp_num, QpNumber(17));
         assert_eq!((w.wr_id, w.opcode, w.byte_len), (9, 129, 5));

@@ -207,6 +207,7 @@ const POLL_BATCH: usize = 16;
 impl CqOps for BridgeCq {
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut buf = [IbvWc::default(); POLL_BATCH];
+        let encoding = self.context.wc_flags_encoding();
         let mut total = 0;
         while total < out.len() {
             let want = (out.len() - total).min(POLL_BATCH);
@@ -216,7 +217,7 @@ impl CqOps for BridgeCq {
                 .map_err(|e| self.context.error("ibv_poll_cq", e))?;
             self.count_receives(&buf[..n]);
             for (slot, wc) in out[total..].iter_mut().zip(&buf[..n]) {
-                *slot = work_completion(wc);
+                *slot = work_completion(wc, encoding);
             }
             total += n;
             if n < want {

@@ -24,7 +24,7 @@ mod qp;
 pub mod sys;
 
 pub use context::{BridgeContext, BridgeMr, BridgePd};
-pub use convert::wc_flags_from_ibv;
+pub use convert::{wc_flags_from_ibv, WcFlagsEncoding};
 pub use cq::{BridgeChannel, BridgeCq};
 pub use error::Selection;
 pub use qp::BridgeQp;
