@@ -477,3 +477,74 @@ fn stale_target_entry_is_not_reused() {
     assert_eq!(e.write(1, |_| {}), Err(StreamError::WouldBlock));
     assert_eq!(e.pop_op(), Some(Op::ClearTargetEntry { offset: 0 }));
 }
+
+/// The lost wakeup behind the hung small-rings event-mode socket test: with selective
+/// signalling the last data posted can be unsignalled, so no completion ever retires it, and a
+/// flush (which waits for every send) slept forever. `flush` must make a completion come.
+#[test]
+fn flush_after_unsignalled_sends_gets_a_completion() {
+    for write_with_send in [false, true] {
+        let cfg = small_config()
+            .signal_interval(4)
+            .write_with_send(write_with_send)
+            .build()
+            .unwrap();
+        let mut f = pair(cfg.clone(), cfg);
+        assert_eq!(f.sides[0].app_write(100), Ok(100));
+        f.pump();
+        assert_eq!(f.sides[1].engine.readable_bytes(), 100, "the data arrived");
+        assert!(
+            !f.sides[0].engine.all_sends_done(),
+            "the unsignalled write is still outstanding: nothing will complete it by itself"
+        );
+        assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+        f.sides[0].drain_ops();
+        assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+        f.sides[0].drain_ops();
+        assert_eq!(f.sides[0].sq.len(), 1, "one signalled request, queued once");
+        f.pump();
+        assert!(f.sides[0].engine.all_sends_done());
+        assert_eq!(f.sides[0].engine.flush(), Ok(()));
+        assert_eq!(
+            f.sides[1].engine.readable_bytes(),
+            100,
+            "invisible to the peer"
+        );
+    }
+}
+
+/// A flush while every control slot is busy waits for one, then signals.
+#[test]
+fn flush_waits_for_a_control_slot() {
+    let cfg = small_config().signal_interval(4).build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    for _ in 0..4 {
+        assert!(f.sides[0].engine.keepalive());
+    }
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    f.sides[0].drain_ops();
+    assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+    f.sides[0].drain_ops();
+    assert_eq!(f.sides[0].sq.len(), 6, "no slot: the signalled write waits");
+    f.pump();
+    assert!(f.sides[0].engine.all_sends_done());
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+}
+
+/// The peer's DISCONNECT ends the stream; the driver disconnects once every send completed,
+/// which must happen even when the last one was unsignalled.
+#[test]
+fn peer_disconnect_after_unsignalled_sends_completes_them() {
+    let cfg = small_config().signal_interval(4).build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    f.pump();
+    assert!(!f.sides[0].engine.all_sends_done());
+    f.sides[1].engine.shutdown(Shutdown::Both);
+    f.sides[1].drain_ops();
+    f.pump();
+    let r = f.sides[0].engine.readiness();
+    assert!(r.disconnected);
+    assert!(f.sides[0].engine.all_sends_done());
+}

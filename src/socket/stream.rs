@@ -205,13 +205,8 @@ impl RdmaSocket {
     /// Waits until every byte written was placed in the peer's memory.
     fn flush_inner(&self) -> io::Result<()> {
         let timeout = self.shared.lock().write_timeout;
-        self.shared.run(Direction::Other(timeout), |c| {
-            if c.engine.all_sends_done() || c.readiness().error {
-                Ok(())
-            } else {
-                Err(StreamError::WouldBlock)
-            }
-        })
+        self.shared
+            .run(Direction::Other(timeout), |c| c.engine.flush())
     }
 }
 

@@ -38,7 +38,62 @@ impl StreamEngine {
             )));
         }
         self.flush_pending_control();
+        self.signal_last_send();
         self.update_credits();
+    }
+
+    /// Waits for every posted send to complete, like `TcpStream`'s flush waiting for the
+    /// peer's acknowledgement. `Ok(())` once [`all_sends_done`](Self::all_sends_done) holds
+    /// (or the connection failed: the error shows on the next read or write). Otherwise
+    /// returns [`StreamError::WouldBlock`] after making sure a completion will come: with
+    /// selective signalling the last posted work request may be unsignalled, and then nothing
+    /// would ever retire it, so a signalled zero-length RDMA WRITE (invisible to the peer, like
+    /// a keepalive) is queued after it, as soon as a control slot is free. Call again after
+    /// feeding completions.
+    pub fn flush(&mut self) -> Result<(), StreamError> {
+        if self.all_sends_done() || self.error.is_some() {
+            return Ok(());
+        }
+        self.completion_wanted = true;
+        self.signal_last_send();
+        Err(StreamError::WouldBlock)
+    }
+
+    /// When a flush (or the peer's DISCONNECT) waits for every send, queues a signalled
+    /// zero-length RDMA WRITE unless the last posted work request is signalled already.
+    pub(crate) fn signal_last_send(&mut self) {
+        if !self.completion_wanted {
+            return;
+        }
+        if !self.pending.back().is_some_and(|p| !p.signaled) {
+            // Nothing outstanding, or its last completion is on its way.
+            self.completion_wanted = false;
+            return;
+        }
+        if self.phase == Phase::Opening || self.error.is_some() {
+            self.completion_wanted = false;
+            return;
+        }
+        if !self.control_available(1) {
+            // A busy control slot is a signalled request: its completion calls us again.
+            return;
+        }
+        self.completion_wanted = false;
+        self.post_zero_write();
+    }
+
+    /// A signalled zero-length RDMA WRITE without immediate: invisible to the peer. It holds
+    /// a control slot.
+    fn post_zero_write(&mut self) {
+        let wr_id = self.track(true, 0, false, true);
+        self.ops.push_back(Op::Write {
+            wr_id,
+            payload: Payload::Empty,
+            remote_addr: 0,
+            rkey: 0,
+            inline: false,
+            signaled: true,
+        });
     }
 
     /// Shuts down reading, writing or both, like `TcpStream::shutdown`, sending rsocket's
@@ -108,15 +163,7 @@ impl StreamEngine {
         if self.phase != Phase::Connected || self.error.is_some() || !self.control_available(1) {
             return false;
         }
-        let wr_id = self.track(true, 0, false);
-        self.ops.push_back(Op::Write {
-            wr_id,
-            payload: Payload::Empty,
-            remote_addr: 0,
-            rkey: 0,
-            inline: false,
-            signaled: true,
-        });
+        self.post_zero_write();
         true
     }
 

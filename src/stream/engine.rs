@@ -30,6 +30,8 @@ pub(crate) struct Pending {
     pub(crate) ctrl: u32,
     pub(crate) bytes: usize,
     pub(crate) disconnect: bool,
+    /// It produces a completion (the last one posted must, before a flush can finish).
+    pub(crate) signaled: bool,
 }
 
 /// One connection's rsocket stream protocol state.
@@ -66,6 +68,9 @@ pub struct StreamEngine {
     pub(crate) next_seq: u64,
     pub(crate) unsignaled: u16,
     pub(crate) pending_ctrl: Option<Control>,
+    /// Every posted send must complete (a flush, or the peer's DISCONNECT): the last one posted
+    /// gets a signalled successor as soon as a control slot allows.
+    pub(crate) completion_wanted: bool,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -106,6 +111,7 @@ impl StreamEngine {
             next_seq: 0,
             unsignaled: 0,
             pending_ctrl: None,
+            completion_wanted: false,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,
@@ -345,7 +351,7 @@ impl StreamEngine {
         bytes: usize,
     ) {
         if !self.cfg.write_with_send {
-            let wr_id = self.track(control, bytes, false);
+            let wr_id = self.track(control, bytes, false, signaled);
             self.ops.push_back(Op::WriteWithImm {
                 wr_id,
                 payload,
@@ -356,7 +362,7 @@ impl StreamEngine {
                 signaled,
             });
         } else {
-            let wr_id = self.track(control, 0, false);
+            let wr_id = self.track(control, 0, false, false);
             self.ops.push_back(Op::Write {
                 wr_id,
                 payload,
@@ -380,7 +386,7 @@ impl StreamEngine {
         disconnect: bool,
     ) {
         let control_slot = (self.ctrl_seqno % CONTROL_SLOTS) as u8;
-        let wr_id = self.track(control, bytes, disconnect);
+        let wr_id = self.track(control, bytes, disconnect, signaled);
         let mut word = [0u8; SGE_LEN];
         word[..4].copy_from_slice(&self.peer_order.word_bytes(msg));
         self.ops.push_back(Op::Send {
@@ -397,7 +403,13 @@ impl StreamEngine {
 
     /// Records a posted send work request and returns its id. A control work request takes a
     /// control slot here; a data work request's slot was taken by the caller.
-    pub(crate) fn track(&mut self, control: bool, bytes: usize, disconnect: bool) -> WrId {
+    pub(crate) fn track(
+        &mut self,
+        control: bool,
+        bytes: usize,
+        disconnect: bool,
+        signaled: bool,
+    ) -> WrId {
         let seq = self.next_seq;
         self.next_seq += 1;
         if control {
@@ -410,6 +422,7 @@ impl StreamEngine {
             ctrl: u32::from(control),
             bytes,
             disconnect,
+            signaled,
         });
         WrId::send(seq)
     }

@@ -75,6 +75,9 @@ impl StreamEngine {
         self.readable = false;
         self.writable = false;
         self.pending_ctrl = None;
+        // The driver disconnects once every send completed: make sure the last one will.
+        self.completion_wanted = true;
+        self.signal_last_send();
     }
 
     fn on_data(&mut self, len: u32) {
@@ -285,7 +288,7 @@ impl StreamEngine {
         if self.cfg.write_with_send {
             self.post_message_send(msg, true, true, 0, disconnect);
         } else {
-            let wr_id = self.track(true, 0, disconnect);
+            let wr_id = self.track(true, 0, disconnect, true);
             self.ops.push_back(Op::WriteWithImm {
                 wr_id,
                 payload: Payload::Empty,
