@@ -3,7 +3,7 @@
 //! bandwidth. Prints a table with the ratios (targets: latency <= 1.3x, bandwidth >= 0.8x).
 //!
 //! ```text
-//! bench_uiwarp [--iters N] [--megabytes M] [--event]
+//! bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
 //! ```
 //! Build with `--release`. `--event` uses event mode (sleep on the completion channel)
 //! instead of the default short busy-poll.
@@ -23,6 +23,8 @@ struct Args {
     iters: usize,
     megabytes: usize,
     event: bool,
+    /// Only this workload: `latency`, `4k` or `1m` (all when `None`).
+    only: Option<String>,
 }
 
 fn args() -> Args {
@@ -30,6 +32,7 @@ fn args() -> Args {
         iters: 20_000,
         megabytes: 512,
         event: false,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -42,9 +45,10 @@ fn args() -> Args {
             "--iters" => a.iters = num("--iters"),
             "--megabytes" => a.megabytes = num("--megabytes"),
             "--event" => a.event = true,
+            "--only" => a.only = it.next(),
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] (not {other})"
+                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -138,22 +142,28 @@ fn main() {
         SocketOptions::default()
     };
     let total = a.megabytes << 20;
+    let wanted = |w: &str| a.only.as_deref().is_none_or(|o| o == w);
     let mut rows = Vec::new();
-    let (c, s) = tcp_pair();
-    let tcp_lat = pingpong(c, s, a.iters);
-    let (c, s) = rdma_pair(&opts);
-    let rdma_lat = pingpong(c, s, a.iters);
-    rows.push((
-        "64 B ping-pong RTT (us, median)",
-        tcp_lat,
-        rdma_lat,
-        rdma_lat / tcp_lat,
-        "<= 1.30",
-    ));
-    for (name, chunk) in [
-        ("4 KiB stream (MB/s)", 4096usize),
-        ("1 MiB stream (MB/s)", 1 << 20),
+    if wanted("latency") {
+        let (c, s) = tcp_pair();
+        let tcp_lat = pingpong(c, s, a.iters);
+        let (c, s) = rdma_pair(&opts);
+        let rdma_lat = pingpong(c, s, a.iters);
+        rows.push((
+            "64 B ping-pong RTT (us, median)",
+            tcp_lat,
+            rdma_lat,
+            rdma_lat / tcp_lat,
+            "<= 1.30",
+        ));
+    }
+    for (name, key, chunk) in [
+        ("4 KiB stream (MB/s)", "4k", 4096usize),
+        ("1 MiB stream (MB/s)", "1m", 1 << 20),
     ] {
+        if !wanted(key) {
+            continue;
+        }
         let (c, s) = tcp_pair();
         let tcp_bw = stream(c, s, chunk, total);
         let (c, s) = rdma_pair(&opts);

@@ -287,22 +287,78 @@ impl Connection {
         if matches!(self.phase, Phase::Error) {
             return;
         }
+        let data = self.complete_buffered_frame(data, memory);
+        if self.rx.is_empty() && self.in_fpdu_phase() {
+            // The common case: whole FPDUs straight from the caller's bytes, no copy into
+            // the buffer; only an incomplete last frame is kept.
+            let consumed = self.consume(data, memory);
+            if !matches!(self.phase, Phase::Error) {
+                self.rx.extend_from_slice(&data[consumed..]);
+            }
+            return;
+        }
         self.rx.extend_from_slice(data);
+        let rx = std::mem::take(&mut self.rx);
+        let consumed = self.consume(&rx, memory);
+        self.rx = rx;
+        if matches!(self.phase, Phase::Error) {
+            self.rx.clear();
+        } else {
+            self.rx.drain(..consumed);
+        }
+    }
+
+    /// Whether input is a stream of FPDUs now (the handshake is over).
+    fn in_fpdu_phase(&self) -> bool {
+        matches!(self.phase, Phase::AwaitRtr(_) | Phase::Established)
+    }
+
+    /// With part of an FPDU buffered from earlier input, moves only the bytes that complete it
+    /// from `data` into the buffer and processes it; returns the rest of `data`.
+    fn complete_buffered_frame<'d>(
+        &mut self,
+        mut data: &'d [u8],
+        memory: &dyn MemoryTable,
+    ) -> &'d [u8] {
+        while !self.rx.is_empty() && !data.is_empty() && self.in_fpdu_phase() {
+            let want = fpdu::Fpdu::<&[u8]>::peek_len(&self.rx).unwrap_or(fpdu::LENGTH_LEN);
+            let take = want.saturating_sub(self.rx.len()).min(data.len());
+            if take == 0 {
+                // The buffer holds more than one frame's worth: the general path sorts it out.
+                break;
+            }
+            self.rx.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.rx.len() < want || want == fpdu::LENGTH_LEN {
+                continue;
+            }
+            let rx = std::mem::take(&mut self.rx);
+            let consumed = self.consume(&rx, memory);
+            self.rx = rx;
+            if matches!(self.phase, Phase::Error) {
+                self.rx.clear();
+                return &[];
+            }
+            self.rx.drain(..consumed);
+            if consumed == 0 {
+                break;
+            }
+        }
+        data
+    }
+
+    /// Processes as much of `buf` as forms whole units for the current phase; returns the
+    /// bytes used.
+    fn consume(&mut self, buf: &[u8], memory: &dyn MemoryTable) -> usize {
         let mut consumed = 0;
         loop {
-            let rest = self.rx.len() - consumed;
+            let rest = buf.len() - consumed;
             let used = match self.phase {
                 Phase::AwaitRequest { .. } | Phase::AwaitReply { .. } => {
-                    let rx = std::mem::take(&mut self.rx);
-                    let used = self.handshake_input(&rx[consumed..]);
-                    self.rx = rx;
-                    used
+                    self.handshake_input(&buf[consumed..])
                 }
                 Phase::AwaitRtr(_) | Phase::Established => {
-                    let rx = std::mem::take(&mut self.rx);
-                    let used = self.fpdu_input(&rx[consumed..], memory);
-                    self.rx = rx;
-                    used
+                    self.fpdu_input(&buf[consumed..], memory)
                 }
                 Phase::AwaitAccept(_) if rest > fpdu::frame_len(fpdu::MAX_ULPDU) => {
                     self.fail(Fault::new(
@@ -314,14 +370,9 @@ impl Connection {
                 Phase::AwaitAccept(_) | Phase::Error => 0,
             };
             if used == 0 || used > rest {
-                break;
+                return consumed;
             }
             consumed += used;
-        }
-        if matches!(self.phase, Phase::Error) {
-            self.rx.clear();
-        } else {
-            self.rx.drain(..consumed);
         }
     }
 

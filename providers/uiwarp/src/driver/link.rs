@@ -122,8 +122,10 @@ impl Link {
                     // Answers (READ responses, a TERMINATE) go out as they arise.
                     self.flush(memory);
                     if n < self.scratch.len() {
-                        // Most likely drained; the next edge brings the rest.
-                        continue;
+                        // A short read emptied the receive queue: bytes arriving later make
+                        // a new edge for the engine and keep a channel's epoll readable, so
+                        // this saves the EAGAIN read.
+                        return true;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
