@@ -1,88 +1,119 @@
-//! Fixtures of the verbs conformance tests: rxe0 opened through the default registry, two
-//! RC queue pairs on it connected to each other by hand (RESET→INIT→RTR→RTS with the
-//! port's RoCE v2 GID), registered buffers, and polling with a deadline.
+//! The verbs conformance suite: one set of test bodies run on every device kind.
+//!
+//! A test binary describes its device under test in a [`Dut`] (how to open it, how to get
+//! two connected RC queue pairs on it, what it can do and how it reports remote errors) and
+//! instantiates the suite with [`conformance_suite!`]:
+//!
+//! * `tests/vm_verbs.rs`: rxe0 (Soft-RoCE) in the VM, QPs connected by hand
+//!   (RESET→INIT→RTR→RTS with the port's RoCE v2 GID), see [`rxe`];
+//! * `tests/vm_siw.rs`: siw0 (soft-iWARP) in the VM, QPs connected through rdma_cm, see
+//!   [`iwarp::siw_pair`];
+//! * `tests/uiwarp_verbs.rs`: the userspace iWARP provider on the host, QPs connected over
+//!   loopback TCP through its own connection setup, see [`iwarp::uiwarp_pair`].
+//!
+//! Each binary includes this directory as `mod support` (`#[macro_use]`), and adds the tests
+//! only its device has next to the suite.
+#![allow(dead_code)] // each test binary uses a different part
 
-use rdmasock::verbs::qp_attr::{AddressVector, GlobalRoute};
+#[path = "../vm_support/mod.rs"]
+pub mod cm_support;
+pub mod iwarp;
+mod load;
+mod opcodes;
+mod remote_errors;
+pub mod rxe;
+
+pub use cm_support::{pattern, post_recv, Side};
+pub use load::*;
+pub use opcodes::*;
+pub use remote_errors::*;
+
+use rdmasock::cm::{CmEvent, CmId};
+use rdmasock::verbs::qp_attr::QpAttrMask;
 use rdmasock::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, DeviceList, Gid, GidType,
-    InitAttributes, MemoryRegion, ProtectionDomain, Psn, QpCapabilities, QpInitAttributes,
-    QueuePair, RtrAttributes, RtsAttributes, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, QpCapabilities, QpInitAttributes, QpState, Transport,
+    WcStatus, WorkCompletion,
 };
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-/// The device every test runs on.
-pub const DEVICE: &str = "rxe0";
-
-/// How long a completion may take under the emulated VM before a test fails.
+/// How long a completion (or a connection's end) may take under the emulated VM before a
+/// test fails.
 pub const COMPLETION_DEADLINE: Duration = Duration::from_secs(20);
 
-/// All access rights.
-pub fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
+/// A device under test: what the suite needs to know to run on it.
+pub struct Dut {
+    /// The device's name (`rxe0`, `siw0`, `uiwarp0`).
+    pub device: &'static str,
+    /// Its transport.
+    pub transport: Transport,
+    /// The provider that must drive it (`Context::provider_name`).
+    pub provider: fn() -> &'static str,
+    /// Opens the device (asserting first that it exists).
+    pub open: fn() -> Context,
+    /// Builds two connected RC QPs on it.
+    pub connect: fn(&PairOptions) -> Pair,
+    /// Atomic compare-and-swap and fetch-and-add work; without, posting them is refused.
+    pub atomics: bool,
+    /// SEND and RDMA WRITE with immediate work; without, posting them is refused.
+    pub immediate: bool,
+    /// How the device reports what goes wrong at the responder.
+    pub remote_errors: RemoteErrors,
+    /// Connections made and torn down by the leak test.
+    pub connect_cycles: usize,
 }
 
-/// Asserts that rxe0 exists, then opens it with the crate's default providers.
-pub fn open_rxe0() -> Context {
-    let sysfs = format!("/sys/class/infiniband/{DEVICE}");
-    assert!(
-        std::path::Path::new(&sysfs).is_dir(),
-        "{sysfs} does not exist: these tests need the VM's Soft-RoCE device (run \
-         tests/vm/run.sh, or /work/shared/vm/run-in-vm.sh '<test binary> --ignored')"
-    );
-    let context = rdmasock::open_device(Some(DEVICE)).expect("opening rxe0");
-    assert_eq!(
-        context.provider_name(),
-        expected_provider(),
-        "rxe0 is driven by the wrong provider (RDMASOCK_PROVIDER={:?})",
-        std::env::var(rdmasock::PROVIDER_ENV).ok()
-    );
-    context
+/// How a device reports the responder's refusals.
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteErrors {
+    /// The requester's completion status of an RDMA READ with a wrong rkey.
+    pub bad_rkey_read: WcStatus,
+    /// The requester's completion status of an RDMA WRITE with a wrong rkey (`Success` on
+    /// iWARP, where a WRITE completes once it is sent).
+    pub bad_rkey_write: WcStatus,
+    /// The requester's completion status of a SEND that finds no receive posted (RNR retries
+    /// exceeded on InfiniBand transports; `Success` on iWARP, which has no RNR).
+    pub no_receive: WcStatus,
+    /// The responder ends the connection (iWARP's TERMINATE): both QPs go to the error state
+    /// and the receives still posted are flushed.
+    pub terminates: bool,
 }
 
-/// The provider every test must run on: the rdma-core bridge when `RDMASOCK_PROVIDER`
-/// forces it for rxe0 (tests/vm/suite.sh runs this suite a second time so), else the
-/// pure-Rust rxe provider.
-pub fn expected_provider() -> &'static str {
-    let choice = rdmasock::ProviderChoice::from_env().expect("RDMASOCK_PROVIDER is malformed");
-    match choice.for_device(DEVICE) {
-        Some(rdmasock::ProviderKind::Ibverbs) => "ibverbs",
-        _ => "rxe",
+impl Dut {
+    /// The access rights of the test regions: every right the device has.
+    pub fn access(&self) -> AccessFlags {
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        if self.atomics {
+            all | AccessFlags::REMOTE_ATOMIC
+        } else {
+            all
+        }
     }
-}
 
-/// The index of the port's RoCE v2 GID (the IPv4-mapped one when there is one) and the GID.
-pub fn roce_v2_gid(context: &Context) -> (u8, Gid) {
-    let list = DeviceList::discover().expect("device discovery");
-    let device = list.pick(Some(DEVICE)).expect("rxe0 in the device list");
-    let port = device.port(1).expect("rxe0 has port 1");
-    let v2: Vec<_> = port
-        .gids
-        .iter()
-        .filter(|g| g.gid_type == GidType::RoceV2)
-        .collect();
-    let entry = v2
-        .iter()
-        .find(|g| g.gid.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
-        .or(v2.first())
-        .unwrap_or_else(|| panic!("{DEVICE} has no RoCE v2 GID: {:?}", port.gids));
-    assert_eq!(context.device().name, DEVICE);
-    (entry.index as u8, entry.gid)
+    /// Two connected QPs built with the default options.
+    pub fn pair(&self) -> Pair {
+        (self.connect)(&PairOptions::default())
+    }
+
+    /// Two connected QPs built with `options`.
+    pub fn pair_with(&self, options: PairOptions) -> Pair {
+        (self.connect)(&options)
+    }
 }
 
 /// How a [`Pair`] is built.
 #[derive(Clone, Copy, Debug)]
 pub struct PairOptions {
-    /// Queue sizes.
+    /// Queue sizes of both QPs.
     pub caps: QpCapabilities,
     /// Every send completes.
     pub sq_sig_all: bool,
-    /// RNR retries of both QPs (7 = infinite).
+    /// RNR retries of both QPs (7 = infinite); used where QPs are connected by hand.
     pub rnr_retry: u8,
-    /// CQs report to a completion channel.
+    /// Each side's CQ reports to its own completion channel.
     pub with_channel: bool,
+    /// Bytes of each side's memory region.
+    pub mr_len: usize,
 }
 
 impl Default for PairOptions {
@@ -98,94 +129,123 @@ impl Default for PairOptions {
             sq_sig_all: false,
             rnr_retry: 7,
             with_channel: false,
+            mr_len: 65536,
         }
     }
 }
 
-/// Two connected RC QPs on rxe0, each with its own CQ and a 64 KiB region.
-#[allow(missing_docs, dead_code)] // some fields are only held to show they outlive the QPs
-pub struct Pair {
-    pub context: Context,
-    pub pd: ProtectionDomain,
-    pub channel: Option<CompletionChannel>,
-    pub cq_a: CompletionQueue,
-    pub cq_b: CompletionQueue,
-    pub qp_a: QueuePair,
-    pub qp_b: QueuePair,
-    pub mr_a: MemoryRegion,
-    pub mr_b: MemoryRegion,
+/// What holds a [`Pair`]'s connection.
+pub enum Link {
+    /// QPs moved to RTS by hand: nothing to tear down.
+    Manual,
+    /// The connection manager's ids.
+    Cm {
+        /// The connecting side's id.
+        active_id: CmId,
+        /// The accepted request's id.
+        passive_id: CmId,
+        /// The listener.
+        listener: CmId,
+    },
+    /// The userspace iWARP provider's own connection setup.
+    Uiwarp,
 }
 
-/// Moves `qp` to RTS towards `peer` on this device.
-pub fn connect(qp: &QueuePair, peer: &QueuePair, context: &Context, rnr_retry: u8) {
-    let (sgid_index, gid) = roce_v2_gid(context);
-    let port = context.query_port(1).expect("QUERY_PORT");
-    qp.to_init(&InitAttributes {
-        pkey_index: 0,
-        port_num: 1,
-        access: all_access(),
-    })
-    .expect("RESET -> INIT");
-    qp.to_rtr(&RtrAttributes {
-        path_mtu: port.active_mtu().expect("active MTU"),
-        dest_qp_num: peer.qp_num(),
-        rq_psn: Psn(peer.qp_num().0 & 0xff_ffff),
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-        ah_attr: AddressVector {
-            grh: Some(GlobalRoute {
-                dgid: gid,
-                flow_label: 0,
-                sgid_index,
-                hop_limit: 64,
-                traffic_class: 0,
-            }),
-            port_num: 1,
-            ..Default::default()
-        },
-    })
-    .expect("INIT -> RTR");
-    qp.to_rts(&RtsAttributes {
-        sq_psn: Psn(qp.qp_num().0 & 0xff_ffff),
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry,
-        max_rd_atomic: 4,
-    })
-    .expect("RTR -> RTS");
+/// Two connected RC QPs: `a` is the requester in the tests, `b` the responder.
+pub struct Pair {
+    /// The requesting (connecting) side.
+    pub a: Side,
+    /// The responding (accepting) side.
+    pub b: Side,
+    /// What connects them.
+    pub link: Link,
 }
 
 impl Pair {
-    /// Builds and connects the pair.
-    pub fn new(options: PairOptions) -> Pair {
-        let context = open_rxe0();
-        let pd = context.alloc_pd().expect("ALLOC_PD");
-        let channel = options
-            .with_channel
-            .then(|| context.create_comp_channel().expect("CREATE_COMP_CHANNEL"));
-        let cq_a = context.create_cq(256, channel.as_ref()).expect("CREATE_CQ");
-        let cq_b = context.create_cq(256, channel.as_ref()).expect("CREATE_CQ");
-        let init = QpInitAttributes {
-            caps: options.caps,
-            sq_sig_all: options.sq_sig_all,
-        };
-        let qp_a = pd.create_qp(&init, &cq_a, &cq_a).expect("CREATE_QP a");
-        let qp_b = pd.create_qp(&init, &cq_b, &cq_b).expect("CREATE_QP b");
-        connect(&qp_a, &qp_b, &context, options.rnr_retry);
-        connect(&qp_b, &qp_a, &context, options.rnr_retry);
-        let mr_a = pd.register(65536, all_access()).expect("REG_MR a");
-        let mr_b = pd.register(65536, all_access()).expect("REG_MR b");
-        Pair {
-            context,
-            pd,
-            channel,
-            cq_a,
-            cq_b,
-            qp_a,
-            qp_b,
-            mr_a,
-            mr_b,
+    /// Ends the connection in order (a no-op for QPs connected by hand).
+    pub fn disconnect(self) {
+        let Pair { a, b, link } = self;
+        match link {
+            Link::Manual => {}
+            Link::Cm {
+                active_id,
+                passive_id,
+                listener,
+            } => {
+                let pair = cm_support::CmPair {
+                    active: a,
+                    passive: b,
+                    active_id,
+                    passive_id,
+                    listener,
+                };
+                drop(pair.disconnect());
+            }
+            Link::Uiwarp => {
+                rdmasock_uiwarp::disconnect(&a.qp).expect("uiwarp disconnect");
+            }
         }
+    }
+
+    /// Waits until the responder's TERMINATE has ended the connection: the connection
+    /// manager reports DISCONNECTED on both ids, or both uiwarp QPs are in the error state.
+    pub fn wait_terminated(&self) {
+        match &self.link {
+            Link::Manual => panic!("QPs connected by hand report remote errors in completions"),
+            Link::Cm {
+                active_id,
+                passive_id,
+                ..
+            } => {
+                for id in [active_id, passive_id] {
+                    let ev = id
+                        .wait_event(COMPLETION_DEADLINE)
+                        .expect("a connection-manager event after the TERMINATE");
+                    println!("cm event: {ev}");
+                    assert!(matches!(ev, CmEvent::Disconnected { .. }), "{ev}");
+                }
+            }
+            Link::Uiwarp => {
+                let deadline = Instant::now() + COMPLETION_DEADLINE;
+                for (name, side) in [("requester", &self.a), ("responder", &self.b)] {
+                    loop {
+                        let state = side.qp.query(QpAttrMask::STATE).unwrap().qp_state;
+                        if state == QpState::Error {
+                            break;
+                        }
+                        assert!(
+                            Instant::now() < deadline,
+                            "the {name}'s QP is still {state:?}: the TERMINATE never ended it"
+                        );
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One side's objects on `context`: a PD, a CQ (reporting to its own channel when asked),
+/// a QP in RESET and a region of `options.mr_len` bytes with `access`.
+pub fn pair_side_objects(context: &Context, options: &PairOptions, access: AccessFlags) -> Side {
+    let pd = context.alloc_pd().expect("ALLOC_PD");
+    let channel = options
+        .with_channel
+        .then(|| context.create_comp_channel().expect("CREATE_COMP_CHANNEL"));
+    let cq = context.create_cq(256, channel.as_ref()).expect("CREATE_CQ");
+    let init = QpInitAttributes {
+        caps: options.caps,
+        sq_sig_all: options.sq_sig_all,
+    };
+    let qp = pd.create_qp(&init, &cq, &cq).expect("CREATE_QP");
+    let mr = pd.register(options.mr_len, access).expect("REG_MR");
+    Side {
+        context: context.clone(),
+        pd,
+        channel,
+        cq,
+        qp,
+        mr,
     }
 }
 
@@ -235,4 +295,68 @@ pub fn rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/self/status")
+}
+
+/// Held by a running conformance test: shared by most, exclusive for the leak tests, whose
+/// process-wide fd and RSS counts other tests running in parallel (on the host) would move.
+pub enum TestLock {
+    /// A test that may run beside others.
+    Shared(RwLockReadGuard<'static, ()>),
+    /// A leak test: runs alone.
+    Exclusive(RwLockWriteGuard<'static, ()>),
+}
+
+/// Takes the [`TestLock`] for the test `name`.
+pub fn test_lock(name: &str) -> TestLock {
+    static LOCK: RwLock<()> = RwLock::new(());
+    if name.contains("leak") {
+        TestLock::Exclusive(LOCK.write().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        TestLock::Shared(LOCK.read().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Instantiates the conformance suite for a [`Dut`] constant: one `#[test]` per body, named
+/// as the body. `vm` marks every test `#[ignore]` (they run in the VM: tests/vm/run.sh runs
+/// ignored tests); `host` runs them in a plain `cargo test`. Needs `#[macro_use] mod support;`.
+macro_rules! conformance_suite {
+    ($mode:ident, $dut:path) => {
+        conformance_suite!(@each $mode, $dut;
+            device_reports_its_provider_and_capabilities,
+            send_gathers_and_scatters_byte_for_byte_both_ways,
+            send_with_imm_carries_the_immediate,
+            rdma_write_lands_without_a_receive,
+            rdma_write_with_imm_consumes_a_receive,
+            rdma_read_fetches_remote_bytes,
+            atomic_compare_swap_and_fetch_add,
+            chained_inline_fence_and_selective_signaling,
+            sq_sig_all_signals_every_request,
+            wrong_rkey_read_is_reported_with_its_status,
+            wrong_rkey_write_is_reported_with_its_status,
+            send_without_receive_is_reported,
+            event_mode_wakes_the_channel_and_disarms,
+            ten_thousand_post_poll_cycles,
+            post_time_limits_are_clear_errors,
+            create_destroy_cycles_leak_nothing,
+            connect_disconnect_cycles_leak_nothing
+        );
+    };
+    (@each $mode:ident, $dut:path; ) => {};
+    (@each vm, $dut:path; $name:ident $(, $rest:ident)*) => {
+        #[test]
+        #[ignore = "needs the VM: run tests/vm/run.sh"]
+        fn $name() {
+            let _lock = $crate::support::test_lock(stringify!($name));
+            $crate::support::$name(&$dut);
+        }
+        conformance_suite!(@each vm, $dut; $($rest),*);
+    };
+    (@each host, $dut:path; $name:ident $(, $rest:ident)*) => {
+        #[test]
+        fn $name() {
+            let _lock = $crate::support::test_lock(stringify!($name));
+            $crate::support::$name(&$dut);
+        }
+        conformance_suite!(@each host, $dut; $($rest),*);
+    };
 }

@@ -1,0 +1,143 @@
+//! The iWARP devices under test, whose QPs reach RTS only through a connection setup:
+//! siw0 (soft-iWARP) in the VM through rdma_cm, and uiwarp0 (the userspace provider) on the
+//! host through its own MPA exchange over loopback TCP.
+
+use super::cm_support::{device_ip, CmPair, SideOptions};
+use super::{pair_side_objects, Dut, Link, Pair, PairOptions, RemoteErrors, COMPLETION_DEADLINE};
+use rdmasock::verbs::provider::Provider;
+use rdmasock::verbs::qp_attr::{QpAttrMask, QpAttributes};
+use rdmasock::verbs::{Context, QpState, QueuePair, Transport, WcStatus};
+use rdmasock_uiwarp::{UiwarpListener, UiwarpProvider};
+
+/// The kernel's soft-iWARP device in the VM.
+pub const SIW_DEVICE: &str = "siw0";
+
+/// siw0 as the conformance suite sees it: no atomics, no immediate data; a wrong rkey or a
+/// missing receive makes the responder TERMINATE the connection, and a READ that got no
+/// response is flushed.
+pub const SIW: Dut = Dut {
+    device: SIW_DEVICE,
+    transport: Transport::Iwarp,
+    provider: || "siw",
+    open: open_siw0,
+    connect: siw_pair,
+    atomics: false,
+    immediate: false,
+    remote_errors: RemoteErrors {
+        bad_rkey_read: WcStatus::WorkRequestFlushError,
+        bad_rkey_write: WcStatus::Success,
+        no_receive: WcStatus::Success,
+        terminates: true,
+    },
+    connect_cycles: 10,
+};
+
+/// The userspace iWARP device as the conformance suite sees it: as siw, except that the
+/// TERMINATE of a refused READ completes that READ with a remote access error.
+pub const UIWARP: Dut = Dut {
+    device: rdmasock_uiwarp::DEVICE_NAME,
+    transport: Transport::Iwarp,
+    provider: || rdmasock_uiwarp::DRIVER_NAME,
+    open: open_uiwarp,
+    connect: uiwarp_pair,
+    atomics: false,
+    immediate: false,
+    remote_errors: RemoteErrors {
+        bad_rkey_read: WcStatus::RemoteAccessError,
+        bad_rkey_write: WcStatus::Success,
+        no_receive: WcStatus::Success,
+        terminates: true,
+    },
+    connect_cycles: 100,
+};
+
+/// Asserts that siw0 exists (and its address is known), then opens it.
+pub fn open_siw0() -> Context {
+    device_ip(SIW_DEVICE);
+    rdmasock::open_device(Some(SIW_DEVICE)).expect("opening siw0")
+}
+
+/// Two QPs on siw0 connected through rdma_cm (a listener and a connector on siw0's address).
+pub fn siw_pair(options: &PairOptions) -> Pair {
+    let side_options = SideOptions {
+        caps: options.caps,
+        sq_sig_all: options.sq_sig_all,
+        with_channel: options.with_channel,
+        mr_len: options.mr_len,
+        read_depth: 4,
+    };
+    let CmPair {
+        active,
+        passive,
+        active_id,
+        passive_id,
+        listener,
+    } = CmPair::connect(device_ip(SIW_DEVICE), &side_options);
+    Pair {
+        a: active,
+        b: passive,
+        link: Link::Cm {
+            active_id,
+            passive_id,
+            listener,
+        },
+    }
+}
+
+/// Opens uiwarp0 with the userspace provider directly (it needs no kernel device).
+pub fn open_uiwarp() -> Context {
+    let ops = UiwarpProvider::new()
+        .open(&rdmasock_uiwarp::device_info())
+        .expect("opening uiwarp0");
+    Context::from_ops(ops)
+}
+
+/// Moves a fresh uiwarp QP to INIT (connection setup takes it from there).
+fn uiwarp_init(qp: &QueuePair) {
+    qp.modify(
+        &QpAttributes {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: UIWARP.access(),
+            ..QpAttributes::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    )
+    .expect("RESET -> INIT");
+}
+
+/// Two uiwarp0 QPs connected over loopback TCP: `b` accepts on an ephemeral port of
+/// 127.0.0.1 in a thread while `a` connects to it, each exchanging private data.
+pub fn uiwarp_pair(options: &PairOptions) -> Pair {
+    let context = open_uiwarp();
+    let a = pair_side_objects(&context, options, UIWARP.access());
+    let b = pair_side_objects(&context, options, UIWARP.access());
+    uiwarp_init(&a.qp);
+    uiwarp_init(&b.qp);
+    let listener =
+        UiwarpListener::bind("127.0.0.1:0".parse().unwrap(), 8).expect("binding a listener");
+    let addr = listener.local_addr();
+    std::thread::scope(|s| {
+        let passive_qp = &b.qp;
+        let server = s.spawn(move || {
+            let request = listener
+                .get_request(Some(COMPLETION_DEADLINE))
+                .expect("a connection request");
+            assert_eq!(request.private_data(), b"conformance a");
+            request
+                .accept(passive_qp, b"conformance b", COMPLETION_DEADLINE)
+                .expect("accepting the connection");
+        });
+        let reply = rdmasock_uiwarp::connect(&a.qp, addr, b"conformance a", COMPLETION_DEADLINE)
+            .expect("connecting to the listener");
+        assert_eq!(reply, b"conformance b");
+        server.join().expect("the accepting thread");
+    });
+    assert_eq!(a.qp.state(), QpState::ReadyToSend);
+    assert_eq!(b.qp.state(), QpState::ReadyToSend);
+    Pair {
+        a,
+        b,
+        link: Link::Uiwarp,
+    }
+}

@@ -1,0 +1,207 @@
+//! Conformance bodies: event mode, post-time limits, load, and leak cycles.
+
+use super::{
+    assert_empty, open_fds, poll_ok, post_recv, rss_kib, Dut, Pair, PairOptions,
+    COMPLETION_DEADLINE,
+};
+use rdmasock::verbs::{Context, Error, RecvRequest, SendFlags, SendOp, SendRequest};
+use std::time::{Duration, Instant};
+
+/// Sends 8 bytes from `p.a` into a receive `wr_id` posted on `p.b` and polls both sides.
+fn exchange(p: &Pair, wr_id: u64, flags: SendFlags) {
+    post_recv(&p.b, wr_id, &[(0, 64)]);
+    let sg = [p.a.mr.slice(0, 8).unwrap()];
+    p.a.qp
+        .post_send(&[SendRequest::new(wr_id, SendOp::Send, &sg).with_flags(flags)])
+        .unwrap();
+    assert_eq!(poll_ok(&p.a.cq).wr_id, wr_id);
+    assert_eq!(poll_ok(&p.b.cq).wr_id, wr_id);
+}
+
+/// An armed CQ wakes its channel once (with its cookie) and is disarmed by that; a
+/// solicited-only arm ignores unsolicited completions; an unarmed CQ raises nothing.
+pub fn event_mode_wakes_the_channel_and_disarms(dut: &Dut) {
+    let p = dut.pair_with(PairOptions {
+        with_channel: true,
+        ..Default::default()
+    });
+    let (a, b) = (&p.a, &p.b);
+    let channel = b.channel.as_ref().unwrap();
+    assert_eq!(
+        channel.try_get_event().unwrap(),
+        None,
+        "no event before arming"
+    );
+    for (round, solicited_only) in [false, true, false].into_iter().enumerate() {
+        let round = round as u64;
+        b.cq.req_notify(solicited_only).unwrap();
+        if solicited_only {
+            exchange(&p, 100 + round, SendFlags::SIGNALED);
+            assert_eq!(
+                channel.try_get_event().unwrap(),
+                None,
+                "an unsolicited completion woke a solicited-only arm"
+            );
+        }
+        post_recv(b, round, &[(0, 64)]);
+        let sg = [a.mr.slice(0, 8).unwrap()];
+        let flags = if solicited_only {
+            SendFlags::SIGNALED | SendFlags::SOLICITED
+        } else {
+            SendFlags::SIGNALED
+        };
+        a.qp.post_send(&[SendRequest::new(2, SendOp::Send, &sg).with_flags(flags)])
+            .unwrap();
+        let cookie = channel
+            .wait(Some(COMPLETION_DEADLINE))
+            .unwrap()
+            .expect("a channel event for the receive CQ");
+        assert_eq!(cookie, b.cq.cookie());
+        b.cq.ack_events(1);
+        assert_eq!(poll_ok(&b.cq).wr_id, round);
+        poll_ok(&a.cq);
+    }
+    // Not re-armed: a further completion raises no event.
+    exchange(&p, 9, SendFlags::SIGNALED);
+    assert_eq!(channel.try_get_event().unwrap(), None);
+    // The requester's CQ was never armed: its completions raised no event on its channel.
+    assert_eq!(a.channel.as_ref().unwrap().try_get_event().unwrap(), None);
+    p.disconnect();
+}
+
+/// 10 000 SEND/receive round trips, each polled to completion, every byte checked: the
+/// rings wrap many times.
+pub fn ten_thousand_post_poll_cycles(dut: &Dut) {
+    let p = dut.pair();
+    let (a, b) = (&p.a, &p.b);
+    let recv = [b.mr.slice(0, 64).unwrap()];
+    let send = [a.mr.slice(0, 8).unwrap()];
+    for i in 0..10_000u64 {
+        a.mr.write_at(0, &i.to_le_bytes()).unwrap();
+        b.qp.post_recv(&[RecvRequest {
+            wr_id: i,
+            sg_list: &recv,
+        }])
+        .unwrap();
+        a.qp.post_send(&[SendRequest::new(i, SendOp::Send, &send)
+            .with_flags(SendFlags::SIGNALED | SendFlags::INLINE)])
+            .unwrap();
+        assert_eq!(poll_ok(&a.cq).wr_id, i);
+        let r = poll_ok(&b.cq);
+        assert_eq!((r.wr_id, r.byte_len), (i, 8));
+        assert_eq!(&b.mr.as_slice()[..8], &i.to_le_bytes());
+    }
+    assert_empty(&a.cq);
+    assert_empty(&b.cq);
+    p.disconnect();
+}
+
+/// Too many gather entries, too much inline data and a full receive queue are refused at
+/// post time with errors that name the limit; nothing refused is queued.
+pub fn post_time_limits_are_clear_errors(dut: &Dut) {
+    let p = dut.pair();
+    let (a, b) = (&p.a, &p.b);
+    let caps = a.qp.caps();
+    let sg: Vec<_> = (0..caps.max_send_sge as usize + 1)
+        .map(|i| a.mr.slice(i * 8, 8).unwrap())
+        .collect();
+    let err =
+        a.qp.post_send(&[SendRequest::new(1, SendOp::Send, &sg)])
+            .unwrap_err();
+    assert_eq!(err.index, 0);
+    assert!(err.to_string().contains("max_send_sge"), "{err}");
+    let big = [a.mr.slice(0, caps.max_inline_data as usize + 1).unwrap()];
+    let wr = SendRequest::new(2, SendOp::Send, &big).with_flags(SendFlags::INLINE);
+    let err = a.qp.post_send(&[wr]).unwrap_err();
+    assert!(err.to_string().contains("max_inline_data"), "{err}");
+    assert_empty(&a.cq);
+    // The receive queue fills up when nothing arrives (siw's ring may be deeper than asked).
+    let recv = [b.mr.slice(0, 8).unwrap()];
+    let rr: Vec<_> = (0..=u64::from(caps.max_recv_wr).max(1024))
+        .map(|i| RecvRequest {
+            wr_id: i,
+            sg_list: &recv,
+        })
+        .collect();
+    let err = b.qp.post_recv(&rr).unwrap_err();
+    assert!(err.index >= caps.max_recv_wr as usize, "{err}");
+    assert!(matches!(err.error, Error::QueueFull { .. }), "{err}");
+    println!("{err}");
+    p.disconnect();
+}
+
+fn create_destroy_cycle(dut: &Dut, context: &Context) {
+    let pd = context.alloc_pd().unwrap();
+    let mr = pd.register(8192, dut.access()).unwrap();
+    let channel = context.create_comp_channel().unwrap();
+    let cq = context.create_cq(16, Some(&channel)).unwrap();
+    let qp = pd.create_qp(&Default::default(), &cq, &cq).unwrap();
+    // Drop in the "wrong" order: the objects keep what they need alive.
+    drop(pd);
+    drop(channel);
+    drop(cq);
+    assert!(mr.lkey().0 != 0 || mr.rkey().0 != 0);
+    drop(mr);
+    drop(qp);
+}
+
+/// Asserts that this process has no more open file descriptors than `fds` (it may have
+/// fewer: the userspace provider closes torn-down connections' sockets, those of earlier
+/// tests too, on its progress thread just after `disconnect` returns; the count is awaited,
+/// bounded). A leak of one descriptor per cycle would stand out by hundreds.
+fn assert_fds_back_to(fds: usize, what: &str) {
+    let deadline = Instant::now() + COMPLETION_DEADLINE;
+    while open_fds() > fds && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let now = open_fds();
+    assert!(
+        now <= fds,
+        "file descriptors leaked: {fds} before {what}, {now} after"
+    );
+}
+
+/// Asserts that resident memory grew by less than 4 MiB since `rss` (KiB).
+fn assert_rss_bounded(rss: u64, what: &str) {
+    let grown = rss_kib().saturating_sub(rss);
+    assert!(
+        grown < 4096,
+        "resident memory grew by {grown} KiB over {what}"
+    );
+}
+
+/// 1000 cycles of PD, region, channel, CQ and QP creation and destruction leave the fd
+/// count unchanged and resident memory (nearly) so.
+pub fn create_destroy_cycles_leak_nothing(dut: &Dut) {
+    let context = (dut.open)();
+    for _ in 0..100 {
+        create_destroy_cycle(dut, &context);
+    }
+    let fds = open_fds();
+    let rss = rss_kib();
+    for _ in 0..1000 {
+        create_destroy_cycle(dut, &context);
+    }
+    assert_fds_back_to(fds, "1000 create/destroy cycles");
+    assert_rss_bounded(rss, "1000 create/destroy cycles");
+}
+
+/// Connections made, used once and torn down leave the fd count unchanged and resident
+/// memory (nearly) so.
+pub fn connect_disconnect_cycles_leak_nothing(dut: &Dut) {
+    for _ in 0..2 {
+        let p = dut.pair();
+        exchange(&p, 1, SendFlags::SIGNALED);
+        p.disconnect();
+    }
+    let fds = open_fds();
+    let rss = rss_kib();
+    for i in 0..dut.connect_cycles {
+        let p = dut.pair();
+        exchange(&p, i as u64, SendFlags::SIGNALED);
+        p.disconnect();
+    }
+    let cycles = dut.connect_cycles;
+    assert_fds_back_to(fds, &format!("{cycles} connections"));
+    assert_rss_bounded(rss, &format!("{cycles} connections"));
+}
