@@ -39,6 +39,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
+/// Receives posted per `post_recv` call when topping up the ring.
+const RECV_BATCH: usize = 64;
 /// The page size `-c` marks pages with (x86-64 and arm64 4 KiB pages).
 const PAGE_SIZE: usize = 4096;
 
@@ -309,19 +311,26 @@ impl Pingpong {
         })
     }
 
-    /// Posts up to `n` receives of the whole buffer; returns how many were posted.
+    /// Posts up to `n` receives of the whole buffer; returns how many were posted. They go
+    /// in lists of up to [`RECV_BATCH`] (one call, one lock, one index store per list).
     fn post_recv(&self, n: u32) -> u32 {
         let Ok(sge) = self.mr.slice(0, self.size) else {
             return 0;
         };
         let sg = [sge];
-        let wr = [RecvRequest {
+        let wrs = [RecvRequest {
             wr_id: RECV_WRID,
             sg_list: &sg,
-        }];
-        (0..n)
-            .take_while(|_| self.qp.post_recv(&wr).is_ok())
-            .count() as u32
+        }; RECV_BATCH];
+        let mut posted = 0;
+        while posted < n {
+            let batch = ((n - posted) as usize).min(RECV_BATCH);
+            match self.qp.post_recv(&wrs[..batch]) {
+                Ok(()) => posted += batch as u32,
+                Err(e) => return posted + e.index as u32,
+            }
+        }
+        posted
     }
 
     fn post_send(&self) -> Result<(), String> {

@@ -2,9 +2,10 @@
 #![forbid(unsafe_code)]
 
 use crate::ring::{next_index, Ring};
-use crate::wqe::{decode_cqe, CQE_LEN};
+use crate::wqe::decode_cqe;
 use rdmasock_verbs::kernel::{KernelContext, KernelCq};
 use rdmasock_verbs::provider::{ChannelOps, CqOps};
+use rdmasock_verbs::sys::abi::WorkCompletionDesc;
 use rdmasock_verbs::{Error, Result, WorkCompletion};
 use std::any::Any;
 use std::sync::atomic::Ordering;
@@ -83,18 +84,23 @@ impl CqOps for RxeCq {
         let mut guard = self.ring.lock().expect("cq lock");
         let c = &mut *guard;
         let producer = c.ring.producer(Ordering::Acquire);
+        if producer == c.consumer || out.is_empty() {
+            return Ok(0);
+        }
         let mask = c.ring.mask();
+        let mut consumer = c.consumer;
         let mut n = 0;
-        let mut cqe = [0u8; CQE_LEN];
-        while n < out.len() && c.consumer != producer {
-            c.ring.read_slot(c.consumer, &mut cqe);
-            out[n] = decode_cqe(&cqe);
-            c.consumer = next_index(c.consumer, mask);
+        for slot in out.iter_mut() {
+            *slot = decode_cqe(c.ring.read::<WorkCompletionDesc>(consumer));
+            consumer = next_index(consumer, mask);
             n += 1;
+            if consumer == producer {
+                break;
+            }
         }
-        if n > 0 {
-            c.ring.release_consumer(c.consumer);
-        }
+        // One store hands every slot read back to the kernel.
+        c.consumer = consumer;
+        c.ring.release_consumer(consumer);
         Ok(n)
     }
 

@@ -2,8 +2,10 @@
 #![forbid(unsafe_code)]
 
 use crate::cq::{map_ring, MmapInfo, RxeCq};
-use crate::ring::{is_full, next_index, queued, Ring};
-use crate::wqe::{encode_recv, encode_send, recv_len, send_len, SendDescriptor, Sge};
+use crate::ring::{next_index, queued, Ring};
+use crate::wqe::{
+    encode_recv, encode_send, SendDescriptor, RECV_HEADER_LEN, SEND_HEADER_LEN, SGE_LEN,
+};
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
@@ -13,7 +15,7 @@ use rdmasock_verbs::{
     Error, QpNumber, QpState, RecvRequest, Result, SendFlags, SendOp, SendRequest,
 };
 use std::any::Any;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// An rxe reliable-connected queue pair. Its `as_any` returns the [`KernelQp`].
@@ -23,44 +25,62 @@ pub struct RxeQp {
     kernel: KernelQp,
     sq: Mutex<Producer>,
     rq: Mutex<Producer>,
-    state: Mutex<QpState>,
+    /// The [`QpState`] as its `u8` value: read without a lock on every post.
+    state: AtomicU8,
+    /// Serialises `modify`/`query` so the state stored matches the kernel's order.
+    modify_lock: Mutex<()>,
 }
 
+/// One work queue we produce into, with the QP's limits for it fixed at creation so a post
+/// checks them without recomputing anything.
 #[derive(Debug)]
 struct Producer {
     ring: Ring,
     producer: u32,
-    /// One slot's worth of bytes, encoded here and copied into the ring.
-    scratch: Vec<u8>,
-    /// Reused per request: the SGEs in WQE form and gathered inline bytes.
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
+    /// The consumer index last read: reloaded only when the queue looks full.
+    consumer: u32,
+    /// max_send_wr / max_recv_wr: the most elements outstanding.
+    depth: u32,
+    /// max_send_sge / max_recv_sge, capped at what fits the slot.
+    max_sge: usize,
+    /// Inline bytes a send may carry (max_inline_data, capped at what fits the slot).
+    max_inline: u64,
 }
 
 impl Producer {
-    fn new(ring: Ring) -> Producer {
+    fn new(ring: Ring, depth: u32, max_sge: u32, header: usize, max_inline: u32) -> Producer {
         let producer = ring.producer(Ordering::Relaxed);
-        let scratch = vec![0u8; ring.stride()];
+        let consumer = ring.consumer(Ordering::Acquire);
+        let room = ring.stride().saturating_sub(header);
         Producer {
-            ring,
             producer,
-            scratch,
-            sges: Vec::new(),
-            inline: Vec::new(),
+            consumer,
+            depth: depth.min(ring.mask()),
+            max_sge: (max_sge as usize).min(room / SGE_LEN),
+            max_inline: u64::from(max_inline).min(room as u64),
+            ring,
         }
     }
 
-    /// Whether `depth` elements (the QP's max_*_wr) are outstanding or the ring is full.
-    fn full(&self, depth: u32) -> bool {
-        let consumer = self.ring.consumer(Ordering::Acquire);
+    /// Whether `depth` elements are outstanding (the ring holds at most `mask` ≥ depth).
+    fn full(&mut self) -> bool {
         let mask = self.ring.mask();
-        is_full(self.producer, consumer, mask) || queued(self.producer, consumer, mask) >= depth
+        if queued(self.producer, self.consumer, mask) < self.depth {
+            return false;
+        }
+        self.consumer = self.ring.consumer(Ordering::Acquire);
+        queued(self.producer, self.consumer, mask) >= self.depth
     }
 
-    /// Writes the element in `scratch[..len]` into the next slot and publishes it.
-    fn publish(&mut self, len: usize) {
-        self.ring.write_slot(self.producer, &self.scratch[..len]);
-        self.producer = next_index(self.producer, self.ring.mask());
+    /// The slot to encode the next element into (published by [`Producer::publish`]).
+    fn next_slot(&mut self) -> &mut [u8] {
+        let index = self.producer;
+        self.producer = next_index(index, self.ring.mask());
+        self.ring.slot_mut(index)
+    }
+
+    /// Publishes every slot handed out by `next_slot` with one release store.
+    fn publish(&self) {
         self.ring.release_producer(self.producer);
     }
 }
@@ -91,29 +111,43 @@ impl RxeQp {
         let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
         let rq = map_ring(pd.context(), MmapInfo::parse(&out, 0), "receive queue")?;
         let sq = map_ring(pd.context(), MmapInfo::parse(&out, 16), "send queue")?;
+        let caps = kernel.caps();
+        let sq = Producer::new(
+            sq,
+            caps.max_send_wr,
+            caps.max_send_sge,
+            SEND_HEADER_LEN,
+            caps.max_inline_data,
+        );
+        let rq = Producer::new(rq, caps.max_recv_wr, caps.max_recv_sge, RECV_HEADER_LEN, 0);
         Ok(RxeQp {
             kernel,
-            sq: Mutex::new(Producer::new(sq)),
-            rq: Mutex::new(Producer::new(rq)),
-            state: Mutex::new(QpState::Reset),
+            sq: Mutex::new(sq),
+            rq: Mutex::new(rq),
+            state: AtomicU8::new(QpState::Reset as u8),
+            modify_lock: Mutex::new(()),
         })
     }
 
     fn state(&self) -> QpState {
-        *self.state.lock().expect("qp state lock")
+        QpState::from_raw(u32::from(self.state.load(Ordering::Acquire))).unwrap_or(QpState::Error)
     }
 
-    /// Checks one send request against the QP's limits; returns the inline length if inline.
-    fn check_send(&self, wr: &SendRequest<'_>, stride: usize) -> Result<Option<usize>> {
-        let caps = self.kernel.caps();
+    fn set_state(&self, state: QpState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    /// Checks one send request against the QP's limits (fixed in `sq` at creation); returns
+    /// the inline length if inline. The messages are built only on failure.
+    fn check_send(&self, wr: &SendRequest<'_>, sq: &Producer) -> Result<Option<u32>> {
         let qpn = self.kernel.qp_num();
-        if wr.sg_list.len() > caps.max_send_sge as usize {
+        if wr.sg_list.len() > sq.max_sge {
             return Err(Error::InvalidArgument(format!(
                 "{} on QP {qpn} has {} scatter/gather entries; the QP allows max_send_sge = {} \
                  (ask for more in QpCapabilities when creating it)",
                 wr.op.name(),
                 wr.sg_list.len(),
-                caps.max_send_sge
+                sq.max_sge
             )));
         }
         if wr.op.is_atomic() {
@@ -144,15 +178,15 @@ impl RxeQp {
             )));
         }
         let len = wr.total_length();
-        let limit = u64::from(caps.max_inline_data).min((stride - send_len(0, Some(0))) as u64);
-        if len > limit {
+        if len > sq.max_inline {
             return Err(Error::InvalidArgument(format!(
-                "inline {} of {len} bytes on QP {qpn} exceeds max_inline_data = {limit} \
+                "inline {} of {len} bytes on QP {qpn} exceeds max_inline_data = {} \
                  (ask for more in QpCapabilities, or send it from a registered buffer without INLINE)",
-                wr.op.name()
+                wr.op.name(),
+                sq.max_inline
             )));
         }
-        Ok(Some(len as usize))
+        Ok(Some(len as u32))
     }
 
     fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
@@ -182,17 +216,18 @@ impl QpOps for RxeQp {
     }
 
     fn modify(&self, attr: &QpAttributes, mask: QpAttrMask) -> Result<()> {
-        let mut state = self.state.lock().expect("qp state lock");
+        let _serial = self.modify_lock.lock().expect("qp modify lock");
         self.kernel.modify(attr, mask)?;
         if mask.contains(QpAttrMask::STATE) {
-            *state = attr.qp_state;
+            self.set_state(attr.qp_state);
         }
         Ok(())
     }
 
     fn query(&self, mask: QpAttrMask) -> Result<QpAttributes> {
+        let _serial = self.modify_lock.lock().expect("qp modify lock");
         let a = self.kernel.query(mask)?;
-        *self.state.lock().expect("qp state lock") = a.qp_state;
+        self.set_state(a.qp_state);
         Ok(a)
     }
 
@@ -217,52 +252,40 @@ impl QpOps for RxeQp {
         }
         let mut guard = self.sq.lock().expect("send queue lock");
         let sq = &mut *guard;
-        let stride = sq.ring.stride();
         let mut result = Ok(());
         let mut posted = 0;
         for (index, wr) in wrs.iter().enumerate() {
-            let inline = match self.check_send(wr, stride) {
+            let inline = match self.check_send(wr, sq) {
                 Ok(i) => i,
                 Err(e) => {
                     result = Err(post_error(index, wr.wr_id, e));
                     break;
                 }
             };
-            if inline.is_none() && send_len(wr.sg_list.len(), None) > stride {
-                let e = Error::InvalidArgument(format!(
-                    "{} scatter/gather entries do not fit the {stride}-byte send queue slot",
-                    wr.sg_list.len()
-                ));
+            if sq.full() {
+                let e = self.queue_full("send queue", sq.depth);
                 result = Err(post_error(index, wr.wr_id, e));
                 break;
             }
-            if sq.full(self.kernel.caps().max_send_wr) {
-                let e = self.queue_full("send queue", self.kernel.caps().max_send_wr);
-                result = Err(post_error(index, wr.wr_id, e));
-                break;
-            }
-            sq.sges.clear();
-            sq.sges.extend(wr.sg_list.iter().map(Sge::from));
             let desc = SendDescriptor {
                 wr_id: wr.wr_id,
                 op: wr.op,
                 flags: wr.flags,
-                sges: &sq.sges,
+                sges: wr.sg_list,
             };
-            let len = send_len(sq.sges.len(), inline);
-            sq.scratch.fill(0);
-            match inline {
-                Some(n) => {
-                    sq.inline.resize(n, 0);
-                    gather(wr.sg_list, &mut sq.inline);
-                    encode_send(&desc, Some(&sq.inline), &mut sq.scratch);
-                }
-                None => encode_send(&desc, None, &mut sq.scratch),
+            let slot = sq.next_slot();
+            encode_send(&desc, inline, slot);
+            if let Some(n) = inline {
+                gather(
+                    wr.sg_list,
+                    &mut slot[SEND_HEADER_LEN..SEND_HEADER_LEN + n as usize],
+                );
             }
-            sq.publish(len);
             posted += 1;
         }
         if posted > 0 {
+            sq.publish();
+            drop(guard);
             if let Err(e) = self.kernel.doorbell() {
                 // The requests sit in the ring; only the kick failed.
                 return Err(post_error(0, first.wr_id, e));
@@ -285,32 +308,31 @@ impl QpOps for RxeQp {
                 )),
             ));
         }
-        let caps = self.kernel.caps();
         let mut guard = self.rq.lock().expect("receive queue lock");
         let rq = &mut *guard;
-        let stride = rq.ring.stride();
+        let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             let n = wr.sg_list.len();
-            if n > caps.max_recv_sge as usize || recv_len(n) > stride {
+            if n > rq.max_sge {
                 let e = Error::InvalidArgument(format!(
                     "receive on QP {} has {n} scatter/gather entries; the QP allows \
                      max_recv_sge = {} (ask for more in QpCapabilities when creating it)",
                     self.kernel.qp_num(),
-                    caps.max_recv_sge
+                    rq.max_sge
                 ));
-                return Err(post_error(index, wr.wr_id, e));
+                result = Err(post_error(index, wr.wr_id, e));
+                break;
             }
-            if rq.full(caps.max_recv_wr) {
-                let e = self.queue_full("receive queue", caps.max_recv_wr);
-                return Err(post_error(index, wr.wr_id, e));
+            if rq.full() {
+                let e = self.queue_full("receive queue", rq.depth);
+                result = Err(post_error(index, wr.wr_id, e));
+                break;
             }
-            rq.sges.clear();
-            rq.sges.extend(wr.sg_list.iter().map(Sge::from));
-            rq.scratch.fill(0);
-            encode_recv(wr.wr_id, &rq.sges, &mut rq.scratch);
-            rq.publish(recv_len(n));
+            encode_recv(wr.wr_id, wr.sg_list, rq.next_slot());
         }
-        Ok(())
+        // Those before a failed one are posted, as with verbs.
+        rq.publish();
+        result
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -9,6 +9,7 @@
 //! and taken over with an acquire load of the other side's index.
 
 use rdmasock_verbs::sys::mmap::SharedMapping;
+use rdmasock_verbs::sys::pod::Pod;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes of the queue header before slot 0.
@@ -19,11 +20,6 @@ const CONSUMER_OFFSET: usize = 256;
 /// The slot after `index` in a ring of `mask + 1` slots.
 pub fn next_index(index: u32, mask: u32) -> u32 {
     index.wrapping_add(1) & mask
-}
-
-/// Whether a producer at `producer` may not add an element (one slot always stays empty).
-pub fn is_full(producer: u32, consumer: u32, mask: u32) -> bool {
-    next_index(producer, mask) == consumer & mask
 }
 
 /// How many elements are queued between `consumer` and `producer`.
@@ -110,23 +106,26 @@ impl Ring {
         unsafe { self.map.as_ptr().add(offset) }
     }
 
-    /// Copies `bytes` (at most one stride) into slot `index`. The caller owns that slot: it
-    /// is a producer slot not yet published.
-    pub fn write_slot(&mut self, index: u32, bytes: &[u8]) {
-        assert!(bytes.len() <= self.stride(), "element larger than the slot");
-        // SAFETY: the slot is in bounds (slot_ptr) and at least bytes.len() long (asserted);
-        // the kernel does not read an unpublished producer slot, so nothing accesses it
-        // concurrently; `bytes` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(index), bytes.len()) }
+    /// Slot `index` as bytes to encode an element into in place. The caller owns that slot:
+    /// it is a producer slot not yet published.
+    pub fn slot_mut(&mut self, index: u32) -> &mut [u8] {
+        let len = self.stride();
+        // SAFETY: the slot is in bounds (slot_ptr) and `stride` bytes long; the kernel does
+        // not access an unpublished producer slot, and `&mut self` keeps any other Rust
+        // reference to this ring's slots from existing while the returned borrow lives. The
+        // bytes are plain memory (the mapping was zero-filled or written before), so every
+        // byte is an initialized u8.
+        unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(index), len) }
     }
 
-    /// Copies the first `out.len()` bytes of slot `index` out. The caller owns that slot: it
-    /// is a consumer slot the producer published and we have not yet released.
-    pub fn read_slot(&self, index: u32, out: &mut [u8]) {
-        assert!(out.len() <= self.stride(), "read larger than the slot");
-        // SAFETY: in bounds as in write_slot; the kernel does not write a slot between
-        // publishing it and our release of the consumer index; `out` is a distinct buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.slot_ptr(index), out.as_mut_ptr(), out.len()) }
+    /// The `T` at the start of slot `index` (one unaligned copy). The caller owns that slot:
+    /// it is a consumer slot the producer published and we have not yet released.
+    pub fn read<T: Pod>(&self, index: u32) -> T {
+        assert!(size_of::<T>() <= self.stride(), "read larger than the slot");
+        // SAFETY: the slot is in bounds (slot_ptr) and at least size_of::<T>() long (asserted); T is Pod, so any
+        // bytes are a valid T; the kernel does not write a slot between publishing it and
+        // our release of the consumer index.
+        unsafe { std::ptr::read_unaligned(self.slot_ptr(index).cast::<T>()) }
     }
 }
 
@@ -148,17 +147,15 @@ mod tests {
         let mask = 7;
         assert_eq!(next_index(0, mask), 1);
         assert_eq!(next_index(7, mask), 0, "wraps at the mask");
-        assert!(!is_full(0, 0, mask), "empty");
-        assert!(is_full(6, 7, mask));
-        assert!(is_full(7, 0, mask), "full across the wrap");
-        assert!(!is_full(5, 7, mask));
-        // Capacity is the mask: from empty, 7 elements fit and the 8th does not.
+        assert_eq!(queued(0, 0, mask), 0, "empty");
+        assert_eq!(queued(6, 7, mask), 7, "full");
+        assert_eq!(queued(7, 0, mask), 7, "full across the wrap");
+        // Capacity is the mask: from empty, 7 elements fit.
         let (mut p, c) = (3, 3);
-        for _ in 0..7 {
-            assert!(!is_full(p, c, mask));
+        for i in 0..7 {
+            assert_eq!(queued(p, c, mask), i);
             p = next_index(p, mask);
         }
-        assert!(is_full(p, c, mask));
         assert_eq!(queued(p, c, mask), 7);
         assert_eq!(queued(1, 6, mask), 3, "across the wrap");
         assert_eq!(queued(4, 4, mask), 0);
@@ -190,10 +187,10 @@ mod tests {
         );
         let mut ring = fake_ring(6, 7, 4096).unwrap();
         assert_eq!((ring.stride(), ring.mask()), (64, 7));
-        ring.write_slot(9, &[1, 2, 3]);
-        let mut out = [0u8; 4];
-        ring.read_slot(1, &mut out);
-        assert_eq!(out, [1, 2, 3, 0], "index 9 is slot 1");
+        assert_eq!(ring.slot_mut(9).len(), 64);
+        ring.slot_mut(9)[..3].copy_from_slice(&[1, 2, 3]);
+        assert_eq!(ring.read::<u32>(1), 0x0003_0201, "index 9 is slot 1");
+        assert_eq!(ring.read::<u64>(2), 0, "the neighbour is untouched");
         ring.release_producer(3);
         ring.release_consumer(10);
         assert_eq!(ring.producer(Ordering::Acquire), 3);

@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 use rdmasock_verbs::sys::abi::WorkCompletionDesc;
-use rdmasock_verbs::sys::pod::from_bytes;
 use rdmasock_verbs::wr::{SendFlags, SendOp};
 use rdmasock_verbs::{QpNumber, WorkCompletion};
 
@@ -15,6 +14,7 @@ pub const RECV_HEADER_LEN: usize = 40;
 /// Bytes of one `struct rxe_sge`.
 pub const SGE_LEN: usize = 16;
 /// Bytes of the CQE (`struct ib_uverbs_wc`) at the start of a CQ slot.
+#[cfg(test)]
 pub const CQE_LEN: usize = 48;
 
 // rxe_send_wr (at 0)
@@ -68,9 +68,30 @@ impl From<&rdmasock_verbs::ScatterGather<'_>> for Sge {
     }
 }
 
+/// Anything that describes one scatter/gather entry: the verbs layer's [`ScatterGather`]
+/// (what the data path encodes straight from the caller's list) or an [`Sge`].
+///
+/// [`ScatterGather`]: rdmasock_verbs::ScatterGather
+pub trait SgeSource {
+    /// The entry in WQE form.
+    fn sge(&self) -> Sge;
+}
+
+impl SgeSource for Sge {
+    fn sge(&self) -> Sge {
+        *self
+    }
+}
+
+impl SgeSource for rdmasock_verbs::ScatterGather<'_> {
+    fn sge(&self) -> Sge {
+        Sge::from(self)
+    }
+}
+
 /// The fields of a send work request the WQE carries.
 #[derive(Copy, Clone, Debug)]
-pub struct SendDescriptor<'a> {
+pub struct SendDescriptor<'a, S: SgeSource> {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Operation and its remote fields.
@@ -78,20 +99,21 @@ pub struct SendDescriptor<'a> {
     /// `IB_SEND_*` flags.
     pub flags: SendFlags,
     /// The gather (or, for READ and atomics, scatter) list.
-    pub sges: &'a [Sge],
+    pub sges: &'a [S],
 }
 
-fn put_sges(buf: &mut [u8], at: usize, sges: &[Sge]) {
-    for (i, s) in sges.iter().enumerate() {
-        let o = at + i * SGE_LEN;
-        put_u64(buf, o, s.addr);
-        put_u32(buf, o + 8, s.length);
-        put_u32(buf, o + 12, s.lkey);
+/// Writes the SGE array at `at`; returns the total length of the entries.
+fn put_sges<S: SgeSource>(buf: &mut [u8], at: usize, sges: &[S]) -> u32 {
+    let dst = &mut buf[at..at + sges.len() * SGE_LEN];
+    let mut total = 0u64;
+    for (chunk, s) in dst.chunks_exact_mut(SGE_LEN).zip(sges) {
+        let s = s.sge();
+        chunk[0..8].copy_from_slice(&s.addr.to_le_bytes());
+        chunk[8..12].copy_from_slice(&s.length.to_le_bytes());
+        chunk[12..16].copy_from_slice(&s.lkey.to_le_bytes());
+        total += u64::from(s.length);
     }
-}
-
-fn total_length(sges: &[Sge]) -> u32 {
-    sges.iter().map(|s| u64::from(s.length)).sum::<u64>() as u32
+    total as u32
 }
 
 fn put_dma(buf: &mut [u8], at: usize, length: u32, num_sge: u32) {
@@ -102,14 +124,19 @@ fn put_dma(buf: &mut [u8], at: usize, length: u32, num_sge: u32) {
 }
 
 /// Bytes a send WQE needs: the header plus the SGE array or the inline bytes.
+#[cfg(test)]
 pub fn send_len(num_sge: usize, inline_len: Option<usize>) -> usize {
     SEND_HEADER_LEN + inline_len.unwrap_or(num_sge * SGE_LEN)
 }
 
-/// Encodes `wr` into `buf` (zeroed, at least [`send_len`] bytes). With `inline` the payload
-/// bytes (already gathered from the SGEs) go to +208 instead of the SGE array.
-pub fn encode_send(wr: &SendDescriptor<'_>, inline: Option<&[u8]>, buf: &mut [u8]) {
+/// Encodes `wr` in place into `buf` (a send queue slot of at least [`send_len`] bytes,
+/// whatever it held before): the 208-byte header is cleared and filled, then the SGE array
+/// follows it — or, with `inline` (the payload length), nothing: the caller gathers that
+/// many payload bytes to +208 ([`SEND_HEADER_LEN`]) itself. Bytes past [`send_len`] are left
+/// alone (the kernel reads only `num_sge` entries or `length` inline bytes).
+pub fn encode_send<S: SgeSource>(wr: &SendDescriptor<'_, S>, inline: Option<u32>, buf: &mut [u8]) {
     let num_sge = wr.sges.len() as u32;
+    buf[..SEND_HEADER_LEN].fill(0);
     put_u64(buf, WR_ID, wr.wr_id);
     put_u32(buf, WR_NUM_SGE, num_sge); // `reserved` since 6.1; num_sge before
     put_u32(buf, WR_OPCODE, wr.op.opcode());
@@ -151,30 +178,34 @@ pub fn encode_send(wr: &SendDescriptor<'_>, inline: Option<&[u8]>, buf: &mut [u8
             put_u64(buf, WQE_IOVA, remote_addr);
         }
     }
-    put_dma(buf, WQE_DMA, total_length(wr.sges), num_sge);
-    match inline {
-        Some(data) => buf[SEND_HEADER_LEN..SEND_HEADER_LEN + data.len()].copy_from_slice(data),
+    let length = match inline {
+        Some(len) => len,
         None => put_sges(buf, SEND_HEADER_LEN, wr.sges),
-    }
+    };
+    put_dma(buf, WQE_DMA, length, num_sge);
 }
 
 /// Bytes a receive WQE needs.
+#[cfg(test)]
 pub fn recv_len(num_sge: usize) -> usize {
     RECV_HEADER_LEN + num_sge * SGE_LEN
 }
 
-/// Encodes a receive request into `buf` (zeroed, at least [`recv_len`] bytes).
-pub fn encode_recv(wr_id: u64, sges: &[Sge], buf: &mut [u8]) {
+/// Encodes a receive request in place into `buf` (a receive queue slot of at least
+/// [`recv_len`] bytes, whatever it held before): the 40-byte header is cleared and filled,
+/// the SGE array follows.
+pub fn encode_recv<S: SgeSource>(wr_id: u64, sges: &[S], buf: &mut [u8]) {
     let num_sge = sges.len() as u32;
+    buf[..RECV_HEADER_LEN].fill(0);
     put_u64(buf, WR_ID, wr_id);
     put_u32(buf, RECV_NUM_SGE, num_sge);
-    put_dma(buf, RECV_DMA, total_length(sges), num_sge);
-    put_sges(buf, RECV_HEADER_LEN, sges);
+    let length = put_sges(buf, RECV_HEADER_LEN, sges);
+    put_dma(buf, RECV_DMA, length, num_sge);
 }
 
-/// Decodes the 48-byte CQE at the start of a CQ slot. The immediate is turned to host order.
-pub fn decode_cqe(bytes: &[u8; CQE_LEN]) -> WorkCompletion {
-    let d: WorkCompletionDesc = from_bytes(bytes);
+/// Decodes a CQE (`struct ib_uverbs_wc`, the first 48 bytes of a CQ slot). The immediate
+/// is turned to host order.
+pub fn decode_cqe(d: WorkCompletionDesc) -> WorkCompletion {
     WorkCompletion {
         wr_id: d.wr_id,
         status: d.status,

@@ -170,7 +170,13 @@ fn inline_payload_replaces_the_sge_array() {
     let payload: Vec<u8> = (0..24).collect();
     assert_eq!(send_len(2, Some(24)), 232);
     let mut buf = vec![0u8; 256];
-    encode_send(&wr, Some(&payload), &mut buf);
+    encode_send(&wr, Some(24), &mut buf);
+    assert_eq!(
+        &buf[208..],
+        &[0u8; 48],
+        "the caller gathers the payload itself"
+    );
+    buf[208..232].copy_from_slice(&payload);
     let mut e = vec![0u8; 256];
     e[0..8].copy_from_slice(&9u64.to_le_bytes());
     e[8..12].copy_from_slice(&2u32.to_le_bytes());
@@ -218,7 +224,7 @@ fn cqe_decoding() {
     b[36..40].copy_from_slice(&2u32.to_le_bytes()); // kernel WITH_IMM
     b[40..42].copy_from_slice(&3u16.to_le_bytes());
     b[44] = 5;
-    let wc = decode_cqe(&b);
+    let wc = decode_cqe(rdmasock_verbs::sys::pod::from_bytes(&b));
     assert_eq!(wc.wr_id, 0x1234);
     assert_eq!(wc.status, 10);
     assert_eq!(wc.opcode, 129);
@@ -230,4 +236,36 @@ fn cqe_decoding() {
     assert_eq!(wc.src_qp, QpNumber(0x22));
     assert_eq!(wc.pkey_index, 3);
     assert_eq!(wc.sl, 5);
+}
+
+#[test]
+fn encoding_over_a_used_slot_clears_the_header() {
+    // A ring slot holds the previous lap's WQE: every header byte must be rewritten.
+    let mut dirty = vec![0xa5u8; 256];
+    let list = sges();
+    let wr = SendDescriptor {
+        wr_id: WR_ID_VALUE,
+        op: SendOp::Send,
+        sges: &list,
+        flags: SendFlags::SIGNALED,
+    };
+    encode_send(&wr, None, &mut dirty);
+    let clean = encoded(SendOp::Send, SendFlags::SIGNALED);
+    assert_eq!(
+        &dirty[..240],
+        &clean[..240],
+        "header and SGEs as on a zeroed slot"
+    );
+    assert_eq!(
+        &dirty[240..],
+        &[0xa5u8; 16],
+        "bytes past the WQE are left alone"
+    );
+
+    let mut dirty = vec![0xa5u8; 80];
+    encode_recv(0x77, &list, &mut dirty);
+    let mut clean = vec![0u8; 80];
+    encode_recv(0x77, &list, &mut clean);
+    assert_eq!(&dirty[..72], &clean[..72]);
+    assert_eq!(&dirty[72..], &[0xa5u8; 8]);
 }

@@ -52,17 +52,17 @@ pub(crate) fn parse_guid(text: &str) -> Option<u64> {
 
 /// Parses a sysfs GID: eight 4-hex-digit groups separated by `:`.
 pub(crate) fn parse_gid(text: &str) -> Option<Gid> {
-    let groups: Vec<&str> = text.trim().split(':').collect();
-    if groups.len() != 8 {
-        return None;
-    }
     let mut raw = [0u8; 16];
-    for (i, g) in groups.iter().enumerate() {
+    let mut groups = text.trim().split(':');
+    for pair in raw.chunks_exact_mut(2) {
+        let g = groups.next()?;
         if g.len() != 4 {
             return None;
         }
-        let v = u16::from_str_radix(g, 16).ok()?;
-        raw[2 * i..2 * i + 2].copy_from_slice(&v.to_be_bytes());
+        pair.copy_from_slice(&u16::from_str_radix(g, 16).ok()?.to_be_bytes());
+    }
+    if groups.next().is_some() {
+        return None;
     }
     Some(Gid(raw))
 }
@@ -143,6 +143,12 @@ pub(crate) fn uverbs_nodes(root: &Path) -> HashMap<String, UverbsNode> {
 /// Reads one GID slot; `None` for an empty (all-zero) or unreadable slot.
 pub(crate) fn read_gid(port_dir: &Path, index: u32) -> Option<GidEntry> {
     let gid = parse_gid(&read_text(&port_dir.join(format!("gids/{index}"))).ok()?)?;
+    gid_entry(port_dir, index, gid)
+}
+
+/// The entry for slot `index` holding `gid`: `None` when the GID is zero or the kernel
+/// refuses its type (the slot is not in use).
+fn gid_entry(port_dir: &Path, index: u32, gid: Gid) -> Option<GidEntry> {
     if gid.is_zero() {
         return None;
     }
@@ -168,6 +174,47 @@ pub(crate) fn read_gid(port_dir: &Path, index: u32) -> Option<GidEntry> {
     })
 }
 
+/// The most GID slots read per port (the kernel's tables hold at most a few thousand).
+const MAX_GID_SLOTS: u32 = 1 << 16;
+
+/// The populated slots of a port's GID table, in index order.
+///
+/// sysfs has one `gids/N` file for every slot of the table, N = 0 up to its length (rxe's
+/// table has 1024 slots, nearly all empty), so the slots are read in order until one does
+/// not exist: no directory listing, no allocation per slot (the path is rebuilt in one
+/// buffer, the text read into a stack buffer). Only a populated slot reads its type and
+/// netdev. A slot that cannot be read is skipped, as an empty one.
+fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
+    use std::fmt::Write as _;
+    use std::io::Read as _;
+    let mut path = port_dir.join("gids");
+    path.reserve(16);
+    let mut number = String::new();
+    let mut text = [0u8; 64];
+    let mut gids = Vec::new();
+    for index in 0..MAX_GID_SLOTS {
+        number.clear();
+        let _ = write!(number, "{index}");
+        path.push(&number);
+        let opened = fs::File::open(&path);
+        path.pop();
+        let mut file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+            Err(_) => continue,
+        };
+        // A GID is 39 characters and a newline; sysfs hands the whole text to one read.
+        let Ok(n) = file.read(&mut text) else {
+            continue;
+        };
+        let Some(gid) = std::str::from_utf8(&text[..n]).ok().and_then(parse_gid) else {
+            continue;
+        };
+        gids.extend(gid_entry(port_dir, index, gid));
+    }
+    gids
+}
+
 /// Reads one port directory.
 fn read_port(port_dir: &Path, number: u8) -> PortInfo {
     let state = read_text(&port_dir.join("state"))
@@ -175,10 +222,7 @@ fn read_port(port_dir: &Path, number: u8) -> PortInfo {
         .and_then(|t| leading_number(&t))
         .map(PortState::from_raw)
         .unwrap_or(PortState::Unknown(0));
-    let gids = numeric_entries(&port_dir.join("gids"))
-        .into_iter()
-        .filter_map(|k| read_gid(port_dir, k))
-        .collect();
+    let gids = read_gids(port_dir);
     PortInfo {
         number,
         state,

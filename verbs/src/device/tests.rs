@@ -35,6 +35,18 @@ impl FakeSysfs {
         self
     }
 
+    /// Empty (all-zero) GID slots `slots` of port directory `port` of rxe0.
+    fn zero_gids(&self, port: &str, slots: std::ops::Range<u32>) -> &Self {
+        for slot in slots {
+            self.dev(
+                "rxe0",
+                &format!("{port}/gids/{slot}"),
+                "0000:0000:0000:0000:0000:0000:0000:0000",
+            );
+        }
+        self
+    }
+
     fn uverbs(&self, node: &str, ibdev: &str, abi: u32) -> &Self {
         self.file(&format!("class/infiniband_verbs/{node}/ibdev"), ibdev)
             .file(
@@ -82,6 +94,8 @@ impl FakeSysfs {
             )
             .unreadable(&format!("class/infiniband/rxe0/{p}/gid_attrs/types/2"))
             .unreadable(&format!("class/infiniband/rxe0/{p}/gid_attrs/ndevs/2"))
+            // Slots 3..=9: empty, as sysfs lists every slot of the table.
+            .zero_gids(p, 3..10)
             // Slot 10: the GID itself fails to read.
             .unreadable(&format!("class/infiniband/rxe0/{p}/gids/10"))
             // Slot 11: a stale non-zero GID whose type the kernel refuses (not in use).

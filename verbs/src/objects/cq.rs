@@ -33,27 +33,35 @@ impl CompletionChannel {
     }
 
     /// Waits up to `timeout` (forever with `None`) for an event; `Ok(None)` on timeout.
+    ///
+    /// It polls the fd first and reads once it is readable: a waiter usually arrives before
+    /// its event, and a read that would only find nothing is a wasted system call (when an
+    /// event is already queued, poll returns at once).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<Option<u64>> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            if let Some(cookie) = self.ops.get_event()? {
-                return Ok(Some(cookie));
-            }
             let left = match deadline {
                 None => PollTimeout::NONE,
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        return Ok(None);
+                        // One last look: an event may have come with the deadline.
+                        return self.ops.get_event();
                     }
                     let ms = (d - now).as_millis().clamp(1, i32::MAX as u128) as i32;
                     PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
                 }
             };
             let mut fds = [PollFd::new(self.ops.fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, left) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            let ready = match nix::poll::poll(&mut fds, left) {
+                Ok(n) => n > 0,
+                Err(nix::errno::Errno::EINTR) => true,
                 Err(e) => return Err(Error::io("waiting on a completion channel", e.into())),
+            };
+            if ready {
+                if let Some(cookie) = self.ops.get_event()? {
+                    return Ok(Some(cookie));
+                }
             }
         }
     }
