@@ -4,11 +4,11 @@
 //!
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
-//!                         [--spin MICROSECONDS]
+//!                         [--spin MICROSECONDS] [--ring BYTES]
 //! ```
 //!
-//! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode; default: the
-//! library's default options).
+//! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode) and `--ring` its send
+//! and receive ring sizes; the default for each is the library's default options.
 //!
 //! For each size: `N` ping-pongs after `N/10` warm-up ones; then `M` MiB written in `B`-byte
 //! writes (default 64 KiB) and acknowledged by the reader with one byte. Prints, per result:
@@ -58,6 +58,7 @@ fn args() -> Result<Args, String> {
         chunk: 65536,
         opts: SocketOptions::default(),
     };
+    let (mut spin, mut ring) = (None, None);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
@@ -68,17 +69,21 @@ fn args() -> Result<Args, String> {
             "--iters" => a.iters = num(&value)?,
             "--megabytes" => a.megabytes = num(&value)?,
             "--chunk" => a.chunk = num(&value)?,
-            "--spin" => {
-                let b = SocketOptions::builder();
-                let b = match num(&value)? {
-                    0 => b.event_mode(),
-                    us => b.busy_poll(Duration::from_micros(us as u64)),
-                };
-                a.opts = b.build().map_err(|e| format!("--spin {value}: {e}"))?;
-            }
+            "--spin" => spin = Some(num(&value)?),
+            "--ring" => ring = Some(num(&value)?),
             other => return Err(format!("unknown option {other}")),
         }
     }
+    let mut b = SocketOptions::builder();
+    b = match spin {
+        None => b,
+        Some(0) => b.event_mode(),
+        Some(us) => b.busy_poll(Duration::from_micros(us as u64)),
+    };
+    if let Some(bytes) = ring {
+        b = b.send_ring(bytes).recv_ring(bytes);
+    }
+    a.opts = b.build().map_err(|e| format!("--spin/--ring: {e}"))?;
     if a.iters == 0 || a.chunk == 0 || a.sizes.contains(&0) {
         return Err("iterations, sizes and the chunk must be positive".into());
     }
@@ -176,7 +181,7 @@ fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES]");
             return ExitCode::from(2);
         }
     };

@@ -20,8 +20,11 @@ use std::time::{Duration, Instant};
 
 /// Completions taken from the queue per poll.
 const POLL_BATCH: usize = 32;
-/// Bytes after the control slots where an inline small payload is staged.
-const SCRATCH_LEN: usize = 16;
+/// Send work requests chained into one `post_send` call at most (one doorbell).
+const POST_BATCH: usize = 16;
+/// Bytes after the control slots where inline small payloads are staged: 16 for each request
+/// of a batch (the provider copies inline data when the batch is posted).
+const SCRATCH_LEN: usize = 16 * POST_BATCH;
 /// How long a closing connection polls for its flushed receives.
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
@@ -162,22 +165,85 @@ impl Connection {
         self.engine.on_connected(peer).map_err(io::Error::from)
     }
 
-    /// Posts the engine's queued work requests in order.
+    /// Posts the engine's queued work requests in order; consecutive sends go out as one
+    /// chained list.
     pub(crate) fn post_ops(&mut self) -> io::Result<()> {
+        if !self.engine.has_ops() {
+            return Ok(());
+        }
+        let mut batch = [None; POST_BATCH];
+        let mut n = 0;
+        let mut result = Ok(());
         while let Some(op) = self.engine.pop_op() {
-            if let Err(e) = self.post(op) {
-                let text = format!("posting a work request failed: {e}");
-                self.engine.fail(StreamError::ConnectionReset(text));
-                return Err(e);
+            match PreparedSend::from_op(op) {
+                Some(send) => {
+                    batch[n] = Some(send);
+                    n += 1;
+                    if n == POST_BATCH {
+                        result = self.post_sends(&batch[..n]);
+                        n = 0;
+                    }
+                }
+                None => {
+                    if n > 0 {
+                        result = self.post_sends(&batch[..n]);
+                        n = 0;
+                    }
+                    if result.is_ok() {
+                        result = self.post(op);
+                    }
+                }
+            }
+            if result.is_err() {
+                break;
             }
         }
-        Ok(())
+        if n > 0 && result.is_ok() {
+            result = self.post_sends(&batch[..n]);
+        }
+        if let Err(e) = &result {
+            let text = format!("posting a work request failed: {e}");
+            self.engine.fail(StreamError::ConnectionReset(text));
+        }
+        result
     }
 
+    /// Posts `batch` (all `Some`) as one chained list.
+    fn post_sends(&self, batch: &[Option<PreparedSend>]) -> io::Result<()> {
+        let empty = self.res.send_mr.slice(0, 0)?;
+        let mut sges = [[empty; 2]; POST_BATCH];
+        let mut counts = [0usize; POST_BATCH];
+        for (i, send) in batch.iter().flatten().enumerate() {
+            (sges[i], counts[i]) = self.gather(send.payload, send.inline, i)?;
+        }
+        let wrs: [SendRequest<'_>; POST_BATCH] = std::array::from_fn(|i| {
+            let send = batch
+                .get(i)
+                .copied()
+                .flatten()
+                .unwrap_or(PreparedSend::NONE);
+            let mut flags = SendFlags::empty();
+            if send.signaled {
+                flags |= SendFlags::SIGNALED;
+            }
+            if send.inline {
+                flags |= SendFlags::INLINE;
+            }
+            SendRequest::new(send.wr_id.0, send.op, &sges[i][..counts[i]]).with_flags(flags)
+        });
+        self.res
+            .qp
+            .post_send(&wrs[..batch.len()])
+            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+    }
+
+    /// The gather list of a send's payload; `index` is its place in the batch (where an
+    /// inline small payload is staged).
     fn gather(
         &self,
         payload: Payload,
         inline: bool,
+        index: usize,
     ) -> io::Result<([ScatterGather<'_>; 2], usize)> {
         let mr = &self.res.send_mr;
         Ok(match payload {
@@ -195,7 +261,7 @@ impl Connection {
                 control_slot,
             } => {
                 let offset = if inline {
-                    self.scratch_offset
+                    self.scratch_offset + 16 * index
                 } else {
                     self.opts.stream.send_ring() + 16 * usize::from(control_slot)
                 };
@@ -207,67 +273,8 @@ impl Connection {
         })
     }
 
-    fn post_send(
-        &self,
-        wr_id: WrId,
-        op: SendOp,
-        payload: Payload,
-        inline: bool,
-        signaled: bool,
-    ) -> io::Result<()> {
-        let (sges, n) = self.gather(payload, inline)?;
-        let mut flags = SendFlags::empty();
-        if signaled {
-            flags |= SendFlags::SIGNALED;
-        }
-        if inline {
-            flags |= SendFlags::INLINE;
-        }
-        let wr = SendRequest::new(wr_id.0, op, &sges[..n]).with_flags(flags);
-        self.res
-            .qp
-            .post_send(&[wr])
-            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
-    }
-
     fn post(&self, op: Op) -> io::Result<()> {
         match op {
-            Op::WriteWithImm {
-                wr_id,
-                payload,
-                remote_addr,
-                rkey,
-                imm,
-                inline,
-                signaled,
-            } => {
-                let op = SendOp::RdmaWriteWithImm {
-                    remote_addr,
-                    rkey: RemoteKey(rkey),
-                    imm,
-                };
-                self.post_send(wr_id, op, payload, inline, signaled)
-            }
-            Op::Write {
-                wr_id,
-                payload,
-                remote_addr,
-                rkey,
-                inline,
-                signaled,
-            } => {
-                let op = SendOp::RdmaWrite {
-                    remote_addr,
-                    rkey: RemoteKey(rkey),
-                };
-                self.post_send(wr_id, op, payload, inline, signaled)
-            }
-            Op::Send {
-                wr_id,
-                payload,
-                inline,
-                signaled,
-            } => self.post_send(wr_id, SendOp::Send, payload, inline, signaled),
             Op::PostRecv {
                 wr_id,
                 message_slot,
@@ -292,6 +299,7 @@ impl Connection {
             Op::ClearTargetEntry { offset } => {
                 Ok(self.res.target_mr.write_at(offset, &[0u8; 16])?)
             }
+            send => self.post_sends(&[PreparedSend::from_op(send)]),
         }
     }
 
@@ -334,8 +342,7 @@ impl Connection {
     /// connection-manager notices, starts the disconnect when the stream is done, sends a due
     /// keepalive. Returns whether anything happened.
     pub(crate) fn pump(&mut self) -> io::Result<bool> {
-        self.post_ops()?;
-        let mut progress = self.drain_cq()?;
+        let mut progress = self.progress()?;
         while let Some(notice) = self.endpoint.poll_notice()? {
             progress = true;
             match notice {
@@ -355,8 +362,19 @@ impl Connection {
         Ok(progress)
     }
 
+    /// The cheap part of [`pump`](Self::pump), for the data path and the spin loop: posts
+    /// queued work and feeds completions (no system call on a kernel provider's fast path);
+    /// connection-manager notices are taken by `pump` before a caller sleeps. Returns whether
+    /// a completion came.
+    pub(crate) fn progress(&mut self) -> io::Result<bool> {
+        self.post_ops()?;
+        let progress = self.drain_cq()?;
+        self.maybe_disconnect();
+        Ok(progress)
+    }
+
     /// Feeds every completion waiting in the queue; true when there was any.
-    fn drain_cq(&mut self) -> io::Result<bool> {
+    pub(crate) fn drain_cq(&mut self) -> io::Result<bool> {
         let mut progress = false;
         let mut wcs = [WorkCompletion::default(); POLL_BATCH];
         loop {
@@ -481,5 +499,76 @@ impl Connection {
             }
             _ => io::Error::new(kind, e),
         }
+    }
+}
+
+/// A send work request taken from the engine, waiting in a batch.
+#[derive(Debug, Clone, Copy)]
+struct PreparedSend {
+    wr_id: WrId,
+    op: SendOp,
+    payload: Payload,
+    inline: bool,
+    signaled: bool,
+}
+
+impl PreparedSend {
+    /// Fills the unused tail of a batch's request array; never posted.
+    const NONE: PreparedSend = PreparedSend {
+        wr_id: WrId(0),
+        op: SendOp::Send,
+        payload: Payload::Empty,
+        inline: false,
+        signaled: false,
+    };
+
+    /// The send in `op`, or `None` for an op that is not a send.
+    fn from_op(op: Op) -> Option<PreparedSend> {
+        let (wr_id, op, payload, inline, signaled) = match op {
+            Op::WriteWithImm {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                imm,
+                inline,
+                signaled,
+            } => {
+                let op = SendOp::RdmaWriteWithImm {
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
+                    imm,
+                };
+                (wr_id, op, payload, inline, signaled)
+            }
+            Op::Write {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                inline,
+                signaled,
+            } => {
+                let op = SendOp::RdmaWrite {
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
+                };
+                (wr_id, op, payload, inline, signaled)
+            }
+            Op::Send {
+                wr_id,
+                payload,
+                inline,
+                signaled,
+            } => (wr_id, SendOp::Send, payload, inline, signaled),
+            Op::PostRecv { .. } | Op::ClearTargetEntry { .. } => return None,
+        };
+        Some(PreparedSend {
+            wr_id,
+            op,
+            payload,
+            inline,
+            signaled,
+        })
     }
 }

@@ -85,11 +85,11 @@ impl Shared {
         let deadline = timeout.map(|t| Instant::now() + t);
         let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
         loop {
-            let mut progress = g.pump()?;
+            let mut progress = g.progress()?;
             match attempt(&mut g) {
                 Err(StreamError::WouldBlock) => {}
                 result => {
-                    let pumped = g.pump();
+                    let pumped = g.progress();
                     self.wake_others(&g);
                     let value = result.map_err(|e| g.io_error(e))?;
                     pumped?;
@@ -186,14 +186,14 @@ impl Shared {
     }
 }
 
-/// Busy-polls for up to `spin`; true when something happened.
+/// Busy-polls the completion queue for up to `spin`; true when something happened.
 fn spin_for(g: &mut Connection, spin: Duration) -> io::Result<bool> {
     if spin.is_zero() {
         return Ok(false);
     }
     let end = Instant::now() + spin;
     while Instant::now() < end {
-        if g.pump()? {
+        if g.progress()? {
             return Ok(true);
         }
         std::hint::spin_loop();

@@ -4,7 +4,7 @@
 # rxe0 and on siw0, in one VM boot (tests/vm/run.sh --both).
 #
 #   tests/vm/bench-socket.sh [--iters N] [--megabytes M] [--sizes "64 4096 65536"] [--reps R]
-#                            [--spin MICROSECONDS]
+#                            [--spin MICROSECONDS] [--ring BYTES]
 #
 # Builds the release bench_socket example, boots the VM once, and in it runs, each on the
 # device's own address (rxe0: 10.99.0.2 on eth0, siw0: 10.99.1.2 on eth1):
@@ -19,7 +19,8 @@
 # and ib_write_bw (its "BW average[MB/sec]", MB = 2^20); rstream sends the block and gets it
 # back, and its Gb/sec counts both directions, converted to MiB/s the same way.
 # --spin sets RdmaSocket's busy-poll budget per wait (0: event mode; default: the library's
-# default, rsocket's 10 us; perftest polls without end).
+# default, rsocket's 10 us; perftest polls without end); --ring its send and receive ring
+# sizes (default: the library's).
 # With --reps R (default 1) the whole sequence runs R times and each cell is the best
 # round's (the lowest latency, the highest bandwidth): TCG's noise only ever slows a run.
 # Then it prints one table per device with the ratios RdmaSocket / other: for latency
@@ -30,14 +31,14 @@
 # on VM setup failure.
 #
 # Inside the VM the script is re-run as:
-#   bench-socket.sh --guest BENCH_SOCKET ITERS MEGABYTES SIZES REPS [SPIN]
+#   bench-socket.sh --guest BENCH_SOCKET ITERS MEGABYTES SIZES REPS [SPIN [RING]]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 # ------------------------------------------------------------------ in the VM ----
 if [ "${1:-}" = --guest ]; then
-  ours=$2 iters=$3 megabytes=$4 sizes=$5 reps=$6 spin=${7:-}
+  ours=$2 iters=$3 megabytes=$4 sizes=$5 reps=$6 spin=${7:-} ring=${8:-}
   for tool in ib_send_lat ib_write_lat ib_write_bw rstream; do
     command -v $tool > /dev/null || { echo "bench: $tool missing (apt-get install perftest rdmacm-utils)"; exit 1; }
   done
@@ -104,7 +105,7 @@ if [ "${1:-}" = --guest ]; then
     local dev=$1 ip=$2 kind out
     for kind in rdma tcp; do
       out=$(timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
-        --megabytes "$megabytes" ${spin:+--spin "$spin"} 2>&1) || { echo "bench: bench_socket $kind $ip failed:" >&2; echo "$out" >&2; return 1; }
+        --megabytes "$megabytes" ${spin:+--spin "$spin"} ${ring:+--ring "$ring"} 2>&1) || { echo "bench: bench_socket $kind $ip failed:" >&2; echo "$out" >&2; return 1; }
       local tool=RdmaSocket
       [ $kind = tcp ] && tool=TcpStream
       echo "$out" | awk -v d="$dev" -v t="$tool" '$1 == "RESULT" && $2 == "lat" { print d, "lat", t, $4, $6 }
@@ -165,7 +166,7 @@ if [ "${1:-}" = --guest ]; then
     shift
     local others=("$@")
     echo
-    echo "$dev, RdmaSocket spin ${spin:-default}, best of $reps round(s) of $iters round trips (one-way usec, median; rstream: average) and $megabytes MiB streams (MiB/s); ratio = RdmaSocket / other"
+    echo "$dev, RdmaSocket spin ${spin:-default} ring ${ring:-default}, best of $reps round(s) of $iters round trips (one-way usec, median; rstream: average) and $megabytes MiB streams (MiB/s); ratio = RdmaSocket / other"
     printf '%-10s %10s' "workload" RdmaSocket
     for o in "${others[@]}"; do printf ' %13s' "$o"; done
     for o in "${others[@]}"; do printf ' %9s' "÷${o:0:8}"; done
@@ -195,7 +196,7 @@ if [ "${1:-}" = --guest ]; then
 fi
 
 # ------------------------------------------------------------------ on the host ----
-iters=200 megabytes=16 sizes="64 4096 65536" reps=1 spin=
+iters=200 megabytes=16 sizes="64 4096 65536" reps=1 spin= ring=
 while [ $# -gt 0 ]; do
   case $1 in
     --iters) iters=$2; shift 2 ;;
@@ -203,6 +204,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --spin) spin=$2; shift 2 ;;
+    --ring) ring=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -214,4 +216,4 @@ target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_d
 ours=$target_dir/release/examples/bench_socket
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
 exec "$HERE/run.sh" --both --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
-  bash "$HERE/bench-socket.sh" --guest "$ours" "$iters" "$megabytes" "$sizes" "$reps" "$spin"
+  bash "$HERE/bench-socket.sh" --guest "$ours" "$iters" "$megabytes" "$sizes" "$reps" "$spin" "$ring"
