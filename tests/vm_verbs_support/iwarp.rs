@@ -3,7 +3,9 @@
 //! host through its own MPA exchange over loopback TCP.
 
 use super::cm_support::{device_ip, CmPair, SideOptions};
-use super::{pair_side_objects, Dut, Link, Pair, PairOptions, RemoteErrors, COMPLETION_DEADLINE};
+use super::{
+    pair_side_objects, CmIds, Dut, Link, Pair, PairOptions, RemoteErrors, COMPLETION_DEADLINE,
+};
 use rdmasock::verbs::provider::Provider;
 use rdmasock::verbs::qp_attr::{QpAttrMask, QpAttributes};
 use rdmasock::verbs::{Context, QpState, QueuePair, Transport, WcStatus};
@@ -12,9 +14,9 @@ use rdmasock_uiwarp::{UiwarpListener, UiwarpProvider};
 /// The kernel's soft-iWARP device in the VM.
 pub const SIW_DEVICE: &str = "siw0";
 
-/// siw0 as the conformance suite sees it: no atomics, no immediate data; a wrong rkey or a
-/// missing receive makes the responder TERMINATE the connection, and a READ that got no
-/// response is flushed.
+/// siw0 as the conformance suite sees it: no atomics, no immediate data, no solicited-only
+/// arming; a wrong rkey or a missing receive makes the responder TERMINATE the connection,
+/// and a READ that got no response is flushed.
 pub const SIW: Dut = Dut {
     device: SIW_DEVICE,
     transport: Transport::Iwarp,
@@ -23,11 +25,13 @@ pub const SIW: Dut = Dut {
     connect: siw_pair,
     atomics: false,
     immediate: false,
+    solicited_only_events: false,
     remote_errors: RemoteErrors {
         bad_rkey_read: WcStatus::WorkRequestFlushError,
         bad_rkey_write: WcStatus::Success,
         no_receive: WcStatus::Success,
         terminates: true,
+        read_error_flushes_responder: false,
     },
     connect_cycles: 10,
 };
@@ -42,11 +46,13 @@ pub const UIWARP: Dut = Dut {
     connect: uiwarp_pair,
     atomics: false,
     immediate: false,
+    solicited_only_events: true,
     remote_errors: RemoteErrors {
         bad_rkey_read: WcStatus::RemoteAccessError,
         bad_rkey_write: WcStatus::Success,
         no_receive: WcStatus::Success,
         terminates: true,
+        read_error_flushes_responder: true,
     },
     connect_cycles: 100,
 };
@@ -76,11 +82,11 @@ pub fn siw_pair(options: &PairOptions) -> Pair {
     Pair {
         a: active,
         b: passive,
-        link: Link::Cm {
+        link: Link::Cm(Box::new(CmIds {
             active_id,
             passive_id,
             listener,
-        },
+        })),
     }
 }
 

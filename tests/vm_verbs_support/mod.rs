@@ -57,6 +57,10 @@ pub struct Dut {
     pub atomics: bool,
     /// SEND and RDMA WRITE with immediate work; without, posting them is refused.
     pub immediate: bool,
+    /// A CQ armed for solicited completions only ignores unsolicited ones; without, the
+    /// provider widens such an arm to every completion (siw, whose kernel side treats every
+    /// receive completion as unsolicited: a spurious wake-up rather than a missed one).
+    pub solicited_only_events: bool,
     /// How the device reports what goes wrong at the responder.
     pub remote_errors: RemoteErrors,
     /// Connections made and torn down by the leak test.
@@ -77,6 +81,9 @@ pub struct RemoteErrors {
     /// The responder ends the connection (iWARP's TERMINATE): both QPs go to the error state
     /// and the receives still posted are flushed.
     pub terminates: bool,
+    /// After the TERMINATE of a refused READ the responder's posted receives are flushed
+    /// (siw, kernel 6.1, leaves them unflushed: it ends that QP without the flush).
+    pub read_error_flushes_responder: bool,
 }
 
 impl Dut {
@@ -139,16 +146,19 @@ pub enum Link {
     /// QPs moved to RTS by hand: nothing to tear down.
     Manual,
     /// The connection manager's ids.
-    Cm {
-        /// The connecting side's id.
-        active_id: CmId,
-        /// The accepted request's id.
-        passive_id: CmId,
-        /// The listener.
-        listener: CmId,
-    },
+    Cm(Box<CmIds>),
     /// The userspace iWARP provider's own connection setup.
     Uiwarp,
+}
+
+/// The connection manager's ids of a [`Pair`].
+pub struct CmIds {
+    /// The connecting side's id.
+    pub active_id: CmId,
+    /// The accepted request's id.
+    pub passive_id: CmId,
+    /// The listener.
+    pub listener: CmId,
 }
 
 /// Two connected RC QPs: `a` is the requester in the tests, `b` the responder.
@@ -167,11 +177,12 @@ impl Pair {
         let Pair { a, b, link } = self;
         match link {
             Link::Manual => {}
-            Link::Cm {
-                active_id,
-                passive_id,
-                listener,
-            } => {
+            Link::Cm(ids) => {
+                let CmIds {
+                    active_id,
+                    passive_id,
+                    listener,
+                } = *ids;
                 let pair = cm_support::CmPair {
                     active: a,
                     passive: b,
@@ -192,12 +203,8 @@ impl Pair {
     pub fn wait_terminated(&self) {
         match &self.link {
             Link::Manual => panic!("QPs connected by hand report remote errors in completions"),
-            Link::Cm {
-                active_id,
-                passive_id,
-                ..
-            } => {
-                for id in [active_id, passive_id] {
+            Link::Cm(ids) => {
+                for id in [&ids.active_id, &ids.passive_id] {
                     let ev = id
                         .wait_event(COMPLETION_DEADLINE)
                         .expect("a connection-manager event after the TERMINATE");

@@ -21,11 +21,13 @@ pub const RXE: Dut = Dut {
     connect: pair,
     atomics: true,
     immediate: true,
+    solicited_only_events: true,
     remote_errors: RemoteErrors {
         bad_rkey_read: WcStatus::RemoteAccessError,
         bad_rkey_write: WcStatus::RemoteAccessError,
         no_receive: WcStatus::RnrRetryExceededError,
         terminates: false,
+        read_error_flushes_responder: false,
     },
     connect_cycles: 10,
 };
