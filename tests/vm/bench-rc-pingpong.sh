@@ -3,6 +3,7 @@
 # against rdma-core's ibv_rc_pingpong, on the same rxe0 in one VM boot.
 #
 #   tests/vm/bench-rc-pingpong.sh [--reps N] [--iters N] [--sizes "4096 64"] [--modes "poll events"]
+#                                 [--baseline BINARY]
 #
 # Builds the release rc_pingpong example, boots the VM once (tests/vm/run.sh --rxe) and,
 # inside it, runs for each message size (4096 B, 64 B) and mode (polling, -e events)
@@ -14,19 +15,24 @@
 # rdma-core; <= 1.00 means ours is no slower), the ratio of the fastest runs, and the
 # median client CPU time per iteration of each (where the time goes in -e mode).
 #
+# With --baseline (an earlier build of the rc_pingpong example, copied aside), that binary
+# runs as a third contender "baseline" in the same rotation, and a second table compares
+# it with ours (before/after a change, in one VM boot).
+#
 # The VM runs under TCG, so absolute numbers are far from hardware and noisy when the
 # host is loaded; the ratio of interleaved runs is what to read.  Exit status: 0 when
 # every run finished (whatever the ratio), 1 when a run failed, 125 on VM setup failure.
 #
 # Inside the VM the script is re-run as:
-#   bench-rc-pingpong.sh --guest EXAMPLE REPS ITERS SIZES MODES
+#   bench-rc-pingpong.sh --guest EXAMPLE REPS ITERS SIZES MODES [BASELINE]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 # ------------------------------------------------------------------ in the VM ----
 if [ "${1:-}" = --guest ]; then
-  ours=$2 reps=$3 iters=$4 sizes=$5 modes=$6
+  ours=$2 reps=$3 iters=$4 sizes=$5 modes=$6 baseline=${7:-}
+  [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench: baseline $baseline missing"; exit 1; }
   theirs=$(command -v ibv_rc_pingpong) || { echo "bench: ibv_rc_pingpong missing (apt-get install ibverbs-utils)"; exit 1; }
   [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
   [ -e /sys/class/infiniband/rxe0 ] || { echo "bench: no rxe0 in the VM"; exit 1; }
@@ -77,16 +83,16 @@ if [ "${1:-}" = --guest ]; then
   for size in $sizes; do
     for mode in $modes; do
       extra=()
-      [ $mode = events ] && extra=(-e)
+      [ "$mode" = events ] && extra=(-e)
       group=$((group + 1))
+      # the contenders, rotated by one place each rep so none always goes first
+      who=(ours rdma-core) bins=("$ours" "$theirs")
+      if [ -n "$baseline" ]; then who+=(baseline); bins+=("$baseline"); fi
       for rep in $(seq "$reps"); do
-        if [ $(((rep + group) % 2)) = 0 ]; then
-          pair ours "$ours" $size $mode "${extra[@]}"
-          pair rdma-core "$theirs" $size $mode "${extra[@]}"
-        else
-          pair rdma-core "$theirs" $size $mode "${extra[@]}"
-          pair ours "$ours" $size $mode "${extra[@]}"
-        fi
+        for k in $(seq 0 $((${#who[@]} - 1))); do
+          j=$(((k + rep + group) % ${#who[@]}))
+          pair "${who[$j]}" "${bins[$j]}" "$size" "$mode" "${extra[@]}"
+        done
       done
     done
   done
@@ -114,18 +120,40 @@ if [ "${1:-}" = --guest ]; then
         printf "| %-5s | %-6s | %14.1f | %19.1f | %5.2f | %15.2f | %13.1f | %18.1f |\n", size[s], mode[m], o, t, o / t, least(v[k " ours"]) / least(v[k " rdma-core"]), median(c[k " ours"]), median(c[k " rdma-core"])
       }
     }' "$samples"
+  if [ -n "$baseline" ]; then
+    echo
+    echo "ours against the baseline build ($baseline), same runs:"
+    awk -v sizes="$sizes" -v modes="$modes" '
+      { v[$1" "$2" "$3] = v[$1" "$2" "$3] " " $4 }
+      function median(list,   a, n, i, j, t) {
+        n = split(list, a, " ")
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+      }
+      END {
+        printf "| %-5s | %-6s | %-18s | %-14s | %-19s | %-16s | %-15s |\n", "size", "mode", "baseline usec/iter", "ours usec/iter", "rdma-core usec/iter", "baseline / rdma", "ours / baseline"
+        printf "|-------|--------|--------------------|----------------|---------------------|------------------|-----------------|\n"
+        ns = split(sizes, size, " "); nm = split(modes, mode, " ")
+        for (s = 1; s <= ns; s++) for (m = 1; m <= nm; m++) {
+          k = size[s] " " mode[m]
+          b = median(v[k " baseline"]); o = median(v[k " ours"]); t = median(v[k " rdma-core"])
+          printf "| %-5s | %-6s | %18.1f | %14.1f | %19.1f | %16.2f | %15.2f |\n", size[s], mode[m], b, o, t, b / t, o / b
+        }
+      }' "$samples"
+  fi
   rm -f "$samples"
   exit 0
 fi
 
 # ------------------------------------------------------------------ on the host ----
-reps=5 iters=1000 sizes="4096 64" modes="poll events"
+reps=5 iters=1000 sizes="4096 64" modes="poll events" baseline=
 while [ $# -gt 0 ]; do
   case $1 in
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
+    --baseline) baseline=$(realpath "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -137,4 +165,4 @@ target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_d
 ours=$target_dir/release/examples/rc_pingpong
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
 exec "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
-  bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters" "$sizes" "$modes"
+  bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters" "$sizes" "$modes" ${baseline:+"$baseline"}
