@@ -3,7 +3,7 @@
 //! bandwidth. Prints a table with the ratios (targets: latency <= 1.3x, bandwidth >= 0.8x).
 //!
 //! ```text
-//! bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
+//! bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES]
 //! ```
 //! Build with `--release`. `--event` uses event mode (sleep on the completion channel)
 //! instead of the default short busy-poll.
@@ -25,6 +25,8 @@ struct Args {
     event: bool,
     /// Only this workload: `latency`, `4k` or `1m` (all when `None`).
     only: Option<String>,
+    /// Send and receive ring bytes (rsocket's 128 KiB when `None`).
+    ring: Option<usize>,
 }
 
 fn args() -> Args {
@@ -33,6 +35,7 @@ fn args() -> Args {
         megabytes: 512,
         event: false,
         only: None,
+        ring: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -46,9 +49,10 @@ fn args() -> Args {
             "--megabytes" => a.megabytes = num("--megabytes"),
             "--event" => a.event = true,
             "--only" => a.only = it.next(),
+            "--ring" => a.ring = Some(num("--ring")),
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] (not {other})"
+                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -136,11 +140,14 @@ fn rdma_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
 
 fn main() {
     let a = args();
-    let opts = if a.event {
-        SocketOptions::builder().event_mode().build().unwrap()
-    } else {
-        SocketOptions::default()
-    };
+    let mut builder = SocketOptions::builder();
+    if a.event {
+        builder = builder.event_mode();
+    }
+    if let Some(r) = a.ring {
+        builder = builder.send_ring(r).recv_ring(r);
+    }
+    let opts = builder.build().expect("socket options");
     let total = a.megabytes << 20;
     let wanted = |w: &str| a.only.as_deref().is_none_or(|o| o == w);
     let mut rows = Vec::new();

@@ -16,6 +16,7 @@ use rdmasock_verbs::{LocalKey, QpCapabilities, QpNumber, QpState, RemoteKey};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Instant;
 
@@ -82,6 +83,11 @@ pub struct Endpoint {
     pub(crate) state: Mutex<EndpointState>,
     pub(crate) changed: Condvar,
     notice_fd: EventFd,
+    /// The socket may hold bytes nobody read: set by the engine on each readable edge
+    /// (edge-triggered, so every arrival after a read makes one), cleared just before a
+    /// read. Polling an empty completion queue reads the socket only while this is set,
+    /// instead of a read syscall that finds nothing on every poll.
+    input_hint: AtomicBool,
 }
 
 impl Endpoint {
@@ -118,6 +124,7 @@ impl Endpoint {
             }),
             changed: Condvar::new(),
             notice_fd,
+            input_hint: AtomicBool::new(true),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -171,9 +178,23 @@ impl Endpoint {
         self.drive(&mut st, engine);
     }
 
+    /// Notes a readable edge (the engine's poll saw new bytes or the end of the stream).
+    pub(crate) fn note_input(&self) {
+        self.input_hint.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the socket may hold unread bytes (see [`Endpoint::note_input`]).
+    pub(crate) fn may_have_input(&self) -> bool {
+        self.input_hint.load(Ordering::SeqCst)
+    }
+
     /// Progress from an application thread that found its completion queue empty; skipped
-    /// when another thread is at it.
+    /// when another thread is at it, or when no bytes arrived since the last read (the
+    /// engine moves everything else: writable edges, timers).
     pub(crate) fn try_progress(&self) {
+        if !self.may_have_input() {
+            return;
+        }
         let Ok(mut st) = self.state.try_lock() else {
             return;
         };
@@ -218,6 +239,8 @@ impl Endpoint {
                 regions: &regions,
                 inline,
             };
+            // Cleared before the read: an arrival after it sets it again.
+            self.input_hint.store(false, Ordering::SeqCst);
             link.progress(&memory);
         }
         drop(regions);

@@ -183,7 +183,12 @@ impl Engine {
                     continue;
                 }
                 match self.target(ev.token()) {
-                    Some(Target::Endpoint(e)) => e.progress(&self),
+                    Some(Target::Endpoint(e)) => {
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            e.note_input();
+                        }
+                        e.progress(&self)
+                    }
                     Some(Target::Pending(p)) => p.progress(&self),
                     Some(Target::Listener(l)) => l.accept_all(&self),
                     None => {}

@@ -196,10 +196,18 @@ impl CqOps for UiwarpCq {
         }
         // Nothing yet: make progress on our QPs' sockets on this thread rather than wait for
         // the engine thread to wake (the engine does the same work when nobody polls).
+        // Only sockets that got bytes since their last read (no syscall that finds nothing).
         let endpoints: Vec<Arc<Endpoint>> = {
             let s = self.state.lock().expect("cq lock");
-            s.endpoints.iter().filter_map(Weak::upgrade).collect()
+            s.endpoints
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|e| e.may_have_input())
+                .collect()
         };
+        if endpoints.is_empty() {
+            return Ok(0);
+        }
         for e in &endpoints {
             e.try_progress();
         }
