@@ -50,21 +50,41 @@ pub(crate) fn parse_guid(text: &str) -> Option<u64> {
     })
 }
 
-/// Parses a sysfs GID: eight 4-hex-digit groups separated by `:`.
+/// Parses a sysfs GID: eight 4-hex-digit groups separated by `:` (39 characters). Byte by
+/// byte: discovery parses every slot of a GID table (rxe has 1024).
 pub(crate) fn parse_gid(text: &str) -> Option<Gid> {
-    let mut raw = [0u8; 16];
-    let mut groups = text.trim().split(':');
-    for pair in raw.chunks_exact_mut(2) {
-        let g = groups.next()?;
-        if g.len() != 4 {
-            return None;
-        }
-        pair.copy_from_slice(&u16::from_str_radix(g, 16).ok()?.to_be_bytes());
-    }
-    if groups.next().is_some() {
+    let b = text.trim().as_bytes();
+    if b.len() != 39 {
         return None;
     }
+    let mut raw = [0u8; 16];
+    for (i, pair) in raw.chunks_exact_mut(2).enumerate() {
+        let at = i * 5;
+        if i < 7 && b[at + 4] != b':' {
+            return None;
+        }
+        let mut v = 0u16;
+        for &c in &b[at..at + 4] {
+            v = (v << 4) | (c as char).to_digit(16)? as u16;
+        }
+        pair.copy_from_slice(&v.to_be_bytes());
+    }
     Some(Gid(raw))
+}
+
+/// Appends the decimal digits of `n` (a sysfs slot file name) without formatting machinery.
+fn push_decimal(out: &mut Vec<u8>, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The node type for `rdma_node_type` number `n`.
@@ -182,23 +202,20 @@ const MAX_GID_SLOTS: u32 = 1 << 16;
 /// sysfs has one `gids/N` file for every slot of the table, N = 0 up to its length (rxe's
 /// table has 1024 slots, nearly all empty), so the slots are read in order until one does
 /// not exist: no directory listing, no allocation per slot (the path is rebuilt in one
-/// buffer, the text read into a stack buffer). Only a populated slot reads its type and
+/// byte buffer, the text read into a stack buffer and parsed in place). Only a populated slot reads its type and
 /// netdev. A slot that cannot be read is skipped, as an empty one.
 fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
-    use std::fmt::Write as _;
     use std::io::Read as _;
-    let mut path = port_dir.join("gids");
-    path.reserve(16);
-    let mut number = String::new();
+    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+    let mut path = port_dir.join("gids").into_os_string().into_vec();
+    path.push(b'/');
+    let base = path.len();
     let mut text = [0u8; 64];
     let mut gids = Vec::new();
     for index in 0..MAX_GID_SLOTS {
-        number.clear();
-        let _ = write!(number, "{index}");
-        path.push(&number);
-        let opened = fs::File::open(&path);
-        path.pop();
-        let mut file = match opened {
+        path.truncate(base);
+        push_decimal(&mut path, index);
+        let mut file = match fs::File::open(std::ffi::OsStr::from_bytes(&path)) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => break,
             Err(_) => continue,
@@ -342,6 +359,27 @@ mod tests {
             "::ffff:10.99.0.2"
         );
         assert_eq!(parse_gid("fe80::1"), None);
+        assert_eq!(
+            parse_gid("fe80-0000:0000:0000:5054:00ff:fe12:3456"),
+            None,
+            "a group not followed by ':'"
+        );
+        assert_eq!(
+            parse_gid("fe80:0000:0000:0000:5054:00ff:fe12:345g"),
+            None,
+            "not hex"
+        );
+        assert_eq!(
+            parse_gid("FE80:0000:0000:0000:5054:00FF:FE12:3456\n"),
+            Some(g),
+            "upper case and the trailing newline"
+        );
+        let mut text = Vec::new();
+        for n in [0, 7, 10, 1023, 65535, u32::MAX] {
+            text.clear();
+            push_decimal(&mut text, n);
+            assert_eq!(text, n.to_string().into_bytes());
+        }
     }
 
     #[test]
