@@ -8,17 +8,21 @@
 //! poll(2) on the completion channel and the endpoint's event fd, sending keepalives while
 //! they wait when enabled.
 //!
-//! With [`mio`], a socket registers its completion channel, its rdma_cm fd and an internal
-//! eventfd under one token. Events arrive flagged readable whichever direction became
-//! possible: on any event for the token, retry both reads and writes until `WouldBlock`.
-//! Before a call returns `WouldBlock` the completion queue is re-armed and polled once more,
-//! so an event always follows once progress is possible.
+//! With [`mio`], a socket registers two eventfds under its token: a readable event means a
+//! read that returned `WouldBlock` can go on, a writable one that a write can (send-ring
+//! space, a send-queue slot, a credit and a target buffer). A per-process thread waits on the
+//! completion channels and rdma_cm fds of registered sockets, drains the completion queue,
+//! re-arms it and drains it again, and raises those fds; every call also reports what its
+//! own progress made possible before it returns. Edge-triggered as mio is: once a call returned `WouldBlock`, an event for that
+//! direction follows when progress becomes possible (the first event after registering
+//! reports what is possible already).
 #![forbid(unsafe_code)]
 
 mod cm;
 mod conn;
 mod listener;
 mod options;
+mod readiness;
 mod shared;
 mod source;
 mod stream;

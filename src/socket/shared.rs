@@ -6,6 +6,7 @@
 
 use super::cm::CmEndpoint;
 use super::conn::Connection;
+use super::readiness::ReadyFds;
 use crate::stream::{ProgressMode, StreamError};
 use crate::verbs::CompletionChannel;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -32,8 +33,10 @@ pub(crate) struct Shared {
     cond: Condvar,
     cq_channel: CompletionChannel,
     endpoint: Arc<dyn CmEndpoint>,
-    /// Readable when a mio registration must see an event that no fd would produce.
+    /// Wakes a blocking caller sleeping in poll(2).
     pub(crate) waker: EventFd,
+    /// What a mio registration sees.
+    pub(crate) ready: ReadyFds,
 }
 
 impl Shared {
@@ -48,6 +51,7 @@ impl Shared {
             cq_channel,
             endpoint,
             waker,
+            ready: ReadyFds::new()?,
         })
     }
 
@@ -91,6 +95,7 @@ impl Shared {
                 result => {
                     let pumped = g.progress();
                     self.wake_others(&g);
+                    self.report(&g);
                     let value = result.map_err(|e| g.io_error(e))?;
                     pumped?;
                     return Ok(value);
@@ -111,7 +116,12 @@ impl Shared {
                 continue;
             }
             if nonblocking {
-                self.drain_waker();
+                self.report(&g);
+                match dir {
+                    Direction::Read => self.ready.read_blocked(),
+                    Direction::Write => self.ready.write_blocked(),
+                    Direction::Other(_) => {}
+                }
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             let left = match deadline {
@@ -174,6 +184,25 @@ impl Shared {
     /// Wakes other blocked callers after a state change made outside `run`.
     pub(crate) fn notify(&self) {
         let g = self.lock();
+        self.wake_others(&g);
+        self.report(&g);
+    }
+
+    /// Tells the mio registration which waited-for directions can go on now.
+    fn report(&self, g: &Connection) {
+        let r = g.readiness();
+        self.ready.update(r.readable, r.writable);
+    }
+
+    /// The readiness hub saw an event on the completion channel or the rdma_cm fd: drain,
+    /// re-arm and drain again, then report.
+    pub(crate) fn progress_for_readiness(&self) {
+        let mut g = self.lock();
+        match g.arm() {
+            Ok(_) => self.report(&g),
+            // The next call fails with it: wake both directions to make it.
+            Err(_) => self.ready.update(true, true),
+        }
         self.wake_others(&g);
     }
 
@@ -250,5 +279,7 @@ impl Drop for Shared {
             // Time ran out: tear down without the handshake.
             let _ = g.endpoint.disconnect(&g.res.qp);
         }
+        drop(g);
+        self.forget_ready();
     }
 }

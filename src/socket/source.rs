@@ -6,50 +6,23 @@ use super::stream::RdmaSocket;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
-
-impl RdmaSocket {
-    fn fds(&self) -> [RawFd; 3] {
-        [
-            self.shared.cq_channel().as_raw_fd(),
-            self.shared.endpoint().event_fd().as_raw_fd(),
-            self.shared.waker.as_fd().as_raw_fd(),
-        ]
-    }
-
-    /// Arms the completion queue and, when progress is already possible, makes the waker
-    /// readable so that the new registration sees an event.
-    fn prime(&self) -> io::Result<()> {
-        let mut g = self.shared.lock();
-        g.arm()?;
-        let r = g.readiness();
-        if r.readable || r.writable || r.error {
-            let _ = self.shared.waker.write(1);
-        }
-        Ok(())
-    }
-}
+use std::os::fd::AsRawFd;
 
 impl mio::event::Source for RdmaSocket {
+    /// Registers the socket's readiness fds: a readable event when a read that returned
+    /// `WouldBlock` can go on, a writable one when a write can (whatever `interests` says;
+    /// an event for a direction not asked for is harmless). The first event after
+    /// registration reports what is possible already.
     fn register(&mut self, registry: &Registry, token: Token, _: Interest) -> io::Result<()> {
-        for fd in self.fds() {
-            SourceFd(&fd).register(registry, token, Interest::READABLE)?;
-        }
-        self.prime()
+        self.shared.register_ready(registry, token, false)
     }
 
     fn reregister(&mut self, registry: &Registry, token: Token, _: Interest) -> io::Result<()> {
-        for fd in self.fds() {
-            SourceFd(&fd).reregister(registry, token, Interest::READABLE)?;
-        }
-        self.prime()
+        self.shared.register_ready(registry, token, true)
     }
 
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
-        for fd in self.fds() {
-            SourceFd(&fd).deregister(registry)?;
-        }
-        Ok(())
+        self.shared.deregister_ready(registry)
     }
 }
 
