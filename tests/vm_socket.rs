@@ -277,7 +277,13 @@ fn mr_count() -> usize {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn thousand_connect_close_cycles_leak_nothing() {
-    let (l, addr) = listener();
+    connect_close_cycles_on(vm_ip());
+}
+
+/// `cycles` (RDMASOCK_CYCLES, default 1000) connect/echo/close cycles on `ip` after 10
+/// warm-up cycles; fails if fds, registered memory regions or RSS grow.
+fn connect_close_cycles_on(ip: IpAddr) {
+    let (l, addr) = listener_on(ip);
     let cycles: usize = std::env::var("RDMASOCK_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -309,15 +315,18 @@ fn thousand_connect_close_cycles_leak_nothing() {
     }
     let (fds, rss, mrs) = (open_fds(), rss_kib(), mr_count());
     let start = Instant::now();
-    for _ in 0..cycles {
+    for i in 1..=cycles {
         cycle();
+        if i % 100 == 0 {
+            eprintln!("{ip}: {i} cycles in {:.1} s", start.elapsed().as_secs_f64());
+        }
     }
     let secs = start.elapsed().as_secs_f64();
     server.join().unwrap();
     let (fds2, rss2, mrs2) = (open_fds(), rss_kib(), mr_count());
     eprintln!(
-        "{cycles} cycles in {secs:.1} s ({:.1} ms each); fds {fds}->{fds2}, RSS {rss}->{rss2} KiB, \
-         MR lines {mrs}->{mrs2}",
+        "{ip}: {cycles} cycles in {secs:.1} s ({:.1} ms each); fds {fds}->{fds2}, \
+         RSS {rss}->{rss2} KiB, MR lines {mrs}->{mrs2}",
         secs * 1000.0 / cycles as f64
     );
     // The listener is gone now: one fd fewer is fine, one more is a leak.
@@ -528,7 +537,14 @@ fn mio_echo_server_with_64_concurrent_nonblocking_connections() {
 fn mio_echo_64_on(ip: IpAddr) {
     let (l, addr) = listener_on(ip);
     let server = thread::spawn(move || mio_echo::serve(l, Some(64)));
-    mio_echo::clients(addr, 64, 100_000).expect("every client got its bytes back");
+    if let Err(e) = mio_echo::clients(addr, 64, 100_000) {
+        // A server that stopped early drops every connection: its error is the first cause.
+        let server_result = match server.is_finished() {
+            true => format!("{:?}", server.join()),
+            false => "still serving".to_string(),
+        };
+        panic!("a client failed: {e}; the mio server: {server_result}");
+    }
     server
         .join()
         .unwrap()
@@ -619,4 +635,16 @@ fn siw_half_close_client_first() {
 #[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
 fn siw_half_close_server_first() {
     half_close_server_first_on(siw_ip());
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_mio_echo_server_with_64_concurrent_nonblocking_connections() {
+    mio_echo_64_on(siw_ip());
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_thousand_connect_close_cycles_leak_nothing() {
+    connect_close_cycles_on(siw_ip());
 }

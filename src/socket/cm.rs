@@ -7,7 +7,7 @@ use crate::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
 use crate::verbs::{Context, DeviceInfo, QueuePair, Transport};
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
@@ -58,6 +58,14 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     fn local_addr(&self) -> Option<SocketAddr>;
     /// The peer's address.
     fn peer_addr(&self) -> Option<SocketAddr>;
+    /// Whether the stream must send one more frame (a keepalive) once the peer's first frame
+    /// has arrived. True on the active side of a kernel iWARP connection: siw as responder
+    /// hands its TCP socket to the queue pair only after sending the MPA reply, and frames of
+    /// ours that arrive in between stay unread until more data comes (see
+    /// `RdmaListener::accept`'s wait for our first frame, which then runs out and sends).
+    fn nudge_after_first_receive(&self) -> bool {
+        false
+    }
 }
 
 /// A connection request that arrived at a listener.
@@ -96,12 +104,49 @@ fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
     }
 }
 
+/// Tries for a source port free in the kernel's TCP tables before letting rdma_cm choose.
+const SOURCE_PORT_TRIES: usize = 4;
+
+/// A wildcard source address with a port on which the kernel's TCP has no socket, not even
+/// one in TIME_WAIT; `None` when no probe socket could be bound.
+///
+/// On iWARP the kernel driver (siw) connects a TCP socket of its own from the rdma_cm id's
+/// port. rdma_cm picks that port at random from the ephemeral range checking only its own ids,
+/// so under many short connections it picks a port whose last TCP connection to the same
+/// listener is still in TIME_WAIT, and the driver's connect fails (EADDRNOTAVAIL). A probe
+/// bound to port 0 without SO_REUSEADDR gets a port no TCP socket holds (TIME_WAIT sockets
+/// keep their bind bucket); the probe is closed before rdma_cm binds the port.
+fn tcp_free_source(dst: SocketAddr) -> Option<SocketAddr> {
+    use socket2::{Domain, Socket, Type};
+    let any = match dst {
+        SocketAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        SocketAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
+    };
+    let probe = Socket::new(Domain::for_address(dst), Type::STREAM, None).ok()?;
+    probe.bind(&any.into()).ok()?;
+    let port = probe.local_addr().ok()?.as_socket()?.port();
+    Some(SocketAddr::new(any.ip(), port))
+}
+
 impl ConnectionManager for KernelCm {
     fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
         let channel = EventChannel::open()?;
+        for _ in 0..SOURCE_PORT_TRIES {
+            let Some(src) = tcp_free_source(dst) else {
+                break;
+            };
+            let id = CmId::new(&channel)?;
+            match id.resolve(Some(src), dst, timeout) {
+                Ok(()) => return Ok(Box::new(KernelEndpoint::new(id, true))),
+                // Another rdma_cm id holds the port: try another one.
+                Err(crate::cm::Error::Command { source, .. })
+                    if source.raw_os_error() == Some(libc::EADDRINUSE) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let id = CmId::new(&channel)?;
         id.resolve(None, dst, timeout)?;
-        Ok(Box::new(KernelEndpoint::new(id)))
+        Ok(Box::new(KernelEndpoint::new(id, true)))
     }
 
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
@@ -125,15 +170,22 @@ struct KernelEndpoint {
     id: CmId,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
+    /// The active side (made by resolving, not by a request).
+    initiator: bool,
 }
 
 impl KernelEndpoint {
-    fn new(id: CmId) -> Self {
+    fn new(id: CmId, initiator: bool) -> Self {
         let (local, peer) = match id.query_addr() {
             Ok(a) => (a.local, a.peer),
             Err(_) => (None, None),
         };
-        KernelEndpoint { id, local, peer }
+        KernelEndpoint {
+            id,
+            local,
+            peer,
+            initiator,
+        }
     }
 }
 
@@ -214,6 +266,10 @@ impl CmEndpoint for KernelEndpoint {
     fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
     }
+
+    fn nudge_after_first_receive(&self) -> bool {
+        self.initiator && self.id.transport() == Some(Transport::Iwarp)
+    }
 }
 
 #[derive(Debug)]
@@ -229,7 +285,7 @@ impl CmListener for KernelListener {
                 let own = EventChannel::open()?;
                 id.migrate(&own)?;
                 return Ok(Some(IncomingRequest {
-                    endpoint: Box::new(KernelEndpoint::new(id)),
+                    endpoint: Box::new(KernelEndpoint::new(id, false)),
                     private_data: request.param.private_data,
                 }));
             }

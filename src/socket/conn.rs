@@ -123,6 +123,8 @@ pub(crate) struct Connection {
     pub(crate) write_timeout: Option<Duration>,
     /// A blocking call is sleeping in poll(2) on the connection's fds.
     pub(crate) poller_active: bool,
+    /// A receive has completed (see [`CmEndpoint::nudge_after_first_receive`]).
+    first_receive_seen: bool,
 }
 
 impl Connection {
@@ -150,6 +152,7 @@ impl Connection {
             read_timeout: None,
             write_timeout: None,
             poller_active: false,
+            first_receive_seen: false,
         };
         c.post_ops()?;
         Ok(c)
@@ -332,6 +335,12 @@ impl Connection {
             let mut targets = [0u8; TARGET_LIST_LEN];
             self.res.target_mr.read_at(0, &mut targets)?;
             self.engine.on_receive(id, received, &targets);
+            if !self.first_receive_seen {
+                self.first_receive_seen = true;
+                if self.endpoint.nudge_after_first_receive() {
+                    self.engine.keepalive();
+                }
+            }
         } else {
             self.engine.on_send_completion(id, ok);
         }

@@ -2,17 +2,25 @@
 #![forbid(unsafe_code)]
 
 use super::cm::{CmListener, ConnectionManager, IncomingRequest};
+use super::conn::Connection;
 use super::options::SocketOptions;
 use super::shared::Shared;
 use super::stream::{prepare, RdmaSocket};
 use super::uiwarp::AutoCm;
 use crate::stream::Hello;
+use crate::verbs::Transport;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long an iWARP accept waits for the initiator's first frame before it lets its own
+/// queued frames go (see [`await_first_frame`]).
+const FIRST_FRAME_WAIT: Duration = Duration::from_secs(2);
 
 /// Listens for RDMA stream connections (rsocket peers and rdmasock alike).
 pub struct RdmaListener {
@@ -135,6 +143,9 @@ impl RdmaListener {
         let data = conn.hello_bytes();
         conn.endpoint
             .accept(&conn.res.qp, &data, self.opts.connect_timeout)?;
+        if conn.res.qp.context().device().transport == Transport::Iwarp {
+            await_first_frame(&mut conn, FIRST_FRAME_WAIT.min(self.opts.connect_timeout))?;
+        }
         conn.pump()?;
         let socket = RdmaSocket {
             shared: Arc::new(Shared::new(conn)?),
@@ -144,6 +155,55 @@ impl RdmaListener {
             None => socket.peer_addr()?,
         };
         Ok(Some((socket, peer)))
+    }
+}
+
+/// iWARP responder: waits until the initiator's first frame has arrived (a completion on
+/// the queue), without posting the credits our stream has queued, or until `bound` passes.
+///
+/// MPA (RFC 5044) lets the responder transmit only after the initiator's first FPDU, unless
+/// both negotiated peer-to-peer RTR (RFC 6581), which siw as initiator never asks for. The responder's ESTABLISHED comes as soon as its MPA reply is sent; a frame of
+/// ours that reaches the initiator before its kernel worker has read that reply is read
+/// together with the reply's private data, and siw then fails the connect (CONNECT_ERROR,
+/// EINVAL) and drops the TCP connection. rdmasock initiators send their credits as soon as
+/// they are connected, rsocket ones with their first call; the bound lets a silent
+/// initiator's connection go on (the initiator has long read the reply by then).
+fn await_first_frame(conn: &mut Connection, bound: Duration) -> io::Result<()> {
+    let end = Instant::now() + bound;
+    loop {
+        if conn.drain_cq()? {
+            return Ok(());
+        }
+        let channel = &conn.res.cq_channel;
+        let mut events = 0;
+        while channel.try_get_event()?.is_some() {
+            events += 1;
+        }
+        if events > 0 {
+            conn.res.cq.ack_events(events);
+        }
+        conn.res.cq.req_notify(false)?;
+        // A completion that came before the arming raises no event: poll once more.
+        if conn.drain_cq()? {
+            return Ok(());
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        let ms = i32::try_from(left.as_millis().saturating_add(1)).unwrap_or(i32::MAX);
+        let mut fds = [PollFd::new(conn.res.cq_channel.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "poll on the accepted connection's completion channel: {e}"
+                )))
+            }
+        }
     }
 }
 
