@@ -3,7 +3,8 @@
 //! post-time refusal of what iWARP cannot do, error statuses with their text and the
 //! TERMINATE that ends the connection, event mode, load and leak checks) on two QPs of one
 //! device connected through rdma_cm (the only way iWARP QPs reach RTS), and the tests only
-//! siw has (its READ limits, responder-side async events, QP creation limits).
+//! siw has (its READ limits, responder-side async events, QP creation limits, the CQ
+//! arming word).
 //!
 //! Runs only in the VM (`tests/vm/run.sh`, or `run-in-vm.sh --both '<binary> --ignored
 //! --test-threads=1'`); on the host every test is ignored. Each test first asserts that siw0
@@ -16,9 +17,10 @@ mod support;
 use rdmasock::verbs::{
     AsyncEventKind, QpCapabilities, QpInitAttributes, RemoteKey, SendFlags, SendOp, SendRequest,
 };
+use rdmasock_siw::SiwCq;
 use support::cm_support::wait_async;
 use support::iwarp::{open_siw0, SIW};
-use support::{assert_empty, poll_ok, poll_one, post_recv};
+use support::{assert_empty, poll_ok, poll_one, post_recv, PairOptions, COMPLETION_DEADLINE};
 
 conformance_suite!(vm, SIW);
 
@@ -134,4 +136,58 @@ fn oversized_qps_and_sends_before_connection_are_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("connection manager"), "{err}");
     assert_empty(&cq);
+}
+
+/// A READ under a wrong rkey: the responder refuses the request (a `QP_REQ_ERR` async event
+/// on its QP) before it terminates the connection.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn refused_read_is_a_request_error_at_the_responder() {
+    let p = SIW.pair();
+    let (a, b) = (&p.a, &p.b);
+    let sg = [a.mr.slice(0, 16).unwrap()];
+    let op = SendOp::RdmaRead {
+        remote_addr: b.mr.addr(),
+        rkey: RemoteKey(b.mr.rkey().0 ^ 0x5a00),
+    };
+    a.qp.post_send(&[SendRequest::new(0x77, op, &sg)]).unwrap();
+    wait_async(b, AsyncEventKind::QpRequestError);
+    let wc = poll_one(&a.cq);
+    println!("RDMA_READ under a wrong rkey: {wc:?}");
+    assert_eq!(wc.wr_id, 0x77);
+    p.wait_terminated();
+}
+
+/// Arming writes the CQ's shared arming word with no system call; the kernel clears it when
+/// it raises the event.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn arming_word_is_set_by_req_notify_and_cleared_by_the_kernel() {
+    let p = SIW.pair_with(PairOptions {
+        with_channel: true,
+        ..Default::default()
+    });
+    let (a, b) = (&p.a, &p.b);
+    let siw_cq =
+        b.cq.ops()
+            .as_any()
+            .downcast_ref::<SiwCq>()
+            .expect("a siw CQ");
+    for solicited_only in [false, true] {
+        b.cq.req_notify(solicited_only).unwrap();
+        assert_ne!(siw_cq.arming_word(), 0, "armed");
+        post_recv(b, 1, &[(0, 64)]);
+        let sg = [a.mr.slice(0, 8).unwrap()];
+        let flags = SendFlags::SIGNALED | SendFlags::SOLICITED;
+        a.qp.post_send(&[SendRequest::new(2, SendOp::Send, &sg).with_flags(flags)])
+            .unwrap();
+        let channel = b.channel.as_ref().unwrap();
+        let cookie = channel.wait(Some(COMPLETION_DEADLINE)).unwrap();
+        assert_eq!(cookie, Some(b.cq.cookie()));
+        assert_eq!(siw_cq.arming_word(), 0, "the kernel disarms when it fires");
+        b.cq.ack_events(1);
+        assert_eq!(poll_ok(&b.cq).wr_id, 1);
+        assert_eq!(poll_ok(&a.cq).wr_id, 2);
+    }
+    p.disconnect();
 }

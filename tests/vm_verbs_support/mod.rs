@@ -82,7 +82,8 @@ pub struct RemoteErrors {
     /// and the receives still posted are flushed.
     pub terminates: bool,
     /// After the TERMINATE of a refused READ the responder's posted receives are flushed
-    /// (siw, kernel 6.1, leaves them unflushed: it ends that QP without the flush).
+    /// (siw on kernel 6.1 leaves them unflushed, seen through our provider and through
+    /// rdma-core's libsiw alike: a kernel trait, not the provider's).
     pub read_error_flushes_responder: bool,
 }
 
