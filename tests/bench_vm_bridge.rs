@@ -5,6 +5,8 @@
 //!
 //! In the VM: `tests/vm/run.sh --both -- <this binary> --ignored --nocapture` (named bench_*, so
 //! the VM suite does not run it: it measures; under TCG its numbers compare only with each other).
+//! tests/vm/bench-bridge.sh measures the same with the release `bench_socket` example (medians,
+//! several sizes, best of R rounds, a ratio table); this debug-build variant checks in-process.
 #![forbid(unsafe_code)]
 
 use rdmasock::{RdmaListener, RdmaSocket};
