@@ -188,6 +188,19 @@ impl Endpoint {
         self.input_hint.load(Ordering::SeqCst)
     }
 
+    /// Whether an application thread will read this socket when bytes arrive: one of its
+    /// completion queues is armed and has a channel, which watches the socket.
+    pub(crate) fn attended(&self) -> bool {
+        st_attended(&self.recv_cq) || st_attended(&self.send_cq)
+    }
+
+    /// Writes what waits to be sent, unless another thread holds the endpoint.
+    pub(crate) fn try_flush(&self, engine: &Engine) {
+        if let Ok(mut st) = self.state.try_lock() {
+            self.flush(&mut st, engine);
+        }
+    }
+
     /// Progress from an application thread that found its completion queue empty; skipped
     /// when another thread is at it, or when no bytes arrived since the last read (the
     /// engine moves everything else: writable edges, timers).
@@ -319,6 +332,10 @@ impl Endpoint {
             self.changed.notify_all();
         }
     }
+}
+
+fn st_attended(cq: &Arc<dyn CqOps>) -> bool {
+    uiwarp_cq(cq).armed_with_channel()
 }
 
 /// The outcome of an endpoint that never connected.

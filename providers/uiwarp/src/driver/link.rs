@@ -121,12 +121,9 @@ impl Link {
                     self.conn.handle_input(&self.scratch[..n], memory);
                     // Answers (READ responses, a TERMINATE) go out as they arise.
                     self.flush(memory);
-                    if n < self.scratch.len() {
-                        // A short read emptied the receive queue: bytes arriving later make
-                        // a new edge for the engine and keep a channel's epoll readable, so
-                        // this saves the EAGAIN read.
-                        return true;
-                    }
+                    // Read on after a short read too: the peer's FIN behind the bytes shows
+                    // only as the next read's 0, and no new edge announces it (stopping here
+                    // left closed connections to the linger timer).
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

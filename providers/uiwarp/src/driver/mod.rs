@@ -30,6 +30,11 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 const WAKER: Token = Token(0);
+/// Timer keys with this bit are the engine's backstops for deferred input (see
+/// [`Engine::set_backstop`]); tokens never reach it.
+const BACKSTOP_BIT: usize = 1 << (usize::BITS - 1);
+/// How long input left to an application thread may wait before the engine reads it.
+const BACKSTOP: Duration = Duration::from_millis(1);
 
 /// What a token stands for.
 #[derive(Clone, Debug)]
@@ -117,7 +122,9 @@ impl Engine {
             .expect("engine targets")
             .map
             .remove(&token.0);
-        self.timers.lock().expect("engine timers").remove(&token.0);
+        let mut timers = self.timers.lock().expect("engine timers");
+        timers.remove(&token.0);
+        timers.remove(&(token.0 | BACKSTOP_BIT));
     }
 
     pub(crate) fn register(
@@ -147,6 +154,17 @@ impl Engine {
             // The engine computes its poll timeout before it sleeps: wake it to recompute.
             let _ = self.waker.wake();
         }
+    }
+
+    /// Arms the engine's own look at `token`'s endpoint [`BACKSTOP`] from now (kept apart
+    /// from the connection's timers), unless one is armed.
+    fn set_backstop(&self, token: Token) {
+        let at = Instant::now() + BACKSTOP;
+        self.timers
+            .lock()
+            .expect("engine timers")
+            .entry(token.0 | BACKSTOP_BIT)
+            .or_insert(at);
     }
 
     fn target(&self, token: Token) -> Option<Target> {
@@ -184,10 +202,23 @@ impl Engine {
                 }
                 match self.target(ev.token()) {
                     Some(Target::Endpoint(e)) => {
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                        if input {
                             e.note_input();
                         }
-                        e.progress(&self)
+                        if input && e.attended() {
+                            // An application thread sleeps on a channel that watches this
+                            // socket: it woke too and reads the bytes itself, without the
+                            // hand-off through this thread. Look again later in case it
+                            // does not; write what waits for room (edges report both
+                            // directions) unless a thread is at it.
+                            self.set_backstop(ev.token());
+                            if ev.is_writable() {
+                                e.try_flush(&self);
+                            }
+                        } else {
+                            e.progress(&self)
+                        }
                     }
                     Some(Target::Pending(p)) => p.progress(&self),
                     Some(Target::Listener(l)) => l.accept_all(&self),
@@ -203,10 +234,11 @@ impl Engine {
                     .map(|(k, _)| *k)
                     .collect()
             };
-            for token in due {
-                let token = Token(token);
-                self.timers.lock().expect("engine timers").remove(&token.0);
-                match self.target(token) {
+            for key in due {
+                self.timers.lock().expect("engine timers").remove(&key);
+                let backstop = key & BACKSTOP_BIT != 0;
+                match self.target(Token(key & !BACKSTOP_BIT)) {
+                    Some(Target::Endpoint(e)) if backstop && !e.may_have_input() => {}
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
                     _ => {}

@@ -5,6 +5,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::{ChannelOps, CqOps};
 use rdmasock_verbs::{Error, Result, WcStatus, WorkCompletion};
 use std::any::Any;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +30,22 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
 pub struct UiwarpChannel {
     epoll: Epoll,
     fd: EventFd,
-    events: Mutex<VecDeque<u64>>,
+    events: Mutex<Events>,
     endpoints: Mutex<Vec<Weak<Endpoint>>>,
+}
+
+/// Queued events, and whether the eventfd is set for them.
+#[derive(Debug, Default)]
+struct Events {
+    queue: VecDeque<u64>,
+    fd_set: bool,
+}
+
+thread_local! {
+    /// The channel whose [`ChannelOps::get_event`] this thread is making progress for (its
+    /// address; 0 for none): events it raises there are taken by the same call, so they
+    /// need no eventfd write and read.
+    static GETTING_EVENTS: Cell<usize> = const { Cell::new(0) };
 }
 
 impl UiwarpChannel {
@@ -44,18 +59,24 @@ impl UiwarpChannel {
         Ok(UiwarpChannel {
             epoll,
             fd,
-            events: Mutex::new(VecDeque::new()),
+            events: Mutex::new(Events::default()),
             endpoints: Mutex::new(Vec::new()),
         })
     }
 
-    /// Queues an event for the CQ with `cookie` and makes the fd readable.
+    fn address(&self) -> usize {
+        self as *const UiwarpChannel as usize
+    }
+
+    /// Queues an event for the CQ with `cookie` and makes the fd readable (unless this
+    /// thread takes it in the [`ChannelOps::get_event`] call that raised it).
     fn signal(&self, cookie: u64) {
         let mut events = self.events.lock().expect("channel lock");
-        events.push_back(cookie);
-        if events.len() == 1 {
+        events.queue.push_back(cookie);
+        if !events.fd_set && GETTING_EVENTS.get() != self.address() {
             // An eventfd write fails only when the counter would overflow: it is 0 or 1 here.
             let _ = self.fd.write(1);
+            events.fd_set = true;
         }
     }
 
@@ -79,12 +100,20 @@ impl UiwarpChannel {
         }
     }
 
+    /// Takes the oldest event; keeps the eventfd readable exactly while events wait.
     fn pop(&self) -> Option<u64> {
         let mut events = self.events.lock().expect("channel lock");
-        let cookie = events.pop_front();
-        if cookie.is_some() && events.is_empty() {
-            // Drains the counter (EAGAIN cannot happen: an event was queued).
-            let _ = self.fd.read();
+        let cookie = events.queue.pop_front();
+        if events.queue.is_empty() {
+            if events.fd_set {
+                // Drains the counter (EAGAIN cannot happen: it was written).
+                let _ = self.fd.read();
+                events.fd_set = false;
+            }
+        } else if !events.fd_set {
+            // Events raised without the write remain for another caller or thread.
+            let _ = self.fd.write(1);
+            events.fd_set = true;
         }
         cookie
     }
@@ -103,9 +132,11 @@ impl ChannelOps for UiwarpChannel {
             let list = self.endpoints.lock().expect("channel lock");
             list.iter().filter_map(Weak::upgrade).collect()
         };
+        let outer = GETTING_EVENTS.replace(self.address());
         for e in &endpoints {
             e.progress_waiting();
         }
+        GETTING_EVENTS.set(outer);
         Ok(self.pop())
     }
 
@@ -170,6 +201,12 @@ impl UiwarpCq {
         self.channel
             .as_ref()
             .and_then(|c| c.as_any().downcast_ref::<UiwarpChannel>())
+    }
+
+    /// Armed, with a channel: a thread sleeping on the channel wakes when its QPs' sockets
+    /// turn readable.
+    pub(crate) fn armed_with_channel(&self) -> bool {
+        self.channel().is_some() && self.state.lock().expect("cq lock").armed.is_some()
     }
 
     pub(crate) fn attach(&self, endpoint: &Arc<Endpoint>) {
