@@ -166,8 +166,10 @@ impl RdmaListener {
 /// ours that reaches the initiator before its kernel worker has read that reply is read
 /// together with the reply's private data, and siw then fails the connect (CONNECT_ERROR,
 /// EINVAL) and drops the TCP connection. rdmasock initiators send their credits as soon as
-/// they are connected, rsocket ones with their first call; the bound lets a silent
-/// initiator's connection go on (the initiator has long read the reply by then).
+/// they are connected; the bound lets a silent initiator's connection go on (the initiator
+/// has long read the reply by then), at the cost of a slower accept. The bound also ends
+/// the wait when siw left our initiator's frames unread (see
+/// `CmEndpoint::nudge_after_first_receive`).
 fn await_first_frame(conn: &mut Connection, bound: Duration) -> io::Result<()> {
     let end = Instant::now() + bound;
     loop {
