@@ -6,8 +6,12 @@
 //! TCP has, feeds the sans-IO core, writes what the core gives, and hands completions to the
 //! completion queues, whose channels (eventfds) then wake the application. Application threads
 //! do the same work inline where that saves a wake-up: `post_send` transmits at once when the
-//! socket takes it, and polling an empty completion queue reads its queue pairs' sockets.
-//! Whoever finds a socket would block leaves the rest to the next edge, which the engine gets.
+//! socket takes it; polling an empty completion queue reads its queue pairs' sockets once the
+//! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall); and
+//! while a thread sleeps on an armed queue's channel (an epoll fd that also watches the
+//! sockets) the engine leaves the arriving bytes to that thread, looking again after a 1 ms
+//! backstop in case nobody took them. Whoever finds a socket would block leaves the rest to
+//! the next edge, which the engine gets.
 #![forbid(unsafe_code)]
 
 mod cm;
