@@ -8,8 +8,9 @@
 #    loudly: no test may pass because the hardware it needs is absent.
 # 2. Runs each test binary (the root crate's tests/vm_*.rs) with --ignored --test-threads=1 (tests named known_bug_* are skipped: each is a reproduced bug, named in the issue notes)
 #    in the project root, RDMASOCK_VM_TEST_TIMEOUT seconds at most each (default 600).
-#    Then runs vm_verbs and vm_tools again with RDMASOCK_PROVIDER=ibverbs (the rdma-core
-#    bridge; RDMASOCK_VM_BRIDGE_SUITES changes the list), reported as NAME[ibverbs].
+#    Then runs vm_verbs, vm_tools, vm_socket and vm_rsocket again with
+#    RDMASOCK_PROVIDER=ibverbs (the rdma-core bridge; their siw0 tests skipped: see below;
+#    RDMASOCK_VM_BRIDGE_SUITES changes the list), reported as NAME[ibverbs].
 # 3. Runs each executable tests/vm/interop/*.sh (rdma-core tools against our examples),
 #    with RDMASOCK_BIN_DIR and RDMASOCK_EXAMPLES_DIR set; each counts as one test.
 # 4. Prints a summary and, last, the line "vm: N passed, N failed"; exits 1 on any failure.
@@ -76,15 +77,21 @@ for s in "$HERE"/interop/*.sh; do [ -x "$s" ] && interop+=("$s"); done
 # ------------------------------------------------------------- test binaries ----
 log=$(mktemp)
 cd "$ROOT" || exit 2
-# run_binary LABEL BINARY [VAR=VALUE...]: runs one test binary (with the environment
-# additions given) and adds its counts to the summary under LABEL.
+# run_binary LABEL BINARY [VAR=VALUE...] [-- TEST_ARG...]: runs one test binary (with the
+# environment additions and libtest arguments given) and adds its counts to the summary
+# under LABEL.
 run_binary() {
   local name=$1 bin=$2 start rc p f status note
   shift 2
+  local vars=() args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  args=("$@")
   echo
   echo "===== $name ====="
   start=$SECONDS
-  env "$@" timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 --skip known_bug_ 2>&1 | tee "$log"
+  env "${vars[@]}" timeout -k 10 "$per_test_timeout" "$bin" --ignored --test-threads=1 \
+    --skip known_bug_ "${args[@]}" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   read -r p f < <(awk '/^test result:/ {
       for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
@@ -109,16 +116,29 @@ for bin in "$@"; do
 done
 
 # ------------------------------------------------- again on the rdma-core bridge ----
-# The verbs conformance and tool suites once more with RDMASOCK_PROVIDER=ibverbs: every
-# device driven through rdma-core's libibverbs (its own rxe provider underneath) instead of
-# the pure-Rust providers. Their tests assert Context::provider_name() is "ibverbs" then
-# (and "rxe" in the run above), so the summary's [ibverbs] lines prove which one ran.
+# The verbs conformance, tool, RdmaSocket and rsocket-interop suites once more with
+# RDMASOCK_PROVIDER=ibverbs: every device driven through rdma-core's libibverbs (its own rxe
+# provider underneath) instead of the pure-Rust providers. vm_verbs and vm_tools assert
+# Context::provider_name() is "ibverbs" then (and "rxe" in the run above); RdmaSocket has no
+# such accessor, but a forced bridge fails rather than fall back, and vm_bridge (run above,
+# unforced) proves both ways which provider RdmaSocket traffic takes.
+# The bridge runs cover rxe0 (issue #6): tests named *siw* are skipped there; the pure-Rust
+# run above covers siw0. (Through the bridge, i.e. rdma-core's libsiw, vm_socket's siw echo,
+# 64 MiB and half-close tests and vm_rsocket's siw capture pass too, and the 64-connection mio
+# test passed once and failed once in two runs, unexamined; the 1000 siw connect/close cycles
+# did not finish within the binary's time limit.)
+# The connect/close cycle test runs RDMASOCK_VM_BRIDGE_CYCLES (default 100) cycles there, not
+# 1000: under TCG a cycle through libibverbs takes about 1.3 s (0.5 s pure-Rust, measured in
+# one VM with examples/connect_cycles), and the leak checks (fds, MRs exact) need no more.
 # RDMASOCK_VM_BRIDGE_SUITES overrides the list ("" skips this).
-bridge_suites=${RDMASOCK_VM_BRIDGE_SUITES-vm_verbs vm_tools}
+bridge_suites=${RDMASOCK_VM_BRIDGE_SUITES-vm_verbs vm_tools vm_socket vm_rsocket}
+bridge_cycles=${RDMASOCK_VM_BRIDGE_CYCLES:-100}
 for bin in "$@"; do
   name=$(basename "$bin"); name=${name%-*}
   for suite in $bridge_suites; do
-    [ "$name" = "$suite" ] && run_binary "${name}[ibverbs]" "$bin" RDMASOCK_PROVIDER=ibverbs
+    [ "$name" = "$suite" ] \
+      && run_binary "${name}[ibverbs]" "$bin" RDMASOCK_PROVIDER=ibverbs \
+        RDMASOCK_CYCLES="$bridge_cycles" -- --skip siw
   done
 done
 
