@@ -7,7 +7,7 @@ use crate::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
 use crate::verbs::{Context, DeviceInfo, QueuePair, Transport};
 use std::fmt;
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
@@ -104,46 +104,9 @@ fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
     }
 }
 
-/// Tries for a source port free in the kernel's TCP tables before letting rdma_cm choose.
-const SOURCE_PORT_TRIES: usize = 4;
-
-/// A wildcard source address with a port on which the kernel's TCP has no socket, not even
-/// one in TIME_WAIT; `None` when no probe socket could be bound.
-///
-/// On iWARP the kernel driver (siw) connects a TCP socket of its own from the rdma_cm id's
-/// port. rdma_cm picks that port at random from the ephemeral range checking only its own ids,
-/// so under many short connections it picks a port whose last TCP connection to the same
-/// listener is still in TIME_WAIT, and the driver's connect fails (EADDRNOTAVAIL). A probe
-/// bound to port 0 without SO_REUSEADDR gets a port no TCP socket holds (TIME_WAIT sockets
-/// keep their bind bucket); the probe is closed before rdma_cm binds the port.
-fn tcp_free_source(dst: SocketAddr) -> Option<SocketAddr> {
-    use socket2::{Domain, Socket, Type};
-    let any = match dst {
-        SocketAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
-        SocketAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
-    };
-    let probe = Socket::new(Domain::for_address(dst), Type::STREAM, None).ok()?;
-    probe.bind(&any.into()).ok()?;
-    let port = probe.local_addr().ok()?.as_socket()?.port();
-    Some(SocketAddr::new(any.ip(), port))
-}
-
 impl ConnectionManager for KernelCm {
     fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
         let channel = EventChannel::open()?;
-        for _ in 0..SOURCE_PORT_TRIES {
-            let Some(src) = tcp_free_source(dst) else {
-                break;
-            };
-            let id = CmId::new(&channel)?;
-            match id.resolve(Some(src), dst, timeout) {
-                Ok(()) => return Ok(Box::new(KernelEndpoint::new(id, true))),
-                // Another rdma_cm id holds the port: try another one.
-                Err(crate::cm::Error::Command { source, .. })
-                    if source.raw_os_error() == Some(libc::EADDRINUSE) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
         let id = CmId::new(&channel)?;
         id.resolve(None, dst, timeout)?;
         Ok(Box::new(KernelEndpoint::new(id, true)))
