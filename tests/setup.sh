@@ -14,10 +14,11 @@ export DEBIAN_FRONTEND=noninteractive
 
 packages=(qemu-system-x86 linux-image-amd64 busybox-static kmod iproute2 cpio xz-utils
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest gcc make
-  libibverbs-dev libibverbs1 python3 tshark librdmacm1)
+  libibverbs-dev libibverbs1 python3 tshark librdmacm1 gdb)
 # libibverbs-dev: verbs.h for tests/abi_ibverbs.rs only (nothing links to libibverbs)
 # libibverbs1 + python3: tests/status_text.rs compares our texts with ibv_*_str via ctypes
 # tshark: the uiwarp capture test decodes our frames with Wireshark's iWARP dissectors
+# gdb: a VM test that finds an rdma-core tool stuck prints its threads' backtraces
 # librdmacm1 (librspreload.so) + rdmacm-utils (rstream): tests/vm_rsocket.rs's rsocket peers
 
 command -v cargo >/dev/null || { echo "setup: cargo is missing: install Rust (rustup)" >&2; exit 1; }

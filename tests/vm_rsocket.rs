@@ -170,6 +170,37 @@ fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> Chil
         .expect("start rstream (rdma-core's rdmacm-utils package)")
 }
 
+/// For a failure message: where a stuck rstream sleeps (its kernel stack, and its threads'
+/// backtraces when gdb is installed) and rxe0's counters (retries, RNR NAKs, errors).
+fn where_stuck(pid: u32) -> String {
+    let stack = std::fs::read_to_string(format!("/proc/{pid}/stack")).unwrap_or_default();
+    let gdb = Command::new("gdb")
+        .args([
+            "-batch",
+            "-p",
+            &pid.to_string(),
+            "-ex",
+            "thread apply all bt",
+        ])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_else(|e| format!("(no gdb: {e})"));
+    let mut counters = String::new();
+    if let Ok(dir) = std::fs::read_dir(COUNTERS) {
+        for entry in dir.flatten() {
+            let value = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            counters += &format!("{}={} ", entry.file_name().to_string_lossy(), value.trim());
+        }
+    }
+    format!("rstream's kernel stack:\n{stack}rstream's threads:\n{gdb}\nrxe0 counters: {counters}")
+}
+
 /// Waits for rstream (bounded) and checks it exited 0 and reported its test.
 fn finish(child: Child, what: &str) -> Output {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -179,10 +210,11 @@ fn finish(child: Child, what: &str) -> Output {
             break;
         }
         if Instant::now() > deadline {
+            let stuck = where_stuck(child.id());
             let _ = child.kill();
             let out = child.wait_with_output().expect("collect rstream output");
             panic!(
-                "{what}: rstream still running after 120 s; stdout {:?} stderr {:?}",
+                "{what}: rstream still running after 120 s; stdout {:?} stderr {:?}\n{stuck}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
