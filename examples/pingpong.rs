@@ -149,6 +149,20 @@ fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
                 }
             }
         }
+        // iWARP devices (siw) have MAC-based GIDs: take their netdev's IPv4 address.
+        let netdevs: Vec<&str> = d
+            .parent_netdev
+            .iter()
+            .chain(
+                d.ports
+                    .iter()
+                    .flat_map(|p| p.gids.iter().filter_map(|g| g.netdev.as_ref())),
+            )
+            .map(String::as_str)
+            .collect();
+        if let Some(ip) = netdev_ipv4(&netdevs) {
+            return Ok(IpAddr::V4(ip));
+        }
     }
     match device {
         Some(name) => Err(format!(
@@ -284,4 +298,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The first IPv4 address of any of `netdevs`.
+fn netdev_ipv4(netdevs: &[&str]) -> Option<Ipv4Addr> {
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        if !netdevs.contains(&ifa.interface_name.as_str()) {
+            return None;
+        }
+        ifa.address?.as_sockaddr_in().map(|sin| sin.ip())
+    })
 }
