@@ -3,48 +3,12 @@
 //! processes, on rxe0 and on siw0, polling and event mode. Each run must print
 //! ibv_rc_pingpong's two closing lines with the byte and iteration counts asked for.
 
-use std::path::PathBuf;
+mod vm_support;
+
 use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-
-fn require_device(name: &str) {
-    assert!(
-        std::path::Path::new(&format!("/sys/class/infiniband/{name}")).is_dir(),
-        "RDMA device {name} is missing: run this inside the VM (tests/vm/run.sh --both)"
-    );
-}
-
-fn device_ip(device: &str) -> String {
-    let var = if device == "siw0" {
-        "RDMA_VM_SIW_IP"
-    } else {
-        "RDMA_VM_RXE_IP"
-    };
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is unset: run this through tests/vm/run.sh"))
-}
-
-fn example(name: &str) -> PathBuf {
-    let dir = std::env::var_os("RDMASOCK_EXAMPLES_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.join(name).is_file())
-        .unwrap_or_else(|| {
-            let exe = std::env::current_exe().expect("current_exe");
-            // target/<profile>/deps/vm_pingpong-HASH -> target/<profile>/examples
-            exe.parent()
-                .and_then(|d| d.parent())
-                .expect("target dir")
-                .join("examples")
-        });
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "example binary {} not found: build the examples first (cargo build --examples)",
-        path.display()
-    );
-    path
-}
+use vm_support::{device_ip, example};
 
 /// Runs `cmd` to completion within 120 s (killed and failed past that); returns its output.
 fn run_bounded(cmd: &mut Command, what: &str) -> Output {
@@ -94,7 +58,7 @@ fn check_closing_lines(out: &Output, size: u64, iters: u64, what: &str) {
 }
 
 fn local(device: &str, extra: &[&str]) {
-    require_device(device);
+    device_ip(device); // asserts that the device is there
     let (size, iters) = (4096u64, 200u64);
     let mut cmd = Command::new(example("pingpong"));
     cmd.args(["--local", "-d", device, "-s", "4096", "-n", "200"])
@@ -105,7 +69,7 @@ fn local(device: &str, extra: &[&str]) {
 
 /// Server and client as two processes; the client retries while the server is starting.
 fn two_processes(device: &str, port: u16, extra: &[&str]) {
-    require_device(device);
+    let ip = device_ip(device);
     let (size, iters) = (1000u64, 300u64);
     let common = |c: &mut Command| {
         c.args([
@@ -129,7 +93,7 @@ fn two_processes(device: &str, port: u16, extra: &[&str]) {
     let client = loop {
         let mut c = Command::new(example("pingpong"));
         common(&mut c);
-        c.arg(device_ip(device));
+        c.arg(ip.to_string());
         let out = run_bounded(&mut c, &what_c);
         let refused = String::from_utf8_lossy(&out.stderr).contains("refused");
         if out.status.success() || !refused || Instant::now() > deadline {

@@ -6,11 +6,14 @@
 //! `$RDMASOCK_EXAMPLES_DIR` or in `target/<profile>/examples` next to this test binary.
 #![forbid(unsafe_code)]
 
+mod vm_support;
+
 use rdmasock::verbs::{DeviceList, GidType, Transport};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use vm_support::example;
 
 /// Panics unless the VM's rxe0 exists, saying what is wrong.
 fn require_device(name: &str) {
@@ -24,27 +27,6 @@ fn require_device(name: &str) {
 
 fn vm_ip() -> String {
     std::env::var("RDMA_VM_IP").unwrap_or_else(|_| "10.99.0.2".into())
-}
-
-fn example(name: &str) -> PathBuf {
-    let dir = std::env::var_os("RDMASOCK_EXAMPLES_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.join(name).is_file())
-        .unwrap_or_else(|| {
-            let exe = std::env::current_exe().expect("current_exe");
-            // target/<profile>/deps/vm_tools-HASH -> target/<profile>/examples
-            exe.parent()
-                .and_then(|d| d.parent())
-                .expect("target dir")
-                .join("examples")
-        });
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "example binary {} not found: build the examples first (cargo build --examples)",
-        path.display()
-    );
-    path
 }
 
 /// Runs a command to completion within `limit`, killing it (and failing) past that.

@@ -20,6 +20,7 @@ use rdmasock::verbs::{
     ProtectionDomain, QpCapabilities, QpInitAttributes, QpState, QueuePair, RecvRequest,
 };
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -277,4 +278,26 @@ pub fn wait_async(side: &Side, kind: AsyncEventKind) {
         let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
         nix::poll::poll(&mut fds, PollTimeout::from(ms)).expect("poll on the async event fd");
     }
+}
+
+/// The path of example binary `name`: in `RDMASOCK_EXAMPLES_DIR` (the suite sets it), else
+/// next to this test binary (`target/<profile>/deps/TEST-HASH` -> `target/<profile>/examples`).
+pub fn example(name: &str) -> PathBuf {
+    let dir = std::env::var_os("RDMASOCK_EXAMPLES_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.join(name).is_file())
+        .unwrap_or_else(|| {
+            let exe = std::env::current_exe().expect("current_exe");
+            exe.parent()
+                .and_then(|d| d.parent())
+                .expect("target dir")
+                .join("examples")
+        });
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "example binary {} not found: build the examples first (cargo build --examples)",
+        path.display()
+    );
+    path
 }
