@@ -112,46 +112,14 @@ impl RawQp {
         if wrs.is_empty() {
             return Ok(());
         }
-        let mut offset = 0usize;
-        let base = sges.as_mut_ptr();
-        let n = wrs.len();
-        let wr_base = wrs.as_mut_ptr();
-        for (i, wr) in wrs.iter_mut().enumerate() {
-            let count = wr.num_sge.max(0) as usize;
-            if offset + count > sges.len() {
-                return Err((i, io::Error::from_raw_os_error(libc::EINVAL)));
-            }
-            // SAFETY: offset + count <= sges.len(), so the pointer stays inside `sges`;
-            // `wr_base.add(i + 1)` is inside `wrs` when i + 1 < n.
-            unsafe {
-                wr.sg_list = if count == 0 {
-                    ptr::null_mut()
-                } else {
-                    base.add(offset)
-                };
-                wr.next = if i + 1 < n {
-                    wr_base.add(i + 1)
-                } else {
-                    ptr::null_mut()
-                };
-            }
-            offset += count;
-        }
+        let head = chain(wrs, sges)?;
         let post = self.pd.context.ops().post_send.expect("checked at open");
         let mut bad: *mut IbvSendWr = ptr::null_mut();
         // SAFETY: the provider's post_send on a live QP with a chain that lives in `wrs`
         // and `sges` (borrowed mutably for the call); SGE addresses are registered memory
         // (the callers' ScatterGather contract).
-        let rc = unsafe { post(self.ptr.as_ptr(), wr_base, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let index = (bad as usize)
-            .checked_sub(wr_base as usize)
-            .map(|d| d / std::mem::size_of::<IbvSendWr>())
-            .filter(|&i| i < n)
-            .unwrap_or(0);
-        Err((index, io::Error::from_raw_os_error(rc.abs())))
+        let rc = unsafe { post(self.ptr.as_ptr(), head, &mut bad) };
+        posted(rc, bad, head, wrs.len())
     }
 
     /// `ibv_post_recv` through the context's ops table; like [`RawQp::post_send`].
@@ -163,43 +131,12 @@ impl RawQp {
         if wrs.is_empty() {
             return Ok(());
         }
-        let mut offset = 0usize;
-        let base = sges.as_mut_ptr();
-        let n = wrs.len();
-        let wr_base = wrs.as_mut_ptr();
-        for (i, wr) in wrs.iter_mut().enumerate() {
-            let count = wr.num_sge.max(0) as usize;
-            if offset + count > sges.len() {
-                return Err((i, io::Error::from_raw_os_error(libc::EINVAL)));
-            }
-            // SAFETY: as in post_send.
-            unsafe {
-                wr.sg_list = if count == 0 {
-                    ptr::null_mut()
-                } else {
-                    base.add(offset)
-                };
-                wr.next = if i + 1 < n {
-                    wr_base.add(i + 1)
-                } else {
-                    ptr::null_mut()
-                };
-            }
-            offset += count;
-        }
+        let head = chain(wrs, sges)?;
         let post = self.pd.context.ops().post_recv.expect("checked at open");
         let mut bad: *mut IbvRecvWr = ptr::null_mut();
         // SAFETY: as in post_send.
-        let rc = unsafe { post(self.ptr.as_ptr(), wr_base, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let index = (bad as usize)
-            .checked_sub(wr_base as usize)
-            .map(|d| d / std::mem::size_of::<IbvRecvWr>())
-            .filter(|&i| i < n)
-            .unwrap_or(0);
-        Err((index, io::Error::from_raw_os_error(rc.abs())))
+        let rc = unsafe { post(self.ptr.as_ptr(), head, &mut bad) };
+        posted(rc, bad, head, wrs.len())
     }
 }
 
@@ -208,4 +145,81 @@ impl Drop for RawQp {
         // SAFETY: a live QP destroyed once; its async events were acknowledged as read.
         unsafe { (self.pd.context.lib.destroy_qp)(self.ptr.as_ptr()) };
     }
+}
+
+/// A work request libibverbs takes as a chain: its SGE count and its two link fields.
+trait ChainedRequest {
+    fn num_sge(&self) -> c_int;
+    fn link(&mut self, sg_list: *mut IbvSge, next: *mut Self);
+}
+
+impl ChainedRequest for IbvSendWr {
+    fn num_sge(&self) -> c_int {
+        self.num_sge
+    }
+    fn link(&mut self, sg_list: *mut IbvSge, next: *mut Self) {
+        self.sg_list = sg_list;
+        self.next = next;
+    }
+}
+
+impl ChainedRequest for IbvRecvWr {
+    fn num_sge(&self) -> c_int {
+        self.num_sge
+    }
+    fn link(&mut self, sg_list: *mut IbvSge, next: *mut Self) {
+        self.sg_list = sg_list;
+        self.next = next;
+    }
+}
+
+/// Links `wrs` (not empty) into one chain, each request taking its `num_sge` entries of
+/// `sges` in turn; returns the head. A request asking past the end of `sges` is EINVAL.
+fn chain<W: ChainedRequest>(
+    wrs: &mut [W],
+    sges: &mut [IbvSge],
+) -> Result<*mut W, (usize, io::Error)> {
+    let mut offset = 0usize;
+    let base = sges.as_mut_ptr();
+    let n = wrs.len();
+    let wr_base = wrs.as_mut_ptr();
+    for (i, wr) in wrs.iter_mut().enumerate() {
+        let count = wr.num_sge().max(0) as usize;
+        if offset + count > sges.len() {
+            return Err((i, io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        // SAFETY: offset + count <= sges.len(), so the pointer stays inside `sges`;
+        // `wr_base.add(i + 1)` is inside `wrs` when i + 1 < n.
+        let (sg_list, next) = unsafe {
+            (
+                if count == 0 {
+                    ptr::null_mut()
+                } else {
+                    base.add(offset)
+                },
+                if i + 1 < n {
+                    wr_base.add(i + 1)
+                } else {
+                    ptr::null_mut()
+                },
+            )
+        };
+        wr.link(sg_list, next);
+        offset += count;
+    }
+    Ok(wr_base)
+}
+
+/// The outcome of a post: `rc` 0 is success, else the index of `bad` in the chain at
+/// `head` of `n` requests (0 when libibverbs named none of them) and the errno.
+fn posted<W>(rc: c_int, bad: *mut W, head: *mut W, n: usize) -> Result<(), (usize, io::Error)> {
+    if rc == 0 {
+        return Ok(());
+    }
+    let index = (bad as usize)
+        .checked_sub(head as usize)
+        .map(|d| d / std::mem::size_of::<W>())
+        .filter(|&i| i < n)
+        .unwrap_or(0);
+    Err((index, io::Error::from_raw_os_error(rc.abs())))
 }
