@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES]
+//!              [--side tcp|uiwarp]
 //! ```
 //! Build with `--release`. `--event` uses event mode (sleep on the completion channel)
 //! instead of the default short busy-poll.
@@ -27,6 +28,9 @@ struct Args {
     only: Option<String>,
     /// Send and receive ring bytes (rsocket's 128 KiB when `None`).
     ring: Option<usize>,
+    /// Only this side: `tcp` or `uiwarp` (both when `None`), for counting one side's
+    /// syscalls and switches with strace or perf.
+    side: Option<String>,
 }
 
 fn args() -> Args {
@@ -36,6 +40,7 @@ fn args() -> Args {
         event: false,
         only: None,
         ring: None,
+        side: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -50,9 +55,10 @@ fn args() -> Args {
             "--event" => a.event = true,
             "--only" => a.only = it.next(),
             "--ring" => a.ring = Some(num("--ring")),
+            "--side" => a.side = it.next(),
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] (not {other})"
+                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--side tcp|uiwarp] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -150,12 +156,22 @@ fn main() {
     let opts = builder.build().expect("socket options");
     let total = a.megabytes << 20;
     let wanted = |w: &str| a.only.as_deref().map_or(true, |o| o == w);
+    let tcp = a.side.as_deref() != Some("uiwarp");
+    let uiwarp = a.side.as_deref() != Some("tcp");
     let mut rows = Vec::new();
     if wanted("latency") {
-        let (c, s) = tcp_pair();
-        let tcp_lat = pingpong(c, s, a.iters);
-        let (c, s) = rdma_pair(&opts);
-        let rdma_lat = pingpong(c, s, a.iters);
+        let tcp_lat = if tcp {
+            let (c, s) = tcp_pair();
+            pingpong(c, s, a.iters)
+        } else {
+            f64::NAN
+        };
+        let rdma_lat = if uiwarp {
+            let (c, s) = rdma_pair(&opts);
+            pingpong(c, s, a.iters)
+        } else {
+            f64::NAN
+        };
         rows.push((
             "64 B ping-pong RTT (us, median)",
             tcp_lat,
@@ -171,10 +187,18 @@ fn main() {
         if !wanted(key) {
             continue;
         }
-        let (c, s) = tcp_pair();
-        let tcp_bw = stream(c, s, chunk, total);
-        let (c, s) = rdma_pair(&opts);
-        let rdma_bw = stream(c, s, chunk, total);
+        let tcp_bw = if tcp {
+            let (c, s) = tcp_pair();
+            stream(c, s, chunk, total)
+        } else {
+            f64::NAN
+        };
+        let rdma_bw = if uiwarp {
+            let (c, s) = rdma_pair(&opts);
+            stream(c, s, chunk, total)
+        } else {
+            f64::NAN
+        };
         rows.push((name, tcp_bw, rdma_bw, rdma_bw / tcp_bw, ">= 0.80"));
     }
     println!(
