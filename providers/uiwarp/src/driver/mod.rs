@@ -206,9 +206,10 @@ impl Engine {
                 }
                 match self.target(ev.token()) {
                     Some(Target::Endpoint(e)) => {
-                        let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                        let closing = ev.is_read_closed() || ev.is_error();
+                        let input = ev.is_readable() || closing;
                         if input {
-                            e.note_input();
+                            e.note_input(closing);
                         }
                         if input && e.attended() {
                             // An application thread sleeps on a channel that watches this
