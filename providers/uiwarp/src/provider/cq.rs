@@ -234,19 +234,29 @@ impl CqOps for UiwarpCq {
         // Nothing yet: make progress on our QPs' sockets on this thread rather than wait for
         // the engine thread to wake (the engine does the same work when nobody polls).
         // Only sockets that got bytes since their last read (no syscall that finds nothing).
-        let endpoints: Vec<Arc<Endpoint>> = {
-            let s = self.state.lock().expect("cq lock");
-            s.endpoints
-                .iter()
-                .filter_map(Weak::upgrade)
-                .filter(|e| e.may_have_input())
-                .collect()
-        };
-        if endpoints.is_empty() {
-            return Ok(0);
-        }
-        for e in &endpoints {
+        // A busy-polling thread comes here in a tight loop: no allocation, and the CQ lock is
+        // not held while a socket is read (its completions come back through `push`).
+        let mut index = 0;
+        let mut moved = false;
+        loop {
+            let next = {
+                let s = self.state.lock().expect("cq lock");
+                s.endpoints[index.min(s.endpoints.len())..]
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, w)| {
+                        w.upgrade()
+                            .filter(|e| e.may_have_input())
+                            .map(|e| (index + i, e))
+                    })
+            };
+            let Some((i, e)) = next else { break };
             e.try_progress();
+            moved = true;
+            index = i + 1;
+        }
+        if !moved {
+            return Ok(0);
         }
         Ok(self.take(out))
     }
