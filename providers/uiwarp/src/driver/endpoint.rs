@@ -88,9 +88,6 @@ pub struct Endpoint {
     /// read. Polling an empty completion queue reads the socket only while this is set,
     /// instead of a read syscall that finds nothing on every poll.
     input_hint: AtomicBool,
-    /// The engine saw the end of the stream (or an error) on an edge: reads go on past a
-    /// short read to find the FIN (see `Link::read_input`).
-    closing_hint: AtomicBool,
 }
 
 impl Endpoint {
@@ -128,7 +125,6 @@ impl Endpoint {
             changed: Condvar::new(),
             notice_fd,
             input_hint: AtomicBool::new(true),
-            closing_hint: AtomicBool::new(false),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -182,12 +178,8 @@ impl Endpoint {
         self.drive(&mut st, engine);
     }
 
-    /// Notes a readable edge (the engine's poll saw new bytes, or with `closing` the end of
-    /// the stream or an error).
-    pub(crate) fn note_input(&self, closing: bool) {
-        if closing {
-            self.closing_hint.store(true, Ordering::SeqCst);
-        }
+    /// Notes a readable edge (the engine's poll saw new bytes or the end of the stream).
+    pub(crate) fn note_input(&self) {
         self.input_hint.store(true, Ordering::SeqCst);
     }
 
@@ -262,7 +254,7 @@ impl Endpoint {
             };
             // Cleared before the read: an arrival after it sets it again.
             self.input_hint.store(false, Ordering::SeqCst);
-            link.progress(&memory, self.closing_hint.load(Ordering::SeqCst));
+            link.progress(&memory);
         }
         drop(regions);
         self.dispatch(st, engine);
@@ -395,8 +387,7 @@ impl Pending {
         let Some(link) = guard.as_mut() else {
             return;
         };
-        // Before the handshake is over: read to EAGAIN (a FIN here is rare and matters).
-        link.progress(&NoMemory, true);
+        link.progress(&NoMemory);
         let mut request: Option<ConnectRequest> = None;
         while let Some(ev) = link.conn.poll_event() {
             if let Event::ConnectRequest(r) = ev {

@@ -85,26 +85,20 @@ impl Link {
     }
 
     /// Reads what TCP has into the core and writes what the core has; returns whether
-    /// anything moved. `closing`: the peer's FIN (or an error) may wait behind the bytes, so
-    /// read on after a short read to find it (see [`Link::read_input`]).
-    pub(crate) fn progress(&mut self, memory: &dyn MemoryTable, closing: bool) -> bool {
+    /// anything moved.
+    pub(crate) fn progress(&mut self, memory: &dyn MemoryTable) -> bool {
         if let Some(t) = self.conn.poll_timeout() {
             let now = Instant::now();
             if now >= t {
                 self.conn.handle_timeout(now);
             }
         }
-        let read = self.read_input(memory, closing);
+        let read = self.read_input(memory);
         let wrote = self.flush(memory);
         read || wrote
     }
 
-    /// Reads until TCP has no more. A short read means the receive queue was empty: more
-    /// bytes make a new edge (the engine notes it), so the read that would only say EAGAIN is
-    /// saved, one per arrival. The peer's FIN is the exception: behind bytes it shows only as
-    /// the next read's 0, with no edge of its own when it came with them, so with `closing`
-    /// (the engine saw the stream's end on an edge) the loop reads on to that 0.
-    fn read_input(&mut self, memory: &dyn MemoryTable, closing: bool) -> bool {
+    fn read_input(&mut self, memory: &dyn MemoryTable) -> bool {
         if self.read_done {
             return false;
         }
@@ -127,9 +121,9 @@ impl Link {
                     self.conn.handle_input(&self.scratch[..n], memory);
                     // Answers (READ responses, a TERMINATE) go out as they arise.
                     self.flush(memory);
-                    if n < self.scratch.len() && !closing {
-                        return true;
-                    }
+                    // Read on after a short read too: the peer's FIN behind the bytes shows
+                    // only as the next read's 0, and no new edge announces it (stopping here
+                    // left closed connections to the linger timer).
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

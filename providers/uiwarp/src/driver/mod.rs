@@ -206,10 +206,9 @@ impl Engine {
                 }
                 match self.target(ev.token()) {
                     Some(Target::Endpoint(e)) => {
-                        let closing = ev.is_read_closed() || ev.is_error();
-                        let input = ev.is_readable() || closing;
+                        let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                         if input {
-                            e.note_input(closing);
+                            e.note_input();
                         }
                         if input && e.attended() {
                             // An application thread sleeps on a channel that watches this
