@@ -6,8 +6,8 @@
 use super::cm::{CmEndpoint, CmNotice};
 use super::options::SocketOptions;
 use crate::stream::{
-    CopySpan, Hello, LocalRegions, Op, Payload, Readiness, Received, StreamEngine, StreamError,
-    WrId, TARGET_LIST_LEN,
+    CopySpan, Hello, LocalRegions, Op, Payload, ProgressMode, Readiness, Received, StreamEngine,
+    StreamError, WrId, MIN_ADAPTIVE_SPIN, TARGET_LIST_LEN,
 };
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
@@ -123,8 +123,14 @@ pub(crate) struct Connection {
     pub(crate) write_timeout: Option<Duration>,
     /// A blocking call is sleeping in poll(2) on the connection's fds.
     pub(crate) poller_active: bool,
+    /// Blocked callers waiting on the condition variable for the one in poll(2).
+    pub(crate) cond_waiters: u32,
     /// A receive has completed (see [`CmEndpoint::nudge_after_first_receive`]).
     first_receive_seen: bool,
+    /// Where completions are polled into (kept, so that a poll initialises nothing).
+    wcs: Box<[WorkCompletion; POLL_BATCH]>,
+    /// Moving average of how long this connection's blocking waits lasted (adaptive spin).
+    wait_average: Duration,
 }
 
 impl Connection {
@@ -152,7 +158,10 @@ impl Connection {
             read_timeout: None,
             write_timeout: None,
             poller_active: false,
+            cond_waiters: 0,
             first_receive_seen: false,
+            wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
+            wait_average: Duration::ZERO,
         };
         c.post_ops()?;
         Ok(c)
@@ -174,35 +183,19 @@ impl Connection {
         if !self.engine.has_ops() {
             return Ok(());
         }
-        let mut batch = [None; POST_BATCH];
-        let mut n = 0;
         let mut result = Ok(());
         while let Some(op) = self.engine.pop_op() {
-            match PreparedSend::from_op(op) {
-                Some(send) => {
-                    batch[n] = Some(send);
-                    n += 1;
-                    if n == POST_BATCH {
-                        result = self.post_sends(&batch[..n]);
-                        n = 0;
-                    }
+            result = match PreparedSend::from_op(op) {
+                None => self.post(op),
+                // The common case on the data path: one send, posted on its own.
+                Some(send) if !self.engine.peek_op().is_some_and(Op::is_send) => {
+                    self.post_sends::<1>(&[send])
                 }
-                None => {
-                    if n > 0 {
-                        result = self.post_sends(&batch[..n]);
-                        n = 0;
-                    }
-                    if result.is_ok() {
-                        result = self.post(op);
-                    }
-                }
-            }
+                Some(send) => self.post_send_run(send),
+            };
             if result.is_err() {
                 break;
             }
-        }
-        if n > 0 && result.is_ok() {
-            result = self.post_sends(&batch[..n]);
         }
         if let Err(e) = &result {
             let text = format!("posting a work request failed: {e}");
@@ -211,20 +204,29 @@ impl Connection {
         result
     }
 
-    /// Posts `batch` (all `Some`) as one chained list.
-    fn post_sends(&self, batch: &[Option<PreparedSend>]) -> io::Result<()> {
+    /// Posts `first` and the sends queued right after it as chained lists of up to
+    /// `POST_BATCH` requests (one doorbell each).
+    fn post_send_run(&mut self, first: PreparedSend) -> io::Result<()> {
+        let mut batch = [first; POST_BATCH];
+        let mut n = 1;
+        while n < POST_BATCH && self.engine.peek_op().is_some_and(Op::is_send) {
+            let op = self.engine.pop_op().expect("peeked");
+            batch[n] = PreparedSend::from_op(op).expect("a send");
+            n += 1;
+        }
+        self.post_sends::<POST_BATCH>(&batch[..n])
+    }
+
+    /// Posts `batch` (at most `N` requests) as one chained list.
+    fn post_sends<const N: usize>(&self, batch: &[PreparedSend]) -> io::Result<()> {
         let empty = self.res.send_mr.slice(0, 0)?;
-        let mut sges = [[empty; 2]; POST_BATCH];
-        let mut counts = [0usize; POST_BATCH];
-        for (i, send) in batch.iter().flatten().enumerate() {
+        let mut sges = [[empty; 2]; N];
+        let mut counts = [0usize; N];
+        for (i, send) in batch.iter().enumerate() {
             (sges[i], counts[i]) = self.gather(send.payload, send.inline, i)?;
         }
-        let wrs: [SendRequest<'_>; POST_BATCH] = std::array::from_fn(|i| {
-            let send = batch
-                .get(i)
-                .copied()
-                .flatten()
-                .unwrap_or(PreparedSend::NONE);
+        let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
+            let send = batch.get(i).copied().unwrap_or(PreparedSend::NONE);
             let mut flags = SendFlags::empty();
             if send.signaled {
                 flags |= SendFlags::SIGNALED;
@@ -302,7 +304,10 @@ impl Connection {
             Op::ClearTargetEntry { offset } => {
                 Ok(self.res.target_mr.write_at(offset, &[0u8; 16])?)
             }
-            send => self.post_sends(&[PreparedSend::from_op(send)]),
+            send => match PreparedSend::from_op(send) {
+                Some(send) => self.post_sends::<1>(&[send]),
+                None => Ok(()),
+            },
         }
     }
 
@@ -385,11 +390,11 @@ impl Connection {
     /// Feeds every completion waiting in the queue; true when there was any.
     pub(crate) fn drain_cq(&mut self) -> io::Result<bool> {
         let mut progress = false;
-        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
         loop {
-            let n = self.res.cq.poll(&mut wcs)?.len();
-            for wc in &wcs[..n] {
-                self.feed(wc)?;
+            let n = self.res.cq.poll(&mut self.wcs[..])?.len();
+            for i in 0..n {
+                let wc = self.wcs[i];
+                self.feed(&wc)?;
                 self.post_ops()?;
             }
             progress |= n > 0;
@@ -423,9 +428,7 @@ impl Connection {
         if self.disconnect_started {
             return;
         }
-        let r = self.engine.readiness();
-        let over = self.cm_closed || r.error || (r.disconnected && self.engine.all_sends_done());
-        if over {
+        if self.cm_closed || self.engine.finished() {
             self.disconnect_started = true;
             // A failure here leaves nothing to do: the connection is gone either way.
             let _ = self.endpoint.disconnect(&self.res.qp);
@@ -461,6 +464,26 @@ impl Connection {
             self.cq_armed = true;
         }
         Ok(self.pump()? || events > 0)
+    }
+
+    /// How long a blocking wait may busy-poll before it sleeps, by the progress mode.
+    pub(crate) fn spin_budget(&self) -> Duration {
+        match self.opts.stream.progress() {
+            ProgressMode::Event => Duration::ZERO,
+            ProgressMode::BusyPoll { spin } => spin,
+            ProgressMode::Adaptive { max_spin } => {
+                if self.wait_average > max_spin {
+                    MIN_ADAPTIVE_SPIN.min(max_spin)
+                } else {
+                    (self.wait_average * 2).clamp(MIN_ADAPTIVE_SPIN.min(max_spin), max_spin)
+                }
+            }
+        }
+    }
+
+    /// A blocking wait ended after `waited`: fold it into the moving average (weight 1/4).
+    pub(crate) fn record_wait(&mut self, waited: Duration) {
+        self.wait_average = (self.wait_average * 3 + waited) / 4;
     }
 
     /// Copies up to `buf.len()` bytes into the send ring.

@@ -30,7 +30,8 @@ impl Default for SocketOptions {
 
 impl SocketOptions {
     /// A builder starting from the defaults: rsocket's stream configuration (128 KiB rings,
-    /// 384-deep queues, 64-byte inline, every send signalled, 10 µs busy-poll), a 10 s connect
+    /// 384-deep queues, 64-byte inline, every send signalled) with an adaptive busy-poll of at
+    /// most 1 ms per wait (see [`adaptive`](SocketOptionsBuilder::adaptive)), a 10 s connect
     /// timeout, a 2 s bound on a graceful close, no keepalive, a backlog of 128.
     pub fn builder() -> SocketOptionsBuilder {
         SocketOptionsBuilder {
@@ -111,6 +112,12 @@ impl SocketOptionsBuilder {
     /// Busy-poll the completion queue for up to `spin` before sleeping.
     pub fn busy_poll(mut self, spin: Duration) -> Self {
         self.stream = self.stream.progress(ProgressMode::BusyPoll { spin });
+        self
+    }
+    /// Busy-poll as long as this connection's recent waits lasted, up to `max_spin` per wait,
+    /// and sleep at once when waits run longer (the default, with 1 ms).
+    pub fn adaptive(mut self, max_spin: Duration) -> Self {
+        self.stream = self.stream.progress(ProgressMode::Adaptive { max_spin });
         self
     }
     /// How long resolution and the connection handshake may take (at least 1 ms).

@@ -7,7 +7,7 @@
 use super::cm::CmEndpoint;
 use super::conn::Connection;
 use super::readiness::ReadyFds;
-use crate::stream::{ProgressMode, StreamError};
+use crate::stream::StreamError;
 use crate::verbs::CompletionChannel;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -88,11 +88,16 @@ impl Shared {
         };
         let deadline = timeout.map(|t| Instant::now() + t);
         let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
+        // When this call first found it must wait, and until when it may busy-poll.
+        let mut waiting: Option<(Instant, Instant)> = None;
         loop {
             let mut progress = g.progress()?;
             match attempt(&mut g) {
                 Err(StreamError::WouldBlock) => {}
                 result => {
+                    if let Some((start, _)) = waiting {
+                        g.record_wait(start.elapsed());
+                    }
                     let pumped = g.progress();
                     self.wake_others(&g);
                     self.report(&g);
@@ -101,10 +106,12 @@ impl Shared {
                     return Ok(value);
                 }
             }
-            if !nonblocking {
-                if let ProgressMode::BusyPoll { spin } = g.opts.stream.progress() {
-                    progress |= spin_for(&mut g, spin)?;
-                }
+            if !nonblocking && !progress {
+                let (_, spin_end) = *waiting.get_or_insert_with(|| {
+                    let now = Instant::now();
+                    (now, now + g.spin_budget())
+                });
+                progress = spin_until(&mut g, spin_end)?;
             }
             if !progress {
                 progress = g.arm()?;
@@ -159,7 +166,8 @@ impl Shared {
             (a, b) => a.or(b),
         };
         if g.poller_active {
-            let g = match wait {
+            g.cond_waiters += 1;
+            let mut g = match wait {
                 Some(w) => {
                     self.cond
                         .wait_timeout(g, w)
@@ -168,6 +176,7 @@ impl Shared {
                 }
                 None => self.cond.wait(g).unwrap_or_else(|p| p.into_inner()),
             };
+            g.cond_waiters -= 1;
             return Ok(g);
         }
         g.poller_active = true;
@@ -175,8 +184,12 @@ impl Shared {
         let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), &self.waker, wait);
         let mut g = self.lock();
         g.poller_active = false;
-        self.drain_waker();
-        self.cond.notify_all();
+        if matches!(result, Ok(true)) {
+            self.drain_waker();
+        }
+        if g.cond_waiters > 0 {
+            self.cond.notify_all();
+        }
         result?;
         Ok(g)
     }
@@ -208,34 +221,47 @@ impl Shared {
 
     /// Wakes the callers waiting on the condition variable and the one sleeping in poll(2).
     fn wake_others(&self, g: &Connection) {
-        self.cond.notify_all();
+        // A notify is a futex system call even with no one waiting: skip it then (waiters
+        // register under the lock, so none can be missed).
+        if g.cond_waiters > 0 {
+            self.cond.notify_all();
+        }
         if g.poller_active {
             let _ = self.waker.write(1);
         }
     }
 }
 
-/// Busy-polls the completion queue for up to `spin`; true when something happened.
-fn spin_for(g: &mut Connection, spin: Duration) -> io::Result<bool> {
-    if spin.is_zero() {
-        return Ok(false);
-    }
-    let end = Instant::now() + spin;
+/// Polls the completion queue without a pause this many times before a spin also yields.
+const PURE_SPINS: u32 = 64;
+
+/// Busy-polls the completion queue until `end`; true when something happened. After the
+/// first [`PURE_SPINS`] polls each one also yields the CPU, so that a runnable thread on the
+/// same CPU (the kernel's softirq thread finishing a soft device's work, the peer of a
+/// same-host connection) is not starved by the spin.
+fn spin_until(g: &mut Connection, end: Instant) -> io::Result<bool> {
+    let mut spins = 0u32;
     while Instant::now() < end {
         if g.progress()? {
             return Ok(true);
         }
-        std::hint::spin_loop();
+        if spins < PURE_SPINS {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
     Ok(false)
 }
 
+/// Sleeps in poll(2) on the three fds; true when the waker fired.
 fn poll_fds(
     channel: &CompletionChannel,
     endpoint: &dyn CmEndpoint,
     waker: &EventFd,
     wait: Option<Duration>,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     let timeout = match wait {
         None => PollTimeout::NONE,
         Some(w) => {
@@ -250,7 +276,8 @@ fn poll_fds(
         PollFd::new(waker.as_fd(), PollFlags::POLLIN),
     ];
     match nix::poll::poll(&mut fds, timeout) {
-        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Ok(_) => Ok(fds[2].any().unwrap_or(true)),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
         Err(e) => Err(io::Error::other(format!(
             "poll on the connection's completion channel and rdma_cm fd: {e}"
         ))),

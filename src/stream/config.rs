@@ -28,7 +28,21 @@ pub enum ProgressMode {
         /// The spin budget per wait.
         spin: Duration,
     },
+    /// Busy-poll as long as this connection's recent waits lasted (twice their moving
+    /// average, at least [`MIN_ADAPTIVE_SPIN`]), but never longer than `max_spin`; once waits
+    /// run longer than `max_spin` (an idle peer), poll only the minimum and sleep. The
+    /// default: a ping-pong spins through its round trip, an idle connection sleeps at once.
+    Adaptive {
+        /// The longest spin per wait.
+        max_spin: Duration,
+    },
 }
+
+/// The spin an adaptive wait always allows (rsocket's default busy-poll time).
+pub const MIN_ADAPTIVE_SPIN: Duration = Duration::from_micros(10);
+/// The default cap of an adaptive spin: under it a round trip of a soft device in a slow
+/// virtual machine (rxe under qemu TCG: 60-600 µs) still spins; above it a thread sleeps.
+pub const DEFAULT_MAX_SPIN: Duration = Duration::from_millis(1);
 
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,8 +75,8 @@ impl Default for StreamConfig {
             signal_interval: 1,
             max_transfer: RSOCKET_MAX_TRANSFER,
             write_with_send: false,
-            progress: ProgressMode::BusyPoll {
-                spin: Duration::from_micros(10),
+            progress: ProgressMode::Adaptive {
+                max_spin: DEFAULT_MAX_SPIN,
             },
             byte_order: ByteOrder::native(),
         }
@@ -71,7 +85,8 @@ impl Default for StreamConfig {
 
 impl StreamConfig {
     /// A builder starting from rsocket's defaults: 128 KiB rings, 384-deep queues, 64-byte
-    /// inline, every send signalled, 64 KiB transfers, 10 µs busy-poll.
+    /// inline, every send signalled, 64 KiB transfers; waits busy-poll adaptively
+    /// ([`ProgressMode::Adaptive`], where rsocket spins a fixed 10 µs).
     pub fn builder() -> StreamConfigBuilder {
         StreamConfigBuilder(StreamConfig::default())
     }

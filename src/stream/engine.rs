@@ -195,6 +195,17 @@ impl StreamEngine {
         !self.ops.is_empty()
     }
 
+    /// The next op [`pop_op`](Self::pop_op) would return, without taking it.
+    pub fn peek_op(&self) -> Option<&Op> {
+        self.ops.front()
+    }
+
+    /// Whether the stream is over for the connection manager: failed, or disconnected with
+    /// every send completed (cheaper than [`readiness`](Self::readiness) for the data path).
+    pub fn finished(&self) -> bool {
+        self.error.is_some() || (self.phase == Phase::Disconnected && self.all_sends_done())
+    }
+
     /// What is possible now.
     pub fn readiness(&self) -> Readiness {
         let open = self.phase != Phase::Opening;

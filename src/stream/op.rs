@@ -153,6 +153,14 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether this op is a send work request (posted on the send queue).
+    pub fn is_send(&self) -> bool {
+        matches!(
+            self,
+            Op::WriteWithImm { .. } | Op::Write { .. } | Op::Send { .. }
+        )
+    }
+
     /// The work-request id, for posted work requests.
     pub fn wr_id(&self) -> Option<WrId> {
         match *self {

@@ -158,17 +158,23 @@ pub fn read_record<T: Pod>(fd: BorrowedFd<'_>) -> io::Result<Option<T>> {
 // The large inline variant is the point: it lives on the caller's stack for one call.
 #[allow(clippy::large_enum_variant)]
 enum Bytes {
+    Small([u8; SMALL_BYTES], usize),
     Inline([u8; INLINE_BYTES], usize),
     Heap(Vec<u8>),
 }
 
 /// The largest command or response kept on the stack (every data-path command is far smaller).
 const INLINE_BYTES: usize = 256;
+/// The size class of the data-path commands (post-send doorbell, CQ notify) and responses.
+const SMALL_BYTES: usize = 64;
 
 impl Bytes {
     /// `len` zero bytes.
     fn zeroed(len: usize) -> Bytes {
-        if len <= INLINE_BYTES {
+        if len <= SMALL_BYTES {
+            // The doorbell and notify commands: zeroing 256 bytes would cost more than them.
+            Bytes::Small([0; SMALL_BYTES], len)
+        } else if len <= INLINE_BYTES {
             Bytes::Inline([0; INLINE_BYTES], len)
         } else {
             Bytes::Heap(vec![0; len])
@@ -177,6 +183,7 @@ impl Bytes {
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
+            Bytes::Small(bytes, len) => &mut bytes[..*len],
             Bytes::Inline(bytes, len) => &mut bytes[..*len],
             Bytes::Heap(bytes) => bytes,
         }
