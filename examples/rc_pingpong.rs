@@ -256,11 +256,15 @@ impl Pingpong {
     /// INIT with no remote access.
     fn new(context: Context, c: &Config) -> Result<Pingpong, ExitCode> {
         let channel = if c.events {
-            Some(
-                context
-                    .create_comp_channel()
-                    .map_err(|e| fail("Couldn't create completion channel", e))?,
-            )
+            let channel = context
+                .create_comp_channel()
+                .map_err(|e| fail("Couldn't create completion channel", e))?;
+            // rdma-core's channel fd blocks: its ibv_get_cq_event is one read(2). Ours is
+            // non-blocking for poll/mio; this loop only waits on it, so block as rdma-core
+            // does where the provider can (kernel devices). Elsewhere (or should the fcntl
+            // fail) wait() keeps polling the fd first, which is as correct, one call dearer.
+            let _ = channel.set_blocking(true);
+            Some(channel)
         } else {
             None
         };

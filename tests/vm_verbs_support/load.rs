@@ -76,6 +76,57 @@ pub fn event_mode_wakes_the_channel_and_disarms(dut: &Dut) {
     p.disconnect();
 }
 
+/// A channel made blocking (rdma-core's mode, kernel devices only) waits in one read(2) and
+/// still never blocks `try_get_event`; other providers refuse the mode with a clear error.
+pub fn blocking_channel_waits_in_read(dut: &Dut) {
+    let p = dut.pair_with(PairOptions {
+        with_channel: true,
+        ..Default::default()
+    });
+    let channel = p.b.channel.as_ref().unwrap().clone();
+    let kernel = matches!((dut.provider)(), "rxe" | "siw");
+    match channel.set_blocking(true) {
+        Ok(()) => assert!(kernel, "{} accepted a blocking channel", (dut.provider)()),
+        Err(e) => {
+            assert!(
+                !kernel,
+                "{} refused a blocking channel: {e}",
+                (dut.provider)()
+            );
+            assert!(e.to_string().contains("cannot block"), "{e}");
+            p.disconnect();
+            return;
+        }
+    }
+    // Nothing queued: the non-blocking take answers at once on the blocking fd.
+    assert_eq!(channel.try_get_event().unwrap(), None);
+    for round in 0..3u64 {
+        p.b.cq.req_notify(false).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = channel.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(waiter.wait(None));
+        });
+        post_recv(&p.b, round, &[(0, 64)]);
+        let sg = [p.a.mr.slice(0, 8).unwrap()];
+        p.a.qp
+            .post_send(&[SendRequest::new(round, SendOp::Send, &sg)])
+            .unwrap();
+        let cookie = rx
+            .recv_timeout(COMPLETION_DEADLINE)
+            .expect("the blocking wait did not return the event")
+            .unwrap();
+        assert_eq!(cookie, Some(p.b.cq.cookie()));
+        p.b.cq.ack_events(1);
+        assert_eq!(poll_ok(&p.b.cq).wr_id, round);
+        poll_ok(&p.a.cq);
+        assert_eq!(channel.try_get_event().unwrap(), None, "one event per arm");
+    }
+    channel.set_blocking(false).unwrap();
+    assert_eq!(channel.try_get_event().unwrap(), None);
+    p.disconnect();
+}
+
 /// 10 000 SEND/receive round trips, each polled to completion, every byte checked: the
 /// rings wrap many times.
 pub fn ten_thousand_post_poll_cycles(dut: &Dut) {

@@ -343,6 +343,7 @@ macro_rules! conformance_suite {
             wrong_rkey_write_is_reported_with_its_status,
             send_without_receive_is_reported,
             event_mode_wakes_the_channel_and_disarms,
+            blocking_channel_waits_in_read,
             ten_thousand_post_poll_cycles,
             post_time_limits_are_clear_errors,
             create_destroy_cycles_leak_nothing,

@@ -96,6 +96,21 @@ pub trait ChannelOps: Send + Sync + Debug {
     /// Takes one event without blocking: the cookie of the CQ it is for
     /// ([`CqOps::cookie`]), or `None` when there is none.
     fn get_event(&self) -> Result<Option<u64>>;
+    /// Makes the channel's fd blocking (rdma-core's default) or non-blocking (ours). Providers
+    /// whose channel cannot block in read(2) keep the default: an `Unsupported` error.
+    fn set_blocking(&self, blocking: bool) -> Result<()> {
+        let _ = blocking;
+        Err(crate::error::Error::InvalidArgument(
+            "this provider's completion channel cannot block in read(2); \
+             CompletionChannel::wait polls its non-blocking fd instead"
+                .into(),
+        ))
+    }
+    /// On a blocking channel: waits for one event in read(2) and returns its cookie. `None`:
+    /// the channel is non-blocking, the caller polls the fd instead (the default).
+    fn wait_blocking(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
     /// For downcasting.
     fn as_any(&self) -> &dyn Any;
 }

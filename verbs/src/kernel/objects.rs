@@ -13,11 +13,11 @@ use crate::provider::{ChannelOps, CqOps, MrOps, PdOps, QpOps};
 use crate::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use crate::sys::abi::CompEventDesc;
 use crate::sys::abi_qp::{CreateQpRequest, CreateQpResponse};
-use crate::sys::uverbs::{read_record, set_nonblocking};
+use crate::sys::uverbs::{poll_readable, read_record, set_fd_blocking, set_nonblocking};
 use crate::types::{LocalKey, QpNumber, RemoteKey};
 use std::any::Any;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// A protection domain; DEALLOC_PD when the last clone (and every MR and QP in it) is gone.
@@ -147,12 +147,14 @@ impl MrOps for KernelMr {
     }
 }
 
-/// A completion channel: a non-blocking fd yielding one record per CQ event. Closed when the
-/// last CQ using it is destroyed.
+/// A completion channel: a non-blocking fd (blocking on request, like rdma-core's) yielding
+/// one record per CQ event. Closed when the last CQ using it is destroyed.
 #[derive(Debug)]
 pub struct KernelChannel {
     fd: OwnedFd,
     context: KernelContext,
+    /// The fd is blocking ([`ChannelOps::set_blocking`]).
+    blocking: AtomicBool,
 }
 
 impl KernelChannel {
@@ -168,15 +170,11 @@ impl KernelChannel {
         Ok(KernelChannel {
             fd,
             context: context.clone(),
+            blocking: AtomicBool::new(false),
         })
     }
-}
 
-impl ChannelOps for KernelChannel {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-    fn get_event(&self) -> Result<Option<u64>> {
+    fn read_event(&self) -> Result<Option<u64>> {
         read_record::<CompEventDesc>(self.fd.as_fd())
             .map(|d| d.map(|d| d.cq_handle))
             .map_err(|e| {
@@ -188,6 +186,34 @@ impl ChannelOps for KernelChannel {
                     e,
                 )
             })
+    }
+}
+
+impl ChannelOps for KernelChannel {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+    fn get_event(&self) -> Result<Option<u64>> {
+        if self.blocking.load(Ordering::Relaxed)
+            && !poll_readable(self.fd.as_fd())
+                .map_err(|e| Error::io("polling a completion channel", e))?
+        {
+            // A read would block: there is no event.
+            return Ok(None);
+        }
+        self.read_event()
+    }
+    fn set_blocking(&self, blocking: bool) -> Result<()> {
+        set_fd_blocking(self.fd.as_fd(), blocking)
+            .map_err(|e| Error::io("changing a completion channel's blocking mode", e))?;
+        self.blocking.store(blocking, Ordering::Relaxed);
+        Ok(())
+    }
+    fn wait_blocking(&self) -> Result<Option<u64>> {
+        if !self.blocking.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        self.read_event()
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -26,6 +26,16 @@ impl CompletionChannel {
         &self.ops
     }
 
+    /// Makes the fd blocking (`true`: rdma-core's default, for a thread that only waits on
+    /// this channel: [`wait`](Self::wait) without a timeout is then a single read(2)) or
+    /// non-blocking again (`false`, the default, for poll/epoll/mio). [`try_get_event`]
+    /// (Self::try_get_event) never blocks either way, but on a blocking channel take events
+    /// from one thread only: another thread's read between its check and its read would
+    /// block it. Kernel devices only (rxe, siw); other providers return an error.
+    pub fn set_blocking(&self, blocking: bool) -> Result<()> {
+        self.ops.set_blocking(blocking)
+    }
+
     /// Takes one event without blocking: the cookie of the CQ it is for, or `None`.
     /// Acknowledge each with [`CompletionQueue::ack_events`].
     pub fn try_get_event(&self) -> Result<Option<u64>> {
@@ -37,7 +47,15 @@ impl CompletionChannel {
     /// It polls the fd first and reads once it is readable: a waiter usually arrives before
     /// its event, and a read that would only find nothing is a wasted system call (when an
     /// event is already queued, poll returns at once).
+    ///
+    /// On a channel made blocking with [`set_blocking`](Self::set_blocking), waiting without
+    /// a timeout is one read(2) that sleeps in the kernel, as rdma-core's `ibv_get_cq_event`.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<Option<u64>> {
+        if timeout.is_none() {
+            if let Some(cookie) = self.ops.wait_blocking()? {
+                return Ok(Some(cookie));
+            }
+        }
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let left = match deadline {

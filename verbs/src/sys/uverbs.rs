@@ -192,10 +192,33 @@ impl Bytes {
 
 /// Puts an fd into non-blocking mode.
 pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_fd_blocking(fd, false)
+}
+
+/// Clears (`blocking`) or sets O_NONBLOCK on an fd.
+pub fn set_fd_blocking(fd: BorrowedFd<'_>, blocking: bool) -> io::Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
-    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    let flags = if blocking {
+        flags - OFlag::O_NONBLOCK
+    } else {
+        flags | OFlag::O_NONBLOCK
+    };
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags))?;
     Ok(())
+}
+
+/// Whether an fd is readable now (poll(2) with a zero timeout).
+pub fn poll_readable(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    loop {
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(n) => return Ok(n > 0),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[cfg(test)]
