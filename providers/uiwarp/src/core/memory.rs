@@ -12,8 +12,9 @@ use std::sync::Arc;
 /// One registration as the engine sees it.
 #[derive(Copy, Clone, Debug)]
 pub struct RegionView<'a> {
-    /// The memory behind the region.
-    pub memory: &'a RegisteredMemory,
+    /// The memory behind the region (shared: the transmit queue keeps it while it sends
+    /// from it).
+    pub memory: &'a Arc<RegisteredMemory>,
     /// Where the region starts within `memory`.
     pub memory_offset: usize,
     /// The address (virtual address or tagged offset base) of the region's first byte.

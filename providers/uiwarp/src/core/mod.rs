@@ -35,6 +35,7 @@ mod memory;
 mod receive;
 mod state;
 mod transmit;
+mod txqueue;
 mod work;
 
 pub use config::{Config, Negotiated, Role, Rtr, MAX_READ_DEPTH, MIN_MULPDU};
@@ -42,6 +43,7 @@ pub use connection::Connection;
 pub use event::{CloseReason, ConnectRequest, Established, Event, Origin, Termination};
 pub use handshake::{MAX_USER_PRIVATE_DATA, SIW_MAX_USER_PRIVATE_DATA};
 pub use memory::{AccessError, MemoryTable, RegionTable, RegionView};
+pub use txqueue::TxQueue;
 pub use work::{Completion, LocalSegment, RecvWork, SendOperation, SendWork, WorkQueue};
 
 /// Why a call on a connection was refused. The connection is unchanged.

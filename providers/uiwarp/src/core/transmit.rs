@@ -3,13 +3,16 @@
 use super::config::Rtr;
 use super::connection::{Blame, Connection, Fault, OutstandingRead, Phase};
 use super::memory::{AccessError, MemoryTable};
+use super::txqueue::{TxQueue, COPY_BELOW};
 use super::work::{LocalSegment, SendOperation};
+use crate::wire::crc32c::Crc32c;
 use crate::wire::ddp::{
     queue, Opcode, Placement, SegmentRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use crate::wire::fpdu;
 use crate::wire::rdmap::{ReadRequestRepr, TerminateCode};
-use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
+use rdmasock_verbs::{AccessFlags, RegisteredMemory, RemoteKey, WcStatus};
+use std::sync::Arc;
 
 /// A message being cut into segments.
 #[derive(Clone, Debug)]
@@ -57,25 +60,43 @@ impl Connection {
     /// Appends what is ready to go to `out`, and returns how many bytes it appended: MPA
     /// frames and a TERMINATE first, then whole FPDUs while fewer than `max_len` bytes were
     /// appended (so it may go past `max_len` by up to one FPDU). SEND and WRITE requests
-    /// complete here, once their last FPDU is handed over.
+    /// complete here, once their last FPDU is copied out. The driver uses
+    /// [`Connection::poll_transmit_queue`] instead, which copies no payload.
     pub fn poll_transmit(
         &mut self,
         memory: &dyn MemoryTable,
         out: &mut Vec<u8>,
         max_len: usize,
     ) -> usize {
-        let start = out.len();
-        out.append(&mut self.control);
-        while out.len() - start < max_len && self.may_send_fpdus() {
-            if self.tx_current.is_none() && !self.start_next(memory, out) {
+        let mut queue = TxQueue::new();
+        let n = self.poll_transmit_queue(memory, &mut queue, max_len);
+        queue.copy_to(out);
+        let len = queue.len();
+        queue.advance(len, self);
+        n
+    }
+
+    /// Like [`Connection::poll_transmit`], but appends to `queue`, where payloads stay in
+    /// their registered memory (see [`TxQueue`]); a SEND or WRITE request completes when
+    /// [`TxQueue::advance`] passes its last byte.
+    pub fn poll_transmit_queue(
+        &mut self,
+        memory: &dyn MemoryTable,
+        queue: &mut TxQueue,
+        max_len: usize,
+    ) -> usize {
+        let start = queue.len();
+        queue.bytes().append(&mut self.control);
+        while queue.len() - start < max_len && self.may_send_fpdus() {
+            if self.tx_current.is_none() && !self.start_next(memory, queue.bytes()) {
                 break;
             }
             if let Some(msg) = self.tx_current.take() {
-                self.emit_segment(msg, memory, out);
+                self.emit_segment(msg, memory, queue);
             }
-            out.append(&mut self.control);
+            queue.bytes().append(&mut self.control);
         }
-        out.len() - start
+        queue.len() - start
     }
 
     /// Whether [`Connection::poll_transmit`] has something to give now.
@@ -299,7 +320,7 @@ impl Connection {
     }
 
     /// Emits the next segment of `msg`; keeps it as the current message unless it is done.
-    fn emit_segment(&mut self, mut msg: TxMessage, memory: &dyn MemoryTable, out: &mut Vec<u8>) {
+    fn emit_segment(&mut self, mut msg: TxMessage, memory: &dyn MemoryTable, queue: &mut TxQueue) {
         let tagged = !matches!(msg.kind, TxKind::Send { .. });
         let header_len = if tagged {
             TAGGED_HEADER_LEN
@@ -338,13 +359,59 @@ impl Connection {
             TxKind::Write { .. } => Opcode::RdmaWrite,
             TxKind::ReadResponse { .. } => Opcode::ReadResponse,
         };
-        let start = fpdu::begin(out);
-        SegmentRepr {
+        let header = SegmentRepr {
             last,
             opcode,
             placement,
+        };
+        let copied = if chunk < COPY_BELOW {
+            self.frame_copied(header, &msg, chunk, memory, queue.bytes())
+        } else {
+            self.frame_in_place(header, &msg, chunk, memory, queue)
+        };
+        if let Err(e) = copied {
+            let fault = match msg.kind {
+                TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => Fault::new(
+                    TerminateCode::RDMAP_LOCAL_CATASTROPHIC,
+                    format!("a send request's memory became unreadable ({e:?}) while it was sent"),
+                )
+                .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
+                TxKind::ReadResponse { .. } => Fault::new(
+                    TerminateCode::RDMAP_INVALID_STAG,
+                    format!(
+                        "the source of an RDMA READ became unreadable ({e:?}) before its response"
+                    ),
+                ),
+            };
+            self.fail(fault);
+            return;
         }
-        .append(out);
+        msg.sent += chunk as u32;
+        if !last {
+            self.tx_current = Some(msg);
+            return;
+        }
+        match msg.kind {
+            // Complete once written: the memory is read until then.
+            TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => queue.push_sent(seq),
+            TxKind::ReadResponse { .. } => {
+                self.irq.pop_front();
+            }
+        }
+    }
+
+    /// Appends one whole FPDU with `chunk` payload bytes of `msg` copied behind the header.
+    /// Nothing is appended when the memory cannot be read.
+    fn frame_copied(
+        &self,
+        header: SegmentRepr,
+        msg: &TxMessage,
+        chunk: usize,
+        memory: &dyn MemoryTable,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessError> {
+        let start = fpdu::begin(out);
+        header.append(out);
         let at = out.len();
         out.resize(at + chunk, 0);
         let copied = match &msg.kind {
@@ -367,38 +434,107 @@ impl Connection {
                 }),
             TxKind::ReadResponse { .. } => Ok(()),
         };
-        if let Err(e) = copied {
+        if copied.is_err() {
             out.truncate(start);
-            let fault = match msg.kind {
-                TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => Fault::new(
-                    TerminateCode::RDMAP_LOCAL_CATASTROPHIC,
-                    format!("a send request's memory became unreadable ({e:?}) while it was sent"),
-                )
-                .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
-                TxKind::ReadResponse { .. } => Fault::new(
-                    TerminateCode::RDMAP_INVALID_STAG,
-                    format!(
-                        "the source of an RDMA READ became unreadable ({e:?}) before its response"
-                    ),
-                ),
-            };
-            self.fail(fault);
-            return;
+            return copied;
         }
         fpdu::finish(out, start, self.crc);
-        msg.sent += chunk as u32;
-        if !last {
-            self.tx_current = Some(msg);
-            return;
-        }
-        match msg.kind {
-            TxKind::Send { seq, .. } | TxKind::Write { seq, .. } => {
-                self.finish_send(seq, WcStatus::Success, 0)
+        Ok(())
+    }
+
+    /// Queues one whole FPDU whose `chunk` payload bytes of `msg` stay in their registered
+    /// memory: the header, the memory slices, then pad and CRC (computed over the slices
+    /// here). Nothing is queued when the memory cannot be read.
+    fn frame_in_place(
+        &self,
+        header: SegmentRepr,
+        msg: &TxMessage,
+        chunk: usize,
+        memory: &dyn MemoryTable,
+        queue: &mut TxQueue,
+    ) -> Result<(), AccessError> {
+        let mut slices: Vec<(&Arc<RegisteredMemory>, usize, usize)> = Vec::with_capacity(2);
+        let offset = u64::from(msg.sent);
+        match &msg.kind {
+            TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => {
+                locate(memory, segments, offset, chunk, &mut slices)?
             }
-            TxKind::ReadResponse { .. } => {
-                self.irq.pop_front();
+            TxKind::ReadResponse {
+                source_stag,
+                source_offset,
+                ..
+            } => {
+                let region = memory
+                    .remote(RemoteKey(*source_stag))
+                    .ok_or(AccessError::InvalidKey)?;
+                let at = region.resolve(
+                    source_offset.wrapping_add(offset),
+                    chunk as u64,
+                    AccessFlags::REMOTE_READ,
+                )?;
+                slices.push((region.memory, at, chunk));
             }
         }
+        let out = queue.bytes();
+        let start = fpdu::begin(out);
+        header.append(out);
+        let ulpdu = out.len() - start - fpdu::LENGTH_LEN + chunk;
+        let len = u16::try_from(ulpdu).unwrap_or(u16::MAX);
+        out[start..start + fpdu::LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+        let mut crc = Crc32c::new();
+        if self.crc {
+            crc.update(&out[start..]);
+            for (m, at, n) in &slices {
+                crc.update(&m.as_slice()[*at..*at + *n]);
+            }
+        }
+        for (m, at, n) in &slices {
+            queue.push_memory(m, *at, *n);
+        }
+        let pad = [0u8; 3];
+        let pad = &pad[..fpdu::pad_len(ulpdu)];
+        let out = queue.bytes();
+        out.extend_from_slice(pad);
+        let value = if self.crc {
+            crc.update(pad);
+            crc.finish()
+        } else {
+            0
+        };
+        out.extend_from_slice(&value.to_le_bytes());
+        Ok(())
+    }
+}
+
+/// Finds message bytes `offset..offset+len` of a gather list in registered memory: pushes
+/// (memory, offset within it, length) per scatter/gather entry covered.
+fn locate<'m>(
+    memory: &'m dyn MemoryTable,
+    segments: &[LocalSegment],
+    mut offset: u64,
+    mut len: usize,
+    slices: &mut Vec<(&'m Arc<RegisteredMemory>, usize, usize)>,
+) -> Result<(), AccessError> {
+    for s in segments {
+        if len == 0 {
+            break;
+        }
+        let seg_len = u64::from(s.length);
+        if offset >= seg_len {
+            offset -= seg_len;
+            continue;
+        }
+        let n = (seg_len - offset).min(len as u64) as usize;
+        let region = memory.local(s.lkey).ok_or(AccessError::InvalidKey)?;
+        let at = region.resolve(s.addr.wrapping_add(offset), n as u64, AccessFlags::empty())?;
+        slices.push((region.memory, at, n));
+        len -= n;
+        offset = 0;
+    }
+    if len == 0 {
+        Ok(())
+    } else {
+        Err(AccessError::OutOfBounds)
     }
 }
 

@@ -3,10 +3,10 @@
 
 use super::pcap::Flow;
 use super::Engine;
-use crate::core::{Connection, MemoryTable};
+use crate::core::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::Token;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 const READ_CHUNK: usize = 256 * 1024;
 /// Bytes asked of `poll_transmit` at a time.
 const TRANSMIT_CHUNK: usize = 256 * 1024;
+/// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
+const WRITE_SLICES: usize = 64;
 /// How long a closed connection may take to flush and see the peer's FIN.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -23,8 +25,8 @@ pub(crate) struct Link {
     pub(crate) conn: Connection,
     socket: TcpStream,
     pub(crate) token: Token,
-    out: Vec<u8>,
-    sent: usize,
+    /// What the core gave and TCP has not taken yet.
+    out: TxQueue,
     /// The peer's FIN (or an error) was seen.
     read_done: bool,
     write_shut: bool,
@@ -52,8 +54,7 @@ impl Link {
             conn,
             socket,
             token,
-            out: Vec::new(),
-            sent: 0,
+            out: TxQueue::new(),
             read_done: false,
             write_shut: false,
             linger_until: None,
@@ -135,30 +136,36 @@ impl Link {
         }
     }
 
-    /// Writes pending bytes and whatever the core has ready, until TCP would block.
+    /// Writes pending bytes and whatever the core has ready, until TCP would block: one
+    /// writev per batch, payloads straight from their registered memory.
     pub(crate) fn flush(&mut self, memory: &dyn MemoryTable) -> bool {
         let mut moved = false;
         loop {
-            if self.sent == self.out.len() {
-                self.out.clear();
-                self.sent = 0;
+            if self.out.is_empty() {
                 if self.write_shut || self.io_error.is_some() {
                     break;
                 }
                 if self
                     .conn
-                    .poll_transmit(memory, &mut self.out, TRANSMIT_CHUNK)
+                    .poll_transmit_queue(memory, &mut self.out, TRANSMIT_CHUNK)
                     == 0
                 {
                     break;
                 }
                 if let Some(f) = &mut self.flow {
-                    f.outbound(&self.out);
+                    let mut bytes = Vec::with_capacity(self.out.len());
+                    self.out.copy_to(&mut bytes);
+                    f.outbound(&bytes);
                 }
             }
-            match self.socket.write(&self.out[self.sent..]) {
+            let written = {
+                let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+                let n = self.out.io_slices(&mut slices);
+                self.socket.write_vectored(&slices[..n])
+            };
+            match written {
                 Ok(n) => {
-                    self.sent += n;
+                    self.out.advance(n, &mut self.conn);
                     moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -169,7 +176,7 @@ impl Link {
                 }
             }
         }
-        if self.conn.should_close() && self.sent == self.out.len() && !self.write_shut {
+        if self.conn.should_close() && self.out.is_empty() && !self.write_shut {
             self.write_shut = true;
             let _ = self.socket.shutdown(Shutdown::Write);
         }
@@ -182,7 +189,6 @@ impl Link {
     fn fail(&mut self, e: io::Error) {
         self.read_done = true;
         self.out.clear();
-        self.sent = 0;
         self.conn.handle_peer_closed(true);
         if self.io_error.is_none() {
             self.io_error = Some(e);
@@ -195,7 +201,7 @@ impl Link {
         if !self.conn.should_close() {
             return false;
         }
-        let drained = self.sent == self.out.len();
+        let drained = self.out.is_empty();
         (drained && self.write_shut && self.read_done)
             || self.io_error.is_some()
             || self.linger_until.is_some_and(|t| now >= t)

@@ -75,7 +75,8 @@ impl InlinePool {
         bytes: &[u8],
     ) -> rdmasock_verbs::Result<(u32, u64)> {
         let memory = match self.free.pop() {
-            Some(m) if bytes.len() <= m.len() => m,
+            // Not one a transmit queue still holds (its bytes may be unwritten).
+            Some(m) if bytes.len() <= m.len() && Arc::strong_count(&m) == 1 => m,
             _ => Arc::new(RegisteredMemory::allocate(bytes.len().max(INLINE_BUFFER))?),
         };
         memory.write_at(0, bytes)?;

@@ -1,0 +1,208 @@
+//! Outbound bytes as the driver writes them: a list of pieces, each either bytes the core
+//! made (MPA frames, DDP/RDMAP headers, pads and CRCs, small payloads) or a payload slice of a
+//! registered memory region. The driver hands the pieces to one `writev`, so a payload goes
+//! from the application's memory to TCP with the kernel's copy only, and its CRC is computed
+//! while the header is made. A send request completes once its last byte is written (the
+//! memory is read until then), not when its frames are made.
+
+use super::connection::Connection;
+use rdmasock_verbs::{RegisteredMemory, WcStatus};
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::sync::Arc;
+
+/// Payloads shorter than this are copied next to their header: an extra slice costs more.
+pub(crate) const COPY_BELOW: usize = 512;
+
+/// One piece of the queue.
+#[derive(Debug)]
+enum Piece {
+    /// Bytes `start..end` of the arena.
+    Own { start: usize, end: usize },
+    /// `len` bytes of `memory` from `at` (checked against the region when queued).
+    Memory {
+        memory: Arc<RegisteredMemory>,
+        at: usize,
+        len: usize,
+    },
+    /// The send request with this sequence number has all its bytes before this point.
+    Sent(u64),
+}
+
+/// Bytes waiting for TCP, in order (see the module documentation).
+#[derive(Debug, Default)]
+pub struct TxQueue {
+    /// Bytes the core made; pieces point into it. Emptied when the queue drains.
+    arena: Vec<u8>,
+    /// Arena bytes up to here are covered by pieces; later ones are still being made.
+    committed: usize,
+    pieces: VecDeque<Piece>,
+    /// Bytes of the front piece already written.
+    front_written: usize,
+    /// Bytes queued and not written.
+    len: usize,
+}
+
+impl TxQueue {
+    /// An empty queue.
+    pub fn new() -> TxQueue {
+        TxQueue::default()
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn len(&self) -> usize {
+        self.len + (self.arena.len() - self.committed)
+    }
+
+    /// Whether nothing waits (send requests whose bytes are all written are completed).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0 && self.pieces.is_empty()
+    }
+
+    /// The arena, to append bytes the core makes.
+    pub(crate) fn bytes(&mut self) -> &mut Vec<u8> {
+        &mut self.arena
+    }
+
+    /// Makes the bytes appended since the last piece into a piece.
+    fn commit(&mut self) {
+        let end = self.arena.len();
+        if end == self.committed {
+            return;
+        }
+        let start = self.committed;
+        self.committed = end;
+        self.len += end - start;
+        if let Some(Piece::Own { end: last, .. }) = self.pieces.back_mut() {
+            if *last == start {
+                *last = end;
+                return;
+            }
+        }
+        self.pieces.push_back(Piece::Own { start, end });
+    }
+
+    /// Queues `len` bytes of `memory` from `at` (already checked against its region).
+    pub(crate) fn push_memory(&mut self, memory: &Arc<RegisteredMemory>, at: usize, len: usize) {
+        self.commit();
+        if len == 0 {
+            return;
+        }
+        self.len += len;
+        self.pieces.push_back(Piece::Memory {
+            memory: memory.clone(),
+            at,
+            len,
+        });
+    }
+
+    /// Marks the end of the send request `seq`'s bytes.
+    pub(crate) fn push_sent(&mut self, seq: u64) {
+        self.commit();
+        self.pieces.push_back(Piece::Sent(seq));
+    }
+
+    /// Fills `slices` with the bytes to write next, in order; returns how many it filled.
+    pub fn io_slices<'a>(&'a mut self, slices: &mut [IoSlice<'a>]) -> usize {
+        self.commit();
+        let mut n = 0;
+        let mut skip = self.front_written;
+        for piece in &self.pieces {
+            if n == slices.len() {
+                break;
+            }
+            let bytes: &[u8] = match piece {
+                Piece::Own { start, end } => &self.arena[*start..*end],
+                Piece::Memory { memory, at, len } => &memory.as_slice()[*at..*at + *len],
+                Piece::Sent(_) => continue,
+            };
+            slices[n] = IoSlice::new(&bytes[skip..]);
+            skip = 0;
+            n += 1;
+        }
+        n
+    }
+
+    /// Consumes `written` bytes from the front; completes the send requests whose bytes are
+    /// now all written.
+    pub fn advance(&mut self, mut written: usize, conn: &mut Connection) {
+        self.commit();
+        while let Some(front) = self.pieces.front() {
+            let size = match front {
+                Piece::Own { start, end } => end - start,
+                Piece::Memory { len, .. } => *len,
+                Piece::Sent(seq) => {
+                    conn.finish_send(*seq, WcStatus::Success, 0);
+                    self.pieces.pop_front();
+                    continue;
+                }
+            };
+            let left = size - self.front_written;
+            if written < left {
+                self.front_written += written;
+                self.len -= written;
+                return;
+            }
+            written -= left;
+            self.len -= left;
+            self.front_written = 0;
+            self.pieces.pop_front();
+        }
+        self.arena.clear();
+        self.committed = 0;
+    }
+
+    /// Drops everything (the connection failed: its unwritten sends are flushed).
+    pub fn clear(&mut self) {
+        self.arena.clear();
+        self.committed = 0;
+        self.pieces.clear();
+        self.front_written = 0;
+        self.len = 0;
+    }
+
+    /// Appends the unwritten bytes to `out` (a capture, or the copying `poll_transmit`).
+    pub fn copy_to(&mut self, out: &mut Vec<u8>) {
+        self.commit();
+        let mut skip = self.front_written;
+        for piece in &self.pieces {
+            let bytes: &[u8] = match piece {
+                Piece::Own { start, end } => &self.arena[*start..*end],
+                Piece::Memory { memory, at, len } => &memory.as_slice()[*at..*at + *len],
+                Piece::Sent(_) => continue,
+            };
+            out.extend_from_slice(&bytes[skip..]);
+            skip = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Config, Connection};
+    use std::time::Instant;
+
+    #[test]
+    fn pieces_come_out_in_order_and_partial_writes_resume() {
+        let mem = Arc::new(RegisteredMemory::allocate(64).unwrap());
+        mem.write_at(10, b"payload").unwrap();
+        let mut q = TxQueue::new();
+        q.bytes().extend_from_slice(b"head-");
+        q.push_memory(&mem, 10, 7);
+        q.bytes().extend_from_slice(b"-tail");
+        assert_eq!(q.len(), 17);
+        let mut all = Vec::new();
+        q.copy_to(&mut all);
+        assert_eq!(all, b"head-payload-tail");
+        let mut conn = Connection::responder(Config::default(), Instant::now());
+        q.advance(7, &mut conn);
+        let mut slices = [IoSlice::new(&[]); 8];
+        let n = q.io_slices(&mut slices);
+        let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.to_vec()).collect();
+        assert_eq!(joined, b"yload-tail");
+        q.advance(10, &mut conn);
+        assert!(q.is_empty());
+        assert_eq!(q.arena.len(), 0);
+    }
+}
