@@ -28,10 +28,11 @@ impl CompletionChannel {
 
     /// Makes the fd blocking (`true`: rdma-core's default, for a thread that only waits on
     /// this channel: [`wait`](Self::wait) without a timeout is then a single read(2)) or
-    /// non-blocking again (`false`, the default, for poll/epoll/mio). [`try_get_event`]
-    /// (Self::try_get_event) never blocks either way, but on a blocking channel take events
-    /// from one thread only: another thread's read between its check and its read would
-    /// block it. Kernel devices only (rxe, siw); other providers return an error.
+    /// non-blocking again (`false`, the default, for poll/epoll/mio).
+    /// [`try_get_event`](Self::try_get_event) never blocks either way, but on a blocking
+    /// channel take events from one thread only: another thread's read between its check
+    /// and its read would block it. Kernel devices only (rxe, siw); other providers return an
+    /// error.
     pub fn set_blocking(&self, blocking: bool) -> Result<()> {
         self.ops.set_blocking(blocking)
     }
