@@ -15,9 +15,13 @@ use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{Error, QpNumber, QpState, RecvRequest, Result, SendRequest};
 use std::any::Any;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Bytes of `struct siw_uresp_create_qp`.
 const CREATE_QP_RESPONSE_LEN: usize = 32;
+/// How long a doorbell refused with ENOTCONN on a connected QP is retried (see
+/// `SiwQp::ring_connected`).
+const DOORBELL_RETRY: Duration = Duration::from_millis(50);
 
 /// A siw reliable-connected queue pair. Its `as_any` returns the [`KernelQp`].
 #[derive(Debug)]
@@ -142,6 +146,26 @@ impl SiwQp {
             }
         }
         Ok(*state)
+    }
+
+    /// Rings the doorbell of a QP known to be in RTS. siw's post_send only try-locks the QP's
+    /// state and answers ENOTCONN while another path holds it for writing (the connection
+    /// manager finishing a transition): the requests are in the ring already, so ring again
+    /// for a short while before reporting the QP as not connected. (Seen once in ~1300
+    /// connect/write cycles: the first write after ESTABLISHED got ENOTCONN.)
+    fn ring_connected(&self) -> Result<()> {
+        let deadline = Instant::now() + DOORBELL_RETRY;
+        loop {
+            match self.kernel.doorbell() {
+                Err(Error::Kernel { source, .. })
+                    if source.raw_os_error() == Some(libc::ENOTCONN)
+                        && Instant::now() < deadline =>
+                {
+                    std::thread::yield_now();
+                }
+                other => return other,
+            }
+        }
     }
 
     fn doorbell_error(&self, e: Error) -> Error {
@@ -287,7 +311,7 @@ impl QpOps for SiwQp {
         if posted > 0 {
             // Ring every time: always correct (kernel-abi.md §4.5); the kernel sends in our
             // context when its transmit engine is idle.
-            if let Err(e) = self.kernel.doorbell() {
+            if let Err(e) = self.ring_connected() {
                 return Err(post_error(0, first.wr_id, self.doorbell_error(e)));
             }
         }
