@@ -129,7 +129,7 @@ pub(crate) struct Connection {
     first_receive_seen: bool,
     /// Where completions are polled into (kept, so that a poll initialises nothing).
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
-    /// Moving average of how long this connection's blocking waits lasted (adaptive spin).
+    /// Decaying maximum of how long this connection's blocking waits lasted (adaptive spin).
     wait_average: Duration,
 }
 
@@ -481,9 +481,17 @@ impl Connection {
         }
     }
 
-    /// A blocking wait ended after `waited`: fold it into the moving average (weight 1/4).
+    /// A blocking wait ended after `waited`: the estimate is a decaying maximum (it takes a
+    /// longer wait at once and forgets 1/32 per wait), so the spin covers the slow tail
+    /// of a round trip, not just its mean. A wait past the cap counts as twice the cap: an
+    /// idle spell stops the spinning, and a few short waits bring it back.
     pub(crate) fn record_wait(&mut self, waited: Duration) {
-        self.wait_average = (self.wait_average * 3 + waited) / 4;
+        let cap = match self.opts.stream.progress() {
+            ProgressMode::Adaptive { max_spin } => max_spin * 2,
+            _ => waited,
+        };
+        let decayed = self.wait_average - self.wait_average / 32;
+        self.wait_average = decayed.max(waited.min(cap));
     }
 
     /// Copies up to `buf.len()` bytes into the send ring.

@@ -28,8 +28,8 @@ pub enum ProgressMode {
         /// The spin budget per wait.
         spin: Duration,
     },
-    /// Busy-poll as long as this connection's recent waits lasted (twice their moving
-    /// average, at least [`MIN_ADAPTIVE_SPIN`]), but never longer than `max_spin`; once waits
+    /// Busy-poll as long as this connection's recent waits lasted (twice their decaying
+    /// maximum, at least [`MIN_ADAPTIVE_SPIN`]), but never longer than `max_spin`; once waits
     /// run longer than `max_spin` (an idle peer), poll only the minimum and sleep. The
     /// default: a ping-pong spins through its round trip, an idle connection sleeps at once.
     Adaptive {
