@@ -5,9 +5,10 @@
 
 use super::cm::{CmEndpoint, CmNotice};
 use super::options::SocketOptions;
+use super::spin::SpinPolicy;
 use crate::stream::{
-    CopySpan, Hello, LocalRegions, Op, Payload, ProgressMode, Readiness, Received, StreamEngine,
-    StreamError, WrId, MIN_ADAPTIVE_SPIN, TARGET_LIST_LEN,
+    CopySpan, Hello, LocalRegions, Op, Payload, Readiness, Received, StreamEngine, StreamError,
+    WrId, TARGET_LIST_LEN,
 };
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
@@ -129,8 +130,8 @@ pub(crate) struct Connection {
     first_receive_seen: bool,
     /// Where completions are polled into (kept, so that a poll initialises nothing).
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
-    /// Decaying maximum of how long this connection's blocking waits lasted (adaptive spin).
-    wait_average: Duration,
+    /// How long blocking waits busy-poll.
+    spin: SpinPolicy,
 }
 
 impl Connection {
@@ -142,6 +143,7 @@ impl Connection {
     ) -> io::Result<Connection> {
         let engine = StreamEngine::new(opts.stream.clone(), res.regions());
         let scratch_offset = opts.stream.send_ring() + opts.stream.control_area_len();
+        let spin = SpinPolicy::new(opts.stream.progress());
         let mut c = Connection {
             engine,
             res,
@@ -161,7 +163,7 @@ impl Connection {
             cond_waiters: 0,
             first_receive_seen: false,
             wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
-            wait_average: Duration::ZERO,
+            spin,
         };
         c.post_ops()?;
         Ok(c)
@@ -468,30 +470,12 @@ impl Connection {
 
     /// How long a blocking wait may busy-poll before it sleeps, by the progress mode.
     pub(crate) fn spin_budget(&self) -> Duration {
-        match self.opts.stream.progress() {
-            ProgressMode::Event => Duration::ZERO,
-            ProgressMode::BusyPoll { spin } => spin,
-            ProgressMode::Adaptive { max_spin } => {
-                if self.wait_average > max_spin {
-                    MIN_ADAPTIVE_SPIN.min(max_spin)
-                } else {
-                    (self.wait_average * 2).clamp(MIN_ADAPTIVE_SPIN.min(max_spin), max_spin)
-                }
-            }
-        }
+        self.spin.budget()
     }
 
-    /// A blocking wait ended after `waited`: the estimate is a decaying maximum (it takes a
-    /// longer wait at once and forgets 1/32 per wait), so the spin covers the slow tail
-    /// of a round trip, not just its mean. A wait past the cap counts as twice the cap: an
-    /// idle spell stops the spinning, and a few short waits bring it back.
+    /// A blocking wait ended after `waited` (the adaptive mode learns from it).
     pub(crate) fn record_wait(&mut self, waited: Duration) {
-        let cap = match self.opts.stream.progress() {
-            ProgressMode::Adaptive { max_spin } => max_spin * 2,
-            _ => waited,
-        };
-        let decayed = self.wait_average - self.wait_average / 32;
-        self.wait_average = decayed.max(waited.min(cap));
+        self.spin.record(waited);
     }
 
     /// Copies up to `buf.len()` bytes into the send ring.

@@ -25,6 +25,7 @@ mod options;
 mod readiness;
 mod shared;
 mod source;
+mod spin;
 mod stream;
 mod uiwarp;
 
