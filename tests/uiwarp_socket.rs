@@ -513,3 +513,39 @@ fn mio_readiness_is_truthful_per_direction() {
     assert_eq!(client.read(&mut buf).unwrap(), 5);
     assert_eq!(&buf[..5], b"hello");
 }
+
+/// A clone's write is not held up by a clone's blocking read that is busy-polling under the
+/// connection's lock: the spin ends as soon as another caller waits for the lock. With a
+/// 5 s spin budget and no such yield, the write (and so the echo the read waits for) would
+/// wait out the whole spin.
+#[test]
+fn a_spinning_read_lets_a_clone_write() {
+    let opts = SocketOptions::builder()
+        .busy_poll(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let (mut server, client) = pair_with(&opts);
+    let start = Instant::now();
+    let reader = client.try_clone().unwrap();
+    let (started, is_reading) = std::sync::mpsc::channel();
+    let read = std::thread::spawn(move || {
+        let mut b = [0u8; 1];
+        started.send(()).unwrap();
+        (&reader).read_exact(&mut b).unwrap();
+        b[0]
+    });
+    is_reading.recv().unwrap();
+    // Not hiding a race: this only makes it likely that the reader is already spinning when
+    // the write comes (the case under test); the assertion holds in every interleaving.
+    std::thread::sleep(Duration::from_millis(50));
+    (&client).write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    server.read_exact(&mut b).unwrap();
+    server.write_all(b"y").unwrap();
+    assert_eq!(read.join().unwrap(), b'y');
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the write waited for the read's spin: the echo took {took:?}"
+    );
+}

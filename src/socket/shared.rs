@@ -14,7 +14,8 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::AsFd;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 /// Which timeout a blocking call obeys.
@@ -37,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) waker: EventFd,
     /// What a mio registration sees.
     pub(crate) ready: ReadyFds,
+    /// Callers blocked on `conn`'s lock right now.
+    contenders: AtomicU32,
 }
 
 impl Shared {
@@ -52,11 +55,23 @@ impl Shared {
             endpoint,
             waker,
             ready: ReadyFds::new()?,
+            contenders: AtomicU32::new(0),
         })
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        match self.conn.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Counted so that a caller busy-polling under the lock stops and sleeps
+                // (releasing it) instead of holding it for its whole spin budget.
+                self.contenders.fetch_add(1, Ordering::SeqCst);
+                let g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+                self.contenders.fetch_sub(1, Ordering::SeqCst);
+                g
+            }
+        }
     }
 
     pub(crate) fn cq_channel(&self) -> &CompletionChannel {
@@ -111,7 +126,7 @@ impl Shared {
                     let now = Instant::now();
                     (now, now + g.spin_budget())
                 });
-                progress = spin_until(&mut g, spin_end)?;
+                progress = spin_until(&mut g, spin_end, &self.contenders)?;
             }
             if !progress {
                 progress = g.arm()?;
@@ -239,11 +254,17 @@ const PURE_SPINS: u32 = 64;
 /// first [`PURE_SPINS`] polls each one also yields the CPU, so that a runnable thread on the
 /// same CPU (the kernel's softirq thread finishing a soft device's work, the peer of a
 /// same-host connection) is not starved by the spin.
-fn spin_until(g: &mut Connection, end: Instant) -> io::Result<bool> {
+/// The spin also ends, without progress, as soon as another caller waits for the
+/// connection's lock (`contenders`): a clone writing while this one reads must not wait out
+/// the whole budget; this caller then sleeps in poll(2), which releases the lock.
+fn spin_until(g: &mut Connection, end: Instant, contenders: &AtomicU32) -> io::Result<bool> {
     let mut spins = 0u32;
     while Instant::now() < end {
         if g.progress()? {
             return Ok(true);
+        }
+        if contenders.load(Ordering::Relaxed) > 0 {
+            return Ok(false);
         }
         if spins < PURE_SPINS {
             spins += 1;
