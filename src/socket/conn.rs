@@ -189,10 +189,6 @@ impl Connection {
         while let Some(op) = self.engine.pop_op() {
             result = match PreparedSend::from_op(op) {
                 None => self.post(op),
-                // The common case on the data path: one send, posted on its own.
-                Some(send) if !self.engine.peek_op().is_some_and(Op::is_send) => {
-                    self.post_sends::<1>(&[send])
-                }
                 Some(send) => self.post_send_run(send),
             };
             if result.is_err() {
@@ -209,6 +205,10 @@ impl Connection {
     /// Posts `first` and the sends queued right after it as chained lists of up to
     /// `POST_BATCH` requests (one doorbell each).
     fn post_send_run(&mut self, first: PreparedSend) -> io::Result<()> {
+        if !self.engine.peek_op().is_some_and(Op::is_send) {
+            // The common case on the data path: one send, without a batch's arrays.
+            return self.post_sends::<1>(&[first]);
+        }
         let mut batch = [first; POST_BATCH];
         let mut n = 1;
         while n < POST_BATCH && self.engine.peek_op().is_some_and(Op::is_send) {
@@ -306,6 +306,7 @@ impl Connection {
             Op::ClearTargetEntry { offset } => {
                 Ok(self.res.target_mr.write_at(offset, &[0u8; 16])?)
             }
+            // post_ops gives sends to post_send_run; a send reaching here goes out alone.
             send => match PreparedSend::from_op(send) {
                 Some(send) => self.post_sends::<1>(&[send]),
                 None => Ok(()),
