@@ -3,11 +3,15 @@
 //! bandwidth. Prints a table with the ratios (targets: latency <= 1.3x, bandwidth >= 0.8x).
 //!
 //! ```text
-//! bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES]
-//!              [--side tcp|uiwarp]
+//! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
+//!              [--ring BYTES] [--side tcp|uiwarp]
 //! ```
-//! Build with `--release`. `--event` uses event mode (sleep on the completion channel)
-//! instead of the default short busy-poll.
+//! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
+//! alternating, each round on fresh connections; the table gives each side's median and
+//! range and the ratio of the medians (one round can be off by 2x on a virtualised host,
+//! where waking a thread on the other core costs a few or tens of microseconds). `--event`
+//! uses event mode (sleep on the completion channel) instead of the library's adaptive
+//! busy-poll.
 
 use rdmasock::socket::UiwarpCm;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
@@ -21,6 +25,7 @@ trait Stream: Read + Write + Send + 'static {}
 impl<T: Read + Write + Send + 'static> Stream for T {}
 
 struct Args {
+    rounds: usize,
     iters: usize,
     megabytes: usize,
     event: bool,
@@ -35,8 +40,9 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
+        rounds: 5,
         iters: 20_000,
-        megabytes: 512,
+        megabytes: 256,
         event: false,
         only: None,
         ring: None,
@@ -50,6 +56,7 @@ fn args() -> Args {
                 .unwrap_or_else(|| panic!("{name} needs a number"))
         };
         match arg.as_str() {
+            "--rounds" => a.rounds = num("--rounds").max(1),
             "--iters" => a.iters = num("--iters"),
             "--megabytes" => a.megabytes = num("--megabytes"),
             "--event" => a.event = true,
@@ -58,7 +65,7 @@ fn args() -> Args {
             "--side" => a.side = it.next(),
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--side tcp|uiwarp] (not {other})"
+                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--side tcp|uiwarp] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -158,60 +165,94 @@ fn main() {
     let wanted = |w: &str| a.only.as_deref().map_or(true, |o| o == w);
     let tcp = a.side.as_deref() != Some("uiwarp");
     let uiwarp = a.side.as_deref() != Some("tcp");
+    // One round of a workload on one side: `None` for the side left out.
+    let run = |key: &str, on_tcp: bool| -> Option<f64> {
+        if !(if on_tcp { tcp } else { uiwarp }) {
+            return None;
+        }
+        let chunk = if key == "4k" { 4096 } else { 1 << 20 };
+        Some(match (key, on_tcp) {
+            ("latency", true) => {
+                let (c, s) = tcp_pair();
+                pingpong(c, s, a.iters)
+            }
+            ("latency", false) => {
+                let (c, s) = rdma_pair(&opts);
+                pingpong(c, s, a.iters)
+            }
+            (_, true) => {
+                let (c, s) = tcp_pair();
+                stream(c, s, chunk, total)
+            }
+            (_, false) => {
+                let (c, s) = rdma_pair(&opts);
+                stream(c, s, chunk, total)
+            }
+        })
+    };
     let mut rows = Vec::new();
-    if wanted("latency") {
-        let tcp_lat = if tcp {
-            let (c, s) = tcp_pair();
-            pingpong(c, s, a.iters)
-        } else {
-            f64::NAN
-        };
-        let rdma_lat = if uiwarp {
-            let (c, s) = rdma_pair(&opts);
-            pingpong(c, s, a.iters)
-        } else {
-            f64::NAN
-        };
-        rows.push((
-            "64 B ping-pong RTT (us, median)",
-            tcp_lat,
-            rdma_lat,
-            rdma_lat / tcp_lat,
-            "<= 1.30",
-        ));
-    }
-    for (name, key, chunk) in [
-        ("4 KiB stream (MB/s)", "4k", 4096usize),
-        ("1 MiB stream (MB/s)", "1m", 1 << 20),
+    for (name, key, target) in [
+        ("64 B ping-pong RTT (us, median)", "latency", "<= 1.30"),
+        ("4 KiB stream (MB/s)", "4k", ">= 0.80"),
+        ("1 MiB stream (MB/s)", "1m", ">= 0.80"),
     ] {
         if !wanted(key) {
             continue;
         }
-        let tcp_bw = if tcp {
-            let (c, s) = tcp_pair();
-            stream(c, s, chunk, total)
-        } else {
-            f64::NAN
-        };
-        let rdma_bw = if uiwarp {
-            let (c, s) = rdma_pair(&opts);
-            stream(c, s, chunk, total)
-        } else {
-            f64::NAN
-        };
-        rows.push((name, tcp_bw, rdma_bw, rdma_bw / tcp_bw, ">= 0.80"));
+        let (mut t, mut u) = (Vec::new(), Vec::new());
+        for _ in 0..a.rounds {
+            t.extend(run(key, true));
+            u.extend(run(key, false));
+        }
+        let (t, u) = (Summary::of(t), Summary::of(u));
+        rows.push((name, t, u, target));
     }
     println!(
-        "RdmaSocket over uiwarp vs TcpStream, loopback, {} mode; {} ping-pongs, {} MiB per stream",
-        if a.event { "event" } else { "busy-poll" },
+        "RdmaSocket over uiwarp vs TcpStream, loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream",
+        if a.event { "event" } else { "adaptive busy-poll" },
+        a.rounds,
         a.iters,
         a.megabytes
     );
     println!(
-        "{:<34} {:>12} {:>12} {:>8} {:>8}",
-        "workload", "TcpStream", "uiwarp", "ratio", "target"
+        "{:<34} {:>22} {:>22} {:>8} {:>8}",
+        "workload (median [min-max])", "TcpStream", "uiwarp", "ratio", "target"
     );
-    for (name, tcp, rdma, ratio, target) in rows {
-        println!("{name:<34} {tcp:>12.1} {rdma:>12.1} {ratio:>8.2} {target:>8}");
+    for (name, tcp, rdma, target) in rows {
+        let ratio = rdma.median / tcp.median;
+        println!(
+            "{name:<34} {:>22} {:>22} {ratio:>8.2} {target:>8}",
+            tcp.text(),
+            rdma.text()
+        );
+    }
+}
+
+/// The median and range of one side's rounds.
+struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Summary {
+    fn of(mut v: Vec<f64>) -> Summary {
+        if v.is_empty() {
+            return Summary {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        Summary {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    fn text(&self) -> String {
+        format!("{:.1} [{:.0}-{:.0}]", self.median, self.min, self.max)
     }
 }

@@ -545,3 +545,51 @@ fn connect_disconnect_cycles_leak_no_fd() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A thread that spins on its completion queue reads the socket itself, and the engine stops
+/// watching that socket meanwhile. Once the spin ends, the engine must take the socket back:
+/// an RDMA READ sent to a side whose application no longer calls in is answered by the
+/// engine alone (within its 1 ms backstop), as an RNIC would.
+#[test]
+fn the_engine_takes_a_socket_back_after_a_spin_ends() {
+    let p = pair();
+    for round in 0..20u64 {
+        // b spins on its CQ while a's SENDs arrive, and a little after the last.
+        for i in 0..4 {
+            p.b.post_recv(round * 4 + i, &[(i as usize * 64, 64)]);
+        }
+        let sg = [p.a.mr.slice(0, 32).unwrap()];
+        let sends: Vec<_> = (0..4)
+            .map(|i| SendRequest::new(i, SendOp::Send, &sg).with_flags(SendFlags::empty()))
+            .collect();
+        p.a.qp.post_send(&sends).unwrap();
+        for _ in 0..4 {
+            assert_eq!(poll_ok(&p.b.cq).opcode(), WcOpcode::Recv);
+        }
+        let spin_until = Instant::now() + Duration::from_micros(300);
+        let mut wc = [WorkCompletion::default()];
+        while Instant::now() < spin_until {
+            assert_eq!(p.b.cq.poll(&mut wc).unwrap().len(), 0);
+        }
+        // b's application is gone quiet: only b's engine can answer the READ.
+        let data = pattern(20_000, round as u8);
+        p.b.mr.write_at(100_000, &data).unwrap();
+        let sink = [p.a.mr.slice(200_000, data.len()).unwrap()];
+        let op = SendOp::RdmaRead {
+            remote_addr: p.b.mr.addr() + 100_000,
+            rkey: p.b.mr.rkey(),
+        };
+        p.a.qp
+            .post_send(&[SendRequest::new(99, op, &sink).with_flags(SendFlags::SIGNALED)])
+            .unwrap();
+        let c = poll_ok(&p.a.cq);
+        assert_eq!(
+            (c.wr_id, c.opcode()),
+            (99, WcOpcode::RdmaRead),
+            "round {round}"
+        );
+        let mut got = vec![0u8; data.len()];
+        p.a.mr.read_at(200_000, &mut got).unwrap();
+        assert!(got == data, "round {round}: READ returned other bytes");
+    }
+}

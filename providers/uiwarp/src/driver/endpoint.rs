@@ -16,9 +16,9 @@ use rdmasock_verbs::{LocalKey, QpCapabilities, QpNumber, QpState, RemoteKey};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 /// What a connected endpoint reports to its connection manager user.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -88,6 +88,29 @@ pub struct Endpoint {
     /// read. Polling an empty completion queue reads the socket only while this is set,
     /// instead of a read syscall that finds nothing on every poll.
     input_hint: AtomicBool,
+    /// When a thread last polled one of this QP's completion queues and found it empty
+    /// ([`clock`] nanoseconds; 0: never). A thread that polls again within [`SPIN_WINDOW`]
+    /// is spinning on it: it reads the socket itself, and the engine leaves the bytes to it.
+    polled_at: AtomicU64,
+}
+
+/// When a polling thread reads a socket (see [`Endpoint::poll_should_read`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReadWhen {
+    /// Bytes arrived since the last read.
+    Now,
+    /// The thread spins: read if poll(2) says the socket is readable.
+    IfReadable,
+}
+
+/// Polls of an empty completion queue closer together than this are a spin.
+const SPIN_WINDOW: Duration = Duration::from_micros(200);
+
+/// Nanoseconds since the first call in this process (never 0 after it).
+fn clock() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    base.elapsed().as_nanos() as u64 + 1
 }
 
 impl Endpoint {
@@ -125,6 +148,7 @@ impl Endpoint {
             changed: Condvar::new(),
             notice_fd,
             input_hint: AtomicBool::new(true),
+            polled_at: AtomicU64::new(0),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -188,30 +212,79 @@ impl Endpoint {
         self.input_hint.load(Ordering::SeqCst)
     }
 
+    /// Whether a thread that found a completion queue empty should read the socket, and
+    /// notes the poll. Yes when bytes arrived since the last read; when the same queue was
+    /// polled empty moments ago (a thread spins on it, and waiting for the engine to see the
+    /// edge would add a thread hop to every message), only if the socket is readable: a
+    /// zero-timeout poll(2) does not take the socket's lock, which a read that finds nothing
+    /// would, against the peer delivering into it.
+    pub(crate) fn poll_should_read(&self) -> Option<ReadWhen> {
+        let now = clock();
+        let last = self.polled_at.swap(now, Ordering::Relaxed);
+        if self.may_have_input() {
+            Some(ReadWhen::Now)
+        } else if now.saturating_sub(last) < SPIN_WINDOW.as_nanos() as u64 {
+            Some(ReadWhen::IfReadable)
+        } else {
+            None
+        }
+    }
+
+    /// Whether a thread is spinning on this QP's completion queues right now: it will read
+    /// the socket itself (see [`Endpoint::poll_should_read`]).
+    pub(crate) fn spun_on(&self) -> bool {
+        let last = self.polled_at.load(Ordering::Relaxed);
+        last != 0 && clock().saturating_sub(last) < SPIN_WINDOW.as_nanos() as u64
+    }
+
     /// Whether an application thread will read this socket when bytes arrive: one of its
     /// completion queues is armed and has a channel, which watches the socket.
     pub(crate) fn attended(&self) -> bool {
         st_attended(&self.recv_cq) || st_attended(&self.send_cq)
     }
 
-    /// Writes what waits to be sent, unless another thread holds the endpoint.
-    pub(crate) fn try_flush(&self, engine: &Engine) {
-        if let Ok(mut st) = self.state.try_lock() {
+    /// Whether an application thread reads this socket itself: it sleeps on a channel that
+    /// watches it ([`Endpoint::attended`]) or spins on a completion queue
+    /// ([`Endpoint::spun_on`]).
+    pub(crate) fn attended_by_thread(&self) -> bool {
+        self.spun_on() || self.attended()
+    }
+
+    /// On the engine thread, when an input edge finds the socket attended by an application
+    /// thread: stops watching it for input (the backstop takes it back), and writes what
+    /// waits for room if `writable`. Waits for the lock: the thread holding it reads, which
+    /// takes moments, and an edge missed here would come again with the next arrival.
+    pub(crate) fn leave_input(&self, engine: &Engine, writable: bool) {
+        let mut st = self.lock();
+        if let Some(link) = st.link.as_mut() {
+            link.set_engine_reads(engine, false);
+        }
+        if writable {
             self.flush(&mut st, engine);
         }
     }
 
-    /// Progress from an application thread that found its completion queue empty; skipped
-    /// when another thread is at it, or when no bytes arrived since the last read (the
-    /// engine moves everything else: writable edges, timers).
-    pub(crate) fn try_progress(&self) {
-        if !self.may_have_input() {
-            return;
+    /// On the engine thread, when the backstop finds no application thread attending the
+    /// socket any more: watches it for input again and moves what came meanwhile.
+    pub(crate) fn take_input_back(&self, engine: &Engine) {
+        let mut st = self.lock();
+        if let Some(link) = st.link.as_mut() {
+            link.set_engine_reads(engine, true);
         }
+        self.drive(&mut st, engine);
+    }
+
+    /// Progress from an application thread that found its completion queue empty (and
+    /// [`Endpoint::poll_should_read`] said to read); skipped when another thread is at it
+    /// (the engine moves everything else: writable edges, timers).
+    pub(crate) fn try_progress(&self, when: ReadWhen) {
         let Ok(mut st) = self.state.try_lock() else {
             return;
         };
-        if st.link.is_none() {
+        let Some(link) = st.link.as_ref() else {
+            return;
+        };
+        if when == ReadWhen::IfReadable && !link.readable_now() {
             return;
         }
         if let Ok(engine) = super::engine() {

@@ -5,7 +5,7 @@ use super::pcap::Flow;
 use super::Engine;
 use crate::core::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
-use mio::Token;
+use mio::{Interest, Token};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
@@ -40,6 +40,9 @@ pub(crate) struct Link {
     scratch: Vec<u8>,
     /// The timer last given to the engine.
     timer: Option<Instant>,
+    /// The engine's poll watches the socket for input (it stops while an application thread
+    /// reads the socket itself; see [`Link::set_engine_reads`]).
+    engine_reads: bool,
 }
 
 impl Link {
@@ -64,12 +67,49 @@ impl Link {
             flow,
             scratch: Vec::new(),
             timer: None,
+            engine_reads: true,
+        }
+    }
+
+    /// Makes the engine's poll watch the socket for input, or only for room to write. An
+    /// application thread that spins on the socket or sleeps on a channel watching it reads
+    /// the bytes itself; the engine's wake-up on every arrival would only take a core from
+    /// it. Turning input back on reports bytes already waiting (epoll checks readiness).
+    pub(crate) fn set_engine_reads(&mut self, engine: &Engine, on: bool) {
+        if self.engine_reads == on {
+            return;
+        }
+        let interest = if on {
+            Interest::READABLE.add(Interest::WRITABLE)
+        } else {
+            Interest::WRITABLE
+        };
+        if engine
+            .reregister(&mut self.socket, self.token, interest)
+            .is_ok()
+        {
+            self.engine_reads = on;
         }
     }
 
     pub(crate) fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.socket.as_fd()
+    }
+
+    /// Whether the socket has bytes or an end to read, by a zero-timeout poll(2) (which,
+    /// unlike a read, leaves the socket's lock alone).
+    pub(crate) fn readable_now(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        if self.read_done {
+            return false;
+        }
+        let mut fds = [PollFd::new(self.socket_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(n) => n > 0,
+            // Let the read find out what is wrong.
+            Err(_) => true,
+        }
     }
 
     /// Tells the engine when to look at this link again, if that changed.

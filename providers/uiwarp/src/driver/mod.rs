@@ -7,10 +7,11 @@
 //! completion queues, whose channels (eventfds) then wake the application. Application threads
 //! do the same work inline where that saves a wake-up: `post_send` transmits at once when the
 //! socket takes it; polling an empty completion queue reads its queue pairs' sockets once the
-//! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall); and
-//! while a thread sleeps on an armed queue's channel (an epoll fd that also watches the
-//! sockets) the engine leaves the arriving bytes to that thread, looking again after a 1 ms
-//! backstop in case nobody took them. Whoever finds a socket would block leaves the rest to
+//! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall), and
+//! on every poll while a thread spins (polls again within 200 µs); and while a thread spins
+//! or sleeps on an armed queue's channel (an epoll fd that also watches the sockets) the
+//! engine leaves the arriving bytes to that thread, looking again after a 1 ms backstop in
+//! case nobody took them. Whoever finds a socket would block leaves the rest to
 //! the next edge, which the engine gets.
 #![forbid(unsafe_code)]
 
@@ -140,6 +141,15 @@ impl Engine {
         self.registry.register(source, token, interest)
     }
 
+    pub(crate) fn reregister(
+        &self,
+        source: &mut impl mio::event::Source,
+        token: Token,
+        interest: Interest,
+    ) -> io::Result<()> {
+        self.registry.reregister(source, token, interest)
+    }
+
     pub(crate) fn deregister(&self, source: &mut impl mio::event::Source) {
         let _ = self.registry.deregister(source);
     }
@@ -210,16 +220,15 @@ impl Engine {
                         if input {
                             e.note_input();
                         }
-                        if input && e.attended() {
+                        if input && e.attended_by_thread() {
                             // An application thread sleeps on a channel that watches this
-                            // socket: it woke too and reads the bytes itself, without the
-                            // hand-off through this thread. Look again later in case it
+                            // socket, or spins on its completion queue: it reads the bytes
+                            // itself, without the hand-off through this thread, which stops
+                            // watching for input meanwhile. Look again later in case it
                             // does not; write what waits for room (edges report both
                             // directions) unless a thread is at it.
                             self.set_backstop(ev.token());
-                            if ev.is_writable() {
-                                e.try_flush(&self);
-                            }
+                            e.leave_input(&self, ev.is_writable());
                         } else {
                             e.progress(&self)
                         }
@@ -242,7 +251,11 @@ impl Engine {
                 self.timers.lock().expect("engine timers").remove(&key);
                 let backstop = key & BACKSTOP_BIT != 0;
                 match self.target(Token(key & !BACKSTOP_BIT)) {
-                    Some(Target::Endpoint(e)) if backstop && !e.may_have_input() => {}
+                    Some(Target::Endpoint(e)) if backstop && e.attended_by_thread() => {
+                        // Still in a thread's hands: keep out a while longer.
+                        self.set_backstop(Token(key & !BACKSTOP_BIT));
+                    }
+                    Some(Target::Endpoint(e)) if backstop => e.take_input_back(&self),
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
                     _ => {}

@@ -233,7 +233,8 @@ impl CqOps for UiwarpCq {
         }
         // Nothing yet: make progress on our QPs' sockets on this thread rather than wait for
         // the engine thread to wake (the engine does the same work when nobody polls).
-        // Only sockets that got bytes since their last read (no syscall that finds nothing).
+        // Only sockets that got bytes since their last read, or that this thread spins on
+        // (an idle poll costs no syscall; a spin does not wait for the engine to see bytes).
         // A busy-polling thread comes here in a tight loop: no allocation, and the CQ lock is
         // not held while a socket is read (its completions come back through `push`).
         let mut index = 0;
@@ -245,13 +246,12 @@ impl CqOps for UiwarpCq {
                     .iter()
                     .enumerate()
                     .find_map(|(i, w)| {
-                        w.upgrade()
-                            .filter(|e| e.may_have_input())
-                            .map(|e| (index + i, e))
+                        let e = w.upgrade()?;
+                        e.poll_should_read().map(|when| (index + i, e, when))
                     })
             };
-            let Some((i, e)) = next else { break };
-            e.try_progress();
+            let Some((i, e, when)) = next else { break };
+            e.try_progress(when);
             moved = true;
             index = i + 1;
         }
