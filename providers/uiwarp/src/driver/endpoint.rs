@@ -88,9 +88,9 @@ pub struct Endpoint {
     /// read. Polling an empty completion queue reads the socket only while this is set,
     /// instead of a read syscall that finds nothing on every poll.
     input_hint: AtomicBool,
-    /// When a thread last polled one of this QP's completion queues and found it empty
-    /// ([`clock`] nanoseconds; 0: never). A thread that polls again within [`SPIN_WINDOW`]
-    /// is spinning on it: it reads the socket itself, and the engine leaves the bytes to it.
+    /// When a thread last spun on one of this QP's completion queues ([`clock`]
+    /// nanoseconds; 0: never): it reads the socket itself, and for [`SPIN_WINDOW`] after
+    /// the engine leaves the bytes to it.
     polled_at: AtomicU64,
 }
 
@@ -103,7 +103,7 @@ pub(crate) enum ReadWhen {
     IfReadable,
 }
 
-/// Polls of an empty completion queue closer together than this are a spin.
+/// How long after a spinning poll the engine still leaves a socket's input to the spinner.
 const SPIN_WINDOW: Duration = Duration::from_micros(200);
 
 /// Nanoseconds since the first call in this process (never 0 after it).
@@ -212,18 +212,20 @@ impl Endpoint {
         self.input_hint.load(Ordering::SeqCst)
     }
 
-    /// Whether a thread that found a completion queue empty should read the socket, and
-    /// notes the poll. Yes when bytes arrived since the last read; when the same queue was
-    /// polled empty moments ago (a thread spins on it, and waiting for the engine to see the
-    /// edge would add a thread hop to every message), only if the socket is readable: a
-    /// zero-timeout poll(2) does not take the socket's lock, which a read that finds nothing
-    /// would, against the peer delivering into it.
-    pub(crate) fn poll_should_read(&self) -> Option<ReadWhen> {
-        let now = clock();
-        let last = self.polled_at.swap(now, Ordering::Relaxed);
+    /// Whether a thread that found a completion queue empty should read the socket. Yes when
+    /// bytes arrived since the last read. When the thread `spinning` (it polled the queue
+    /// empty again and again), only if the socket is readable: waiting for the engine to
+    /// see the edge would add a thread hop to every message, and a zero-timeout poll(2) does
+    /// not take the socket's lock, which a read that finds nothing would, against the peer
+    /// delivering into it. A lone empty poll (the data path's, between sends) costs no
+    /// system call.
+    pub(crate) fn poll_should_read(&self, spinning: bool) -> Option<ReadWhen> {
+        if spinning {
+            self.polled_at.store(clock(), Ordering::Relaxed);
+        }
         if self.may_have_input() {
             Some(ReadWhen::Now)
-        } else if now.saturating_sub(last) < SPIN_WINDOW.as_nanos() as u64 {
+        } else if spinning {
             Some(ReadWhen::IfReadable)
         } else {
             None

@@ -8,7 +8,8 @@
 //! do the same work inline where that saves a wake-up: `post_send` transmits at once when the
 //! socket takes it; polling an empty completion queue reads its queue pairs' sockets once the
 //! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall), and
-//! on every poll while a thread spins (polls again within 200 µs); and while a thread spins
+//! on every poll while a thread spins (polls the queue empty again and again) and poll(2)
+//! finds the socket readable; and while a thread spins
 //! or sleeps on an armed queue's channel (an epoll fd that also watches the sockets) the
 //! engine leaves the arriving bytes to that thread, looking again after a 1 ms backstop in
 //! case nobody took them. Whoever finds a socket would block leaves the rest to

@@ -8,7 +8,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::driver::Endpoint;
@@ -161,7 +161,13 @@ pub struct UiwarpCq {
     channel: Option<Arc<dyn ChannelOps>>,
     depth: u32,
     cookie: u64,
+    /// Polls in a row that found the queue empty: from [`SPIN_STREAK`] on, the poller spins.
+    empty_streak: AtomicU32,
 }
+
+/// Empty polls in a row that make a spin (see [`Endpoint::poll_should_read`]). A data path
+/// that polls between posts finds a completion every other time and never gets there.
+const SPIN_STREAK: u32 = 2;
 
 impl UiwarpCq {
     pub(crate) fn new(depth: u32, channel: Option<Arc<dyn ChannelOps>>) -> UiwarpCq {
@@ -170,6 +176,7 @@ impl UiwarpCq {
             channel,
             depth,
             cookie: NEXT_COOKIE.fetch_add(1, Ordering::Relaxed),
+            empty_streak: AtomicU32::new(0),
         }
     }
 
@@ -229,12 +236,17 @@ impl CqOps for UiwarpCq {
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let n = self.take(out);
         if n > 0 || out.is_empty() {
+            if n > 0 {
+                self.empty_streak.store(0, Ordering::Relaxed);
+            }
             return Ok(n);
         }
+        let spinning = self.empty_streak.fetch_add(1, Ordering::Relaxed) + 1 >= SPIN_STREAK;
         // Nothing yet: make progress on our QPs' sockets on this thread rather than wait for
         // the engine thread to wake (the engine does the same work when nobody polls).
-        // Only sockets that got bytes since their last read, or that this thread spins on
-        // (an idle poll costs no syscall; a spin does not wait for the engine to see bytes).
+        // Only sockets that got bytes since their last read, or, when this thread spins, that
+        // poll(2) finds readable (a lone idle poll costs no syscall; a spin does not wait for
+        // the engine to see bytes).
         // A busy-polling thread comes here in a tight loop: no allocation, and the CQ lock is
         // not held while a socket is read (its completions come back through `push`).
         let mut index = 0;
@@ -247,7 +259,8 @@ impl CqOps for UiwarpCq {
                     .enumerate()
                     .find_map(|(i, w)| {
                         let e = w.upgrade()?;
-                        e.poll_should_read().map(|when| (index + i, e, when))
+                        e.poll_should_read(spinning)
+                            .map(|when| (index + i, e, when))
                     })
             };
             let Some((i, e, when)) = next else { break };
@@ -258,7 +271,11 @@ impl CqOps for UiwarpCq {
         if !moved {
             return Ok(0);
         }
-        Ok(self.take(out))
+        let n = self.take(out);
+        if n > 0 {
+            self.empty_streak.store(0, Ordering::Relaxed);
+        }
+        Ok(n)
     }
 
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
