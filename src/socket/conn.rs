@@ -55,6 +55,10 @@ impl Resources {
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
         }
+        if context.device().uverbs_path.is_none() {
+            // No kernel device: registrations pin nothing (see UNPINNED_RING).
+            opts.unpinned_rings();
+        }
         let cfg = &opts.stream;
         let pd = context.alloc_pd()?;
         let cq_channel = context.create_comp_channel()?;

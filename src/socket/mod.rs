@@ -31,6 +31,6 @@ mod uiwarp;
 
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};
-pub use options::{SocketOptions, SocketOptionsBuilder};
+pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING};
 pub use stream::RdmaSocket;
 pub use uiwarp::{AutoCm, UiwarpCm};

@@ -10,7 +10,9 @@
 # device's own address (rxe0: 10.99.0.2 on eth0, siw0: 10.99.1.2 on eth1):
 #   rxe0: bench_socket rdma (RdmaSocket) and tcp (TcpStream), ib_send_lat -R, ib_write_lat -R,
 #         rstream (latency: -C 1 -I N; bandwidth: -S 65536 -C M*16 -I 1), ib_write_bw -R
-#   siw0: bench_socket rdma and tcp, ib_send_lat -R, ib_write_bw -R
+#   siw0: bench_socket rdma and tcp, ib_send_lat -R, ib_write_bw -R, and bench_socket rdma
+#         over the userspace provider (RDMASOCK_PROVIDER=uiwarp) on eth1's address (issue #5:
+#         uiwarp against the kernel's siw, same workload)
 # Latency is one-way (half a round trip, perftest's convention; rstream's usec/xfer is the
 # same), the median of N round trips (default 200) after warm-up: perftest's t_typical and
 # bench_socket's median (TCG's scheduling makes averages swing with a few slow round trips);
@@ -100,14 +102,17 @@ if [ "${1:-}" = --guest ]; then
     record "$dev" "$kind" "$tool" "$size" "$value"
   }
 
-  # ours DEVICE IP: RdmaSocket and TcpStream
+  # ours DEVICE IP [uiwarp]: RdmaSocket and TcpStream; with "uiwarp", only RdmaSocket over
+  # the userspace provider on the device's netdev (recorded as tool "uiwarp")
   ours() {
-    local dev=$1 ip=$2 kind out
-    for kind in rdma tcp; do
-      out=$(timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
-        --megabytes "$megabytes" ${spin:+--spin "$spin"} ${ring:+--ring "$ring"} 2>&1) || { echo "bench: bench_socket $kind $ip failed:" >&2; echo "$out" >&2; return 1; }
+    local dev=$1 ip=$2 kind out kinds="rdma tcp" provider=
+    [ "${3:-}" = uiwarp ] && kinds=rdma provider=uiwarp
+    for kind in $kinds; do
+      out=$(RDMASOCK_PROVIDER=$provider timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
+        --megabytes "$megabytes" ${spin:+--spin "$spin"} ${ring:+--ring "$ring"} 2>&1) || { echo "bench: bench_socket $kind $ip ${provider:+(uiwarp) }failed:" >&2; echo "$out" >&2; return 1; }
       local tool=RdmaSocket
       [ $kind = tcp ] && tool=TcpStream
+      [ -n "$provider" ] && tool=uiwarp
       echo "$out" | awk -v d="$dev" -v t="$tool" '$1 == "RESULT" && $2 == "lat" { print d, "lat", t, $4, $6 }
                                                  $1 == "RESULT" && $2 == "bw" { print d, "bw", t, $4, $5 }' \
         | while read -r line; do record $line; done
@@ -143,6 +148,7 @@ if [ "${1:-}" = --guest ]; then
   rstream_run rxe0 bw 65536 "$bw_iters" 1 "$rxe_ip" || status=1
   echo "bench: siw0 ($siw_ip), round $rep of $reps" >&2
   ours siw0 "$siw_ip" || status=1
+  ours siw0 "$siw_ip" uiwarp || status=1
   for size in $sizes; do
     perftest siw0 lat ib_send_lat "$size" "$iters" 5 "$siw_ip" || status=1
   done
@@ -189,6 +195,16 @@ if [ "${1:-}" = --guest ]; then
   echo "bench: results (the ib_send_lat column's bandwidth row is ib_write_bw -R)"
   table rxe0 ib_send_lat ib_write_lat rstream TcpStream
   table siw0 ib_send_lat TcpStream
+  # issue #5: the userspace provider against the kernel's siw, same workload, same netdev
+  echo
+  echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00)"
+  printf '%-10s %10s %10s %9s\n' workload uiwarp siw0 ratio
+  for size in $sizes; do
+    u=$(value siw0 lat uiwarp "$size") k=$(value siw0 lat RdmaSocket "$size")
+    printf '%-10s %10s %10s %9s\n' "lat $size" "${u:--}" "${k:--}" "$(ratio "$u" "$k")"
+  done
+  u=$(value siw0 bw uiwarp 65536) k=$(value siw0 bw RdmaSocket 65536)
+  printf '%-10s %10s %10s %9s\n' "bw 64KiB" "${u:--}" "${k:--}" "$(ratio "$u" "$k")"
   echo
   echo "raw results (device kind tool size value):"
   cat "$results"
