@@ -12,7 +12,8 @@
 #         rstream (latency: -C 1 -I N; bandwidth: -S 65536 -C M*16 -I 1), ib_write_bw -R
 #   siw0: bench_socket rdma and tcp, ib_send_lat -R, ib_write_bw -R, and bench_socket rdma
 #         over the userspace provider (RDMASOCK_PROVIDER=uiwarp) on eth1's address (issue #5:
-#         uiwarp against the kernel's siw, same workload)
+#         uiwarp against the kernel's siw, same workload), with MPA CRC (uiwarp's default)
+#         and without (RDMASOCK_UIWARP_CRC=0: how siw0 talks to siw0)
 # Latency is one-way (half a round trip, perftest's convention; rstream's usec/xfer is the
 # same), the median of N round trips (default 200) after warm-up: perftest's t_typical and
 # bench_socket's median (TCG's scheduling makes averages swing with a few slow round trips);
@@ -102,17 +103,22 @@ if [ "${1:-}" = --guest ]; then
     record "$dev" "$kind" "$tool" "$size" "$value"
   }
 
-  # ours DEVICE IP [uiwarp]: RdmaSocket and TcpStream; with "uiwarp", only RdmaSocket over
-  # the userspace provider on the device's netdev (recorded as tool "uiwarp")
+  # ours DEVICE IP [uiwarp|uiwarp-nocrc]: RdmaSocket and TcpStream; with "uiwarp", only
+  # RdmaSocket over the userspace provider on the device's netdev (recorded as tool
+  # "uiwarp"); "uiwarp-nocrc" the same without MPA CRC (RDMASOCK_UIWARP_CRC=0), the wire
+  # mode siw uses between two siw peers (its 6.1 build never asks for CRC)
   ours() {
-    local dev=$1 ip=$2 kind out kinds="rdma tcp" provider=
-    [ "${3:-}" = uiwarp ] && kinds=rdma provider=uiwarp
+    local dev=$1 ip=$2 kind out kinds="rdma tcp" provider= crc=1 tool
+    case ${3:-} in
+      uiwarp) kinds=rdma provider=uiwarp ;;
+      uiwarp-nocrc) kinds=rdma provider=uiwarp crc=0 ;;
+    esac
     for kind in $kinds; do
-      out=$(RDMASOCK_PROVIDER=$provider timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
-        --megabytes "$megabytes" ${spin:+--spin "$spin"} ${ring:+--ring "$ring"} 2>&1) || { echo "bench: bench_socket $kind $ip ${provider:+(uiwarp) }failed:" >&2; echo "$out" >&2; return 1; }
-      local tool=RdmaSocket
+      out=$(RDMASOCK_PROVIDER=$provider RDMASOCK_UIWARP_CRC=$crc timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
+        --megabytes "$megabytes" ${spin:+--spin "$spin"} ${ring:+--ring "$ring"} 2>&1) || { echo "bench: bench_socket $kind $ip ${3:-} failed:" >&2; echo "$out" >&2; return 1; }
+      tool=RdmaSocket
       [ $kind = tcp ] && tool=TcpStream
-      [ -n "$provider" ] && tool=uiwarp
+      [ -n "$provider" ] && tool=${3}
       echo "$out" | awk -v d="$dev" -v t="$tool" '$1 == "RESULT" && $2 == "lat" { print d, "lat", t, $4, $6 }
                                                  $1 == "RESULT" && $2 == "bw" { print d, "bw", t, $4, $5 }' \
         | while read -r line; do record $line; done
@@ -149,6 +155,7 @@ if [ "${1:-}" = --guest ]; then
   echo "bench: siw0 ($siw_ip), round $rep of $reps" >&2
   ours siw0 "$siw_ip" || status=1
   ours siw0 "$siw_ip" uiwarp || status=1
+  ours siw0 "$siw_ip" uiwarp-nocrc || status=1
   for size in $sizes; do
     perftest siw0 lat ib_send_lat "$size" "$iters" 5 "$siw_ip" || status=1
   done
@@ -197,14 +204,14 @@ if [ "${1:-}" = --guest ]; then
   table siw0 ib_send_lat TcpStream
   # issue #5: the userspace provider against the kernel's siw, same workload, same netdev
   echo
-  echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00)"
-  printf '%-10s %10s %10s %9s\n' workload uiwarp siw0 ratio
+  echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00). siw0 to siw0 runs without MPA CRC; uiwarp asks for it by default, uiwarp-nocrc does not"
+  printf '%-10s %10s %13s %10s %9s %13s\n' workload uiwarp uiwarp-nocrc siw0 ÷siw0 "nocrc÷siw0"
   for size in $sizes; do
-    u=$(value siw0 lat uiwarp "$size") k=$(value siw0 lat RdmaSocket "$size")
-    printf '%-10s %10s %10s %9s\n' "lat $size" "${u:--}" "${k:--}" "$(ratio "$u" "$k")"
+    u=$(value siw0 lat uiwarp "$size") n=$(value siw0 lat uiwarp-nocrc "$size") k=$(value siw0 lat RdmaSocket "$size")
+    printf '%-10s %10s %13s %10s %9s %13s\n' "lat $size" "${u:--}" "${n:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")"
   done
-  u=$(value siw0 bw uiwarp 65536) k=$(value siw0 bw RdmaSocket 65536)
-  printf '%-10s %10s %10s %9s\n' "bw 64KiB" "${u:--}" "${k:--}" "$(ratio "$u" "$k")"
+  u=$(value siw0 bw uiwarp 65536) n=$(value siw0 bw uiwarp-nocrc 65536) k=$(value siw0 bw RdmaSocket 65536)
+  printf '%-10s %10s %13s %10s %9s %13s\n' "bw 64KiB" "${u:--}" "${n:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")"
   echo
   echo "raw results (device kind tool size value):"
   cat "$results"
