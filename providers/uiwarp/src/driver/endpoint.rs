@@ -286,11 +286,14 @@ impl Endpoint {
         let Some(link) = st.link.as_ref() else {
             return;
         };
-        if when == ReadWhen::IfReadable && !link.readable_now() {
+        let spinning = when == ReadWhen::IfReadable;
+        if spinning && !link.readable_now() {
             return;
         }
         if let Ok(engine) = super::engine() {
-            self.drive(&mut st, &engine);
+            // A spinner polls again at once: it may stop at a short read, and its next
+            // poll(2) sees what is left (a FIN behind the bytes included).
+            self.drive_reads(&mut st, &engine, spinning);
         }
     }
 
@@ -320,6 +323,12 @@ impl Endpoint {
 
     /// Moves bytes both ways, then reports what happened.
     pub(crate) fn drive(&self, st: &mut EndpointState, engine: &Engine) {
+        self.drive_reads(st, engine, false)
+    }
+
+    /// [`Endpoint::drive`]; `until_short`: stop reading at a read that did not fill the
+    /// buffer instead of reading on until the socket would block.
+    fn drive_reads(&self, st: &mut EndpointState, engine: &Engine, until_short: bool) {
         let regions = self.regions.read().expect("uiwarp regions lock");
         let EndpointState { link, inline, .. } = st;
         if let Some(link) = link {
@@ -329,7 +338,7 @@ impl Endpoint {
             };
             // Cleared before the read: an arrival after it sets it again.
             self.input_hint.store(false, Ordering::SeqCst);
-            link.progress(&memory);
+            link.progress(&memory, until_short);
         }
         drop(regions);
         self.dispatch(st, engine);
@@ -462,7 +471,7 @@ impl Pending {
         let Some(link) = guard.as_mut() else {
             return;
         };
-        link.progress(&NoMemory);
+        link.progress(&NoMemory, false);
         let mut request: Option<ConnectRequest> = None;
         while let Some(ev) = link.conn.poll_event() {
             if let Event::ConnectRequest(r) = ev {

@@ -126,20 +126,21 @@ impl Link {
     }
 
     /// Reads what TCP has into the core and writes what the core has; returns whether
-    /// anything moved.
-    pub(crate) fn progress(&mut self, memory: &dyn MemoryTable) -> bool {
+    /// anything moved. `until_short`: stop reading after a read that did not fill the
+    /// buffer (for a caller that polls the socket again at once; see `read_input`).
+    pub(crate) fn progress(&mut self, memory: &dyn MemoryTable, until_short: bool) -> bool {
         if let Some(t) = self.conn.poll_timeout() {
             let now = Instant::now();
             if now >= t {
                 self.conn.handle_timeout(now);
             }
         }
-        let read = self.read_input(memory);
+        let read = self.read_input(memory, until_short);
         let wrote = self.flush(memory);
         read || wrote
     }
 
-    fn read_input(&mut self, memory: &dyn MemoryTable) -> bool {
+    fn read_input(&mut self, memory: &dyn MemoryTable, until_short: bool) -> bool {
         if self.read_done {
             return false;
         }
@@ -164,7 +165,11 @@ impl Link {
                     self.flush(memory);
                     // Read on after a short read too: the peer's FIN behind the bytes shows
                     // only as the next read's 0, and no new edge announces it (stopping here
-                    // left closed connections to the linger timer).
+                    // left closed connections to the linger timer). Unless the caller
+                    // polls again at once, which sees it (one read that would block saved).
+                    if until_short && n < self.scratch.len() {
+                        return true;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
