@@ -245,17 +245,17 @@ impl Endpoint {
         st_attended(&self.recv_cq) || st_attended(&self.send_cq)
     }
 
-    /// Whether an application thread reads this socket itself: it sleeps on a channel that
-    /// watches it ([`Endpoint::attended`]) or spins on a completion queue
-    /// ([`Endpoint::spun_on`]).
-    pub(crate) fn attended_by_thread(&self) -> bool {
-        self.spun_on() || self.attended()
+    /// Writes what waits to be sent, unless another thread holds the endpoint.
+    pub(crate) fn try_flush(&self, engine: &Engine) {
+        if let Ok(mut st) = self.state.try_lock() {
+            self.flush(&mut st, engine);
+        }
     }
 
-    /// On the engine thread, when an input edge finds the socket attended by an application
-    /// thread: stops watching it for input (the backstop takes it back), and writes what
-    /// waits for room if `writable`. Waits for the lock: the thread holding it reads, which
-    /// takes moments, and an edge missed here would come again with the next arrival.
+    /// On the engine thread, when an input edge finds a thread spinning on this QP: stops
+    /// watching the socket for input (the backstop takes it back), and writes what waits for
+    /// room if `writable`. Waits for the lock: the thread holding it reads, which takes
+    /// moments, and an edge missed here would come again with the next arrival.
     pub(crate) fn leave_input(&self, engine: &Engine, writable: bool) {
         let mut st = self.lock();
         if let Some(link) = st.link.as_mut() {
@@ -266,14 +266,19 @@ impl Endpoint {
         }
     }
 
-    /// On the engine thread, when the backstop finds no application thread attending the
-    /// socket any more: watches it for input again and moves what came meanwhile.
-    pub(crate) fn take_input_back(&self, engine: &Engine) {
+    /// On the engine thread, when a backstop finds no thread spinning on this QP: watches
+    /// the socket for input again if it had stopped, and moves what came meanwhile (or what
+    /// a woken thread did not take).
+    pub(crate) fn backstop(&self, engine: &Engine) {
         let mut st = self.lock();
-        if let Some(link) = st.link.as_mut() {
-            link.set_engine_reads(engine, true);
+        let Some(link) = st.link.as_mut() else {
+            return;
+        };
+        let was_left = !link.engine_reads();
+        link.set_engine_reads(engine, true);
+        if was_left || self.may_have_input() {
+            self.drive(&mut st, engine);
         }
-        self.drive(&mut st, engine);
     }
 
     /// Progress from an application thread that found its completion queue empty (and

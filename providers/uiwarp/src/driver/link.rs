@@ -41,7 +41,7 @@ pub(crate) struct Link {
     /// The timer last given to the engine.
     timer: Option<Instant>,
     /// The engine's poll watches the socket for input (it stops while an application thread
-    /// reads the socket itself; see [`Link::set_engine_reads`]).
+    /// spins on the socket; see [`Link::set_engine_reads`]).
     engine_reads: bool,
 }
 
@@ -71,10 +71,15 @@ impl Link {
         }
     }
 
+    /// Whether the engine's poll watches the socket for input (see
+    /// [`Link::set_engine_reads`]).
+    pub(crate) fn engine_reads(&self) -> bool {
+        self.engine_reads
+    }
+
     /// Makes the engine's poll watch the socket for input, or only for room to write. An
-    /// application thread that spins on the socket or sleeps on a channel watching it reads
-    /// the bytes itself; the engine's wake-up on every arrival would only take a core from
-    /// it. Turning input back on reports bytes already waiting (epoll checks readiness).
+    /// application thread that spins on the socket reads the bytes itself; the engine's
+    /// wake-up on every arrival would only take a core from it. Turning input back on reports bytes already waiting (epoll checks readiness).
     pub(crate) fn set_engine_reads(&mut self, engine: &Engine, on: bool) {
         if self.engine_reads == on {
             return;

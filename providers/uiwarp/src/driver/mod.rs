@@ -9,10 +9,11 @@
 //! socket takes it; polling an empty completion queue reads its queue pairs' sockets once the
 //! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall), and
 //! on every poll while a thread spins (polls the queue empty again and again) and poll(2)
-//! finds the socket readable; and while a thread spins
-//! or sleeps on an armed queue's channel (an epoll fd that also watches the sockets) the
-//! engine leaves the arriving bytes to that thread, looking again after a 1 ms backstop in
-//! case nobody took them. Whoever finds a socket would block leaves the rest to
+//! finds the socket readable. While a thread sleeps on an armed queue's channel (an epoll fd
+//! that also watches the sockets) the engine leaves the arriving bytes to that thread,
+//! looking again after a 1 ms backstop in case nobody took them; while a thread spins, the
+//! engine stops watching the socket for input altogether (no wake-up per arrival) until a
+//! backstop finds the spin over. Whoever finds a socket would block leaves the rest to
 //! the next edge, which the engine gets.
 #![forbid(unsafe_code)]
 
@@ -221,15 +222,24 @@ impl Engine {
                         if input {
                             e.note_input();
                         }
-                        if input && e.attended_by_thread() {
-                            // An application thread sleeps on a channel that watches this
-                            // socket, or spins on its completion queue: it reads the bytes
-                            // itself, without the hand-off through this thread, which stops
-                            // watching for input meanwhile. Look again later in case it
-                            // does not; write what waits for room (edges report both
-                            // directions) unless a thread is at it.
+                        if input && e.spun_on() {
+                            // An application thread spins on this QP's completion queue
+                            // and reads the socket itself, without the hand-off through
+                            // this thread, which stops watching for input meanwhile (no
+                            // wake-up per arrival). The backstop takes the socket back
+                            // once the spin ends; write what waits for room (edges report
+                            // both directions).
                             self.set_backstop(ev.token());
                             e.leave_input(&self, ev.is_writable());
+                        } else if input && e.attended() {
+                            // An application thread sleeps on a channel that watches this
+                            // socket: it woke too and reads the bytes itself. Look again
+                            // later in case it does not; write what waits for room unless
+                            // a thread is at it.
+                            self.set_backstop(ev.token());
+                            if ev.is_writable() {
+                                e.try_flush(&self);
+                            }
                         } else {
                             e.progress(&self)
                         }
@@ -252,11 +262,11 @@ impl Engine {
                 self.timers.lock().expect("engine timers").remove(&key);
                 let backstop = key & BACKSTOP_BIT != 0;
                 match self.target(Token(key & !BACKSTOP_BIT)) {
-                    Some(Target::Endpoint(e)) if backstop && e.attended_by_thread() => {
-                        // Still in a thread's hands: keep out a while longer.
+                    Some(Target::Endpoint(e)) if backstop && e.spun_on() => {
+                        // Still spun on: keep out a while longer.
                         self.set_backstop(Token(key & !BACKSTOP_BIT));
                     }
-                    Some(Target::Endpoint(e)) if backstop => e.take_input_back(&self),
+                    Some(Target::Endpoint(e)) if backstop => e.backstop(&self),
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
                     _ => {}
