@@ -255,13 +255,24 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-fn rss_kib() -> usize {
+/// A `/proc/self/status` field in KiB (`VmRSS`, `VmPin`).
+fn status_kib(field: &str) -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
+
+fn rss_kib() -> usize {
+    status_kib("VmRSS")
+}
+
+/// Memory pinned by registrations (rxe and siw pin a region's pages with ib_umem_get,
+/// which counts them in the process's pinned_vm): a leaked MR keeps its pages here.
+fn pinned_kib() -> usize {
+    status_kib("VmPin")
 }
 
 fn mr_count() -> usize {
@@ -290,7 +301,7 @@ fn connect_close_cycles_on(ip: IpAddr) {
         // device discovery (it was 1.9 s): the full 1000 take two to three minutes.
         .unwrap_or(1000);
     let server = thread::spawn(move || {
-        for _ in 0..cycles + 10 {
+        for _ in 0..cycles + 11 {
             let (mut s, _) = l.accept().expect("accept");
             let mut b = [0u8; 1];
             s.read_exact(&mut b).expect("one byte");
@@ -312,7 +323,19 @@ fn connect_close_cycles_on(ip: IpAddr) {
         let (connect, echo, close) = cycle();
         eprintln!("warm-up cycle: connect {connect:?}, echo {echo:?}, close {close:?}");
     }
-    let (fds, rss, mrs) = (open_fds(), rss_kib(), mr_count());
+    // The pinned-memory check below can fail only if VmPin counts this device's
+    // registrations: one connection open must show its rings there.
+    let idle = pinned_kib();
+    let mut probe = RdmaSocket::connect(addr).expect("connect");
+    probe.write_all(b"p").unwrap();
+    probe.read_exact(&mut [0u8; 1]).unwrap();
+    let open = pinned_kib();
+    drop(probe);
+    assert!(
+        open > idle,
+        "VmPin did not grow with a connection open ({idle} -> {open} KiB)"
+    );
+    let (fds, rss, mrs, pinned) = (open_fds(), rss_kib(), mr_count(), pinned_kib());
     let start = Instant::now();
     for i in 1..=cycles {
         cycle();
@@ -322,15 +345,19 @@ fn connect_close_cycles_on(ip: IpAddr) {
     }
     let secs = start.elapsed().as_secs_f64();
     server.join().unwrap();
-    let (fds2, rss2, mrs2) = (open_fds(), rss_kib(), mr_count());
+    let (fds2, rss2, mrs2, pinned2) = (open_fds(), rss_kib(), mr_count(), pinned_kib());
     eprintln!(
         "{ip}: {cycles} cycles in {secs:.1} s ({:.1} ms each); fds {fds}->{fds2}, \
-         RSS {rss}->{rss2} KiB, MR lines {mrs}->{mrs2}",
+         RSS {rss}->{rss2} KiB, MR lines {mrs}->{mrs2}, pinned {pinned}->{pinned2} KiB",
         secs * 1000.0 / cycles as f64
     );
     // The listener is gone now: one fd fewer is fine, one more is a leak.
     assert!(fds2 <= fds, "fd leak: {fds} -> {fds2}");
     assert!(mrs2 <= mrs, "MR leak: {mrs} -> {mrs2}");
+    assert!(
+        pinned2 <= pinned,
+        "pinned memory grew: {pinned} -> {pinned2} KiB (a registration was not released)"
+    );
     assert!(
         rss2 < rss + 8 * 1024,
         "memory grew by more than 8 MiB: {rss} -> {rss2} KiB"
