@@ -213,7 +213,7 @@ impl Endpoint {
     }
 
     /// Whether a thread that found a completion queue empty should read the socket. Yes when
-    /// bytes arrived since the last read. When the thread `spinning` (it polled the queue
+    /// bytes arrived since the last read. When the thread is `spinning` (it polled the queue
     /// empty again and again), only if the socket is readable: waiting for the engine to
     /// see the edge would add a thread hop to every message, and a zero-timeout poll(2) does
     /// not take the socket's lock, which a read that finds nothing would, against the peer
