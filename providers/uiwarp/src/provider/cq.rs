@@ -169,6 +169,9 @@ pub struct UiwarpCq {
 /// that polls between posts finds a completion every other time and never gets there.
 const SPIN_STREAK: u32 = 2;
 
+/// Sockets a spinning poll checks with poll(2) at most (see [`UiwarpCq`]'s `poll`).
+const SPIN_CHECKS: usize = 4;
+
 impl UiwarpCq {
     pub(crate) fn new(depth: u32, channel: Option<Arc<dyn ChannelOps>>) -> UiwarpCq {
         UiwarpCq {
@@ -241,26 +244,32 @@ impl CqOps for UiwarpCq {
             }
             return Ok(n);
         }
-        let spinning = self.empty_streak.fetch_add(1, Ordering::Relaxed) + 1 >= SPIN_STREAK;
+        let streak = self.empty_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        let spinning = streak >= SPIN_STREAK;
         // Nothing yet: make progress on our QPs' sockets on this thread rather than wait for
         // the engine thread to wake (the engine does the same work when nobody polls).
         // Only sockets that got bytes since their last read, or, when this thread spins, that
         // poll(2) finds readable (a lone idle poll costs no syscall; a spin does not wait for
         // the engine to see bytes).
         // A busy-polling thread comes here in a tight loop: no allocation, and the CQ lock is
-        // not held while a socket is read (its completions come back through `push`).
+        // not held while a socket is read (its completions come back through `push`). On a
+        // queue shared by many QPs a spin checks at most SPIN_CHECKS sockets per poll, a
+        // different share each time (every socket once per `stride` polls), so that one poll
+        // is not one poll(2) per QP.
         let mut index = 0;
         let mut moved = false;
         loop {
             let next = {
                 let s = self.state.lock().expect("cq lock");
+                let stride = s.endpoints.len().div_ceil(SPIN_CHECKS).max(1);
+                let share = streak as usize % stride;
                 s.endpoints[index.min(s.endpoints.len())..]
                     .iter()
                     .enumerate()
                     .find_map(|(i, w)| {
                         let e = w.upgrade()?;
-                        e.poll_should_read(spinning)
-                            .map(|when| (index + i, e, when))
+                        let checked = spinning && (index + i) % stride == share;
+                        e.poll_should_read(checked).map(|when| (index + i, e, when))
                     })
             };
             let Some((i, e, when)) = next else { break };
