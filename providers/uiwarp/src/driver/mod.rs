@@ -285,7 +285,11 @@ fn choose_crc_method() {
     match std::env::var("RDMASOCK_UIWARP_CRC_METHOD").as_deref() {
         Ok("instruction") => return set_method(Method::Instruction),
         Ok("table") => return set_method(Method::Table),
-        _ => {}
+        Ok(other) => eprintln!(
+            "uiwarp: RDMASOCK_UIWARP_CRC_METHOD={other:?} is neither \"instruction\" nor \"table\"; \
+             choosing the faster by timing both"
+        ),
+        Err(_) => {}
     }
     let data = vec![0x5au8; 4096];
     let best = |m: Method| {
