@@ -191,9 +191,20 @@ impl Connection {
         }
         let mut result = Ok(());
         while let Some(op) = self.engine.pop_op() {
-            result = match PreparedSend::from_op(op) {
-                None => self.post(op),
-                Some(send) => self.post_send_run(send),
+            result = match op {
+                Op::PostRecv {
+                    wr_id,
+                    message_slot,
+                } => self.post_recv(wr_id, message_slot),
+                Op::ClearTargetEntry { offset } => self
+                    .res
+                    .target_mr
+                    .write_at(offset, &[0u8; 16])
+                    .map_err(Into::into),
+                send => match PreparedSend::from_op(send) {
+                    Some(send) => self.post_send_run(send),
+                    None => Ok(()),
+                },
             };
             if result.is_err() {
                 break;
@@ -284,38 +295,24 @@ impl Connection {
         })
     }
 
-    fn post(&self, op: Op) -> io::Result<()> {
-        match op {
-            Op::PostRecv {
-                wr_id,
-                message_slot,
-            } => {
-                let sge;
-                let sg_list: &[ScatterGather<'_>] = match (message_slot, &self.res.message_mr) {
-                    (Some(slot), Some(mr)) => {
-                        sge = [mr.slice(slot as usize * 4, 4)?];
-                        &sge
-                    }
-                    _ => &[],
-                };
-                let wr = RecvRequest {
-                    wr_id: wr_id.0,
-                    sg_list,
-                };
-                self.res
-                    .qp
-                    .post_recv(&[wr])
-                    .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+    /// Posts one receive (with its 4-byte message slot in write+send mode).
+    fn post_recv(&self, wr_id: WrId, message_slot: Option<u32>) -> io::Result<()> {
+        let sge;
+        let sg_list: &[ScatterGather<'_>] = match (message_slot, &self.res.message_mr) {
+            (Some(slot), Some(mr)) => {
+                sge = [mr.slice(slot as usize * 4, 4)?];
+                &sge
             }
-            Op::ClearTargetEntry { offset } => {
-                Ok(self.res.target_mr.write_at(offset, &[0u8; 16])?)
-            }
-            // post_ops gives sends to post_send_run; a send reaching here goes out alone.
-            send => match PreparedSend::from_op(send) {
-                Some(send) => self.post_sends::<1>(&[send]),
-                None => Ok(()),
-            },
-        }
+            _ => &[],
+        };
+        let wr = RecvRequest {
+            wr_id: wr_id.0,
+            sg_list,
+        };
+        self.res
+            .qp
+            .post_recv(&[wr])
+            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
     }
 
     /// Feeds one completion to the engine.
