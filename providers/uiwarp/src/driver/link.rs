@@ -79,7 +79,8 @@ impl Link {
 
     /// Makes the engine's poll watch the socket for input, or only for room to write. An
     /// application thread that spins on the socket reads the bytes itself; the engine's
-    /// wake-up on every arrival would only take a core from it. Turning input back on reports bytes already waiting (epoll checks readiness).
+    /// wake-up on every arrival would only take a core from it. Turning input back on
+    /// reports bytes already waiting (epoll checks readiness).
     pub(crate) fn set_engine_reads(&mut self, engine: &Engine, on: bool) {
         if self.engine_reads == on {
             return;

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-#[cfg(test)]
+/// The reflected CRC32c polynomial.
 const POLYNOMIAL: u32 = 0x82F6_3B78;
 
 /// How the CRC is computed.
@@ -55,7 +55,7 @@ const fn tables() -> [[u32; 256]; 8] {
         let mut bit = 0;
         while bit < 8 {
             c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
+                (c >> 1) ^ POLYNOMIAL
             } else {
                 c >> 1
             };
