@@ -225,11 +225,15 @@ impl UiwarpCq {
         s.endpoints.push(Arc::downgrade(endpoint));
     }
 
+    /// Moves queued completions into `out`; taking any ends a run of empty polls.
     fn take(&self, out: &mut [WorkCompletion]) -> usize {
         let mut s = self.state.lock().expect("cq lock");
         let n = out.len().min(s.queue.len());
         for (slot, wc) in out.iter_mut().zip(s.queue.drain(..n)) {
             *slot = wc;
+        }
+        if n > 0 {
+            self.empty_streak.store(0, Ordering::Relaxed);
         }
         n
     }
@@ -239,9 +243,6 @@ impl CqOps for UiwarpCq {
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let n = self.take(out);
         if n > 0 || out.is_empty() {
-            if n > 0 {
-                self.empty_streak.store(0, Ordering::Relaxed);
-            }
             return Ok(n);
         }
         let streak = self.empty_streak.fetch_add(1, Ordering::Relaxed) + 1;
@@ -280,11 +281,7 @@ impl CqOps for UiwarpCq {
         if !moved {
             return Ok(0);
         }
-        let n = self.take(out);
-        if n > 0 {
-            self.empty_streak.store(0, Ordering::Relaxed);
-        }
-        Ok(n)
+        Ok(self.take(out))
     }
 
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
