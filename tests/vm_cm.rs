@@ -2,6 +2,8 @@
 //! (`tests/vm/run.sh`, which runs these with `--ignored --test-threads=1`); each test panics
 //! when rxe0 or the VM's address is missing.
 
+mod vm_support;
+
 use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, Error, EventChannel, RejectReason};
 use rdmasock::verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QpInitAttributes, QpNumber,
@@ -557,7 +559,7 @@ fn run_pair(server: &[String], client: &[String], port: u16) -> (String, String)
         .args(client)
         .output()
         .unwrap_or_else(|e| panic!("cannot start {client:?}: {e}"));
-    let srv = srv.wait_with_output().expect("server exits");
+    let srv = finish_within(srv, Duration::from_secs(100), server);
     let (so, co) = (
         String::from_utf8_lossy(&srv.stdout).into_owned(),
         String::from_utf8_lossy(&cli.stdout).into_owned(),
@@ -571,6 +573,35 @@ fn run_pair(server: &[String], client: &[String], port: u16) -> (String, String)
     );
     assert!(srv.status.success() && cli.status.success(), "{report}");
     (so, co)
+}
+
+/// Waits up to `limit` for `child`, then collects its output; a child still running then
+/// is killed after its threads' kernel stacks and backtraces are taken, and the test fails
+/// with them (a hang once in many runs must explain itself).
+fn finish_within(
+    mut child: std::process::Child,
+    limit: Duration,
+    what: &[String],
+) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("poll the child").is_none() {
+        if Instant::now() > deadline {
+            let stuck = vm_support::where_stuck(child.id());
+            let _ = child.kill();
+            let out = child
+                .wait_with_output()
+                .expect("collect the child's output");
+            panic!(
+                "{what:?} still running after {limit:?}; stdout {:?} stderr {:?}\n{stuck}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collect the child's output")
 }
 
 fn ours(name: &str, args: &[&str]) -> Vec<String> {

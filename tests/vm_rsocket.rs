@@ -17,6 +17,8 @@
 //! `size` bytes from the client, then `count` transfers back; with `-T v` each direction's
 //! bytes count up from 0 (mod 256) from the start of the connection, which both sides check.
 
+mod vm_support;
+
 use rdmasock::{RdmaListener, RdmaSocket};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
@@ -170,27 +172,9 @@ fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> Chil
         .expect("start rstream (rdma-core's rdmacm-utils package)")
 }
 
-/// For a failure message: where a stuck rstream sleeps (its kernel stack, and its threads'
-/// backtraces when gdb is installed) and rxe0's counters (retries, RNR NAKs, errors).
+/// For a failure message: where a stuck rstream sleeps (see `vm_support::where_stuck`) and
+/// rxe0's counters (retries, RNR NAKs, errors).
 fn where_stuck(pid: u32) -> String {
-    let stack = std::fs::read_to_string(format!("/proc/{pid}/stack")).unwrap_or_default();
-    let gdb = Command::new("gdb")
-        .args([
-            "-batch",
-            "-p",
-            &pid.to_string(),
-            "-ex",
-            "thread apply all bt",
-        ])
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_else(|e| format!("(no gdb: {e})"));
     let mut counters = String::new();
     if let Ok(dir) = std::fs::read_dir(COUNTERS) {
         for entry in dir.flatten() {
@@ -198,7 +182,10 @@ fn where_stuck(pid: u32) -> String {
             counters += &format!("{}={} ", entry.file_name().to_string_lossy(), value.trim());
         }
     }
-    format!("rstream's kernel stack:\n{stack}rstream's threads:\n{gdb}\nrxe0 counters: {counters}")
+    format!(
+        "rstream:\n{}\nrxe0 counters: {counters}",
+        vm_support::where_stuck(pid)
+    )
 }
 
 /// Waits for rstream (bounded) and checks it exited 0 and reported its test.

@@ -301,3 +301,52 @@ pub fn example(name: &str) -> PathBuf {
     );
     path
 }
+
+/// For a failure message: where a stuck process `pid` sleeps. Every thread's kernel stack
+/// (where a system call waits), every thread's backtrace when gdb is installed, and the
+/// kernel's rdma_cm ids and QPs (`rdma res show`), so that a hang that happens once in many
+/// runs is explained by the run that caught it.
+pub fn where_stuck(pid: u32) -> String {
+    let mut text = String::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| dir.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    for task in tasks {
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let stack = std::fs::read_to_string(task.join("stack"))
+            .unwrap_or_else(|e| format!("(unreadable: {e})\n"));
+        text += &format!(
+            "kernel stack of {} ({}):\n{stack}",
+            task.display(),
+            comm.trim()
+        );
+    }
+    let run = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(cannot run {program}: {e})"))
+    };
+    let gdb = run(
+        "gdb",
+        &[
+            "-batch",
+            "-p",
+            &pid.to_string(),
+            "-ex",
+            "thread apply all bt",
+        ],
+    );
+    let frames: Vec<&str> = gdb
+        .lines()
+        .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+        .collect();
+    text += &format!("threads (gdb):\n{}\n", frames.join("\n"));
+    text += &format!(
+        "rdma res show cm_id:\n{}",
+        run("rdma", &["res", "show", "cm_id"])
+    );
+    text += &format!("rdma res show qp:\n{}", run("rdma", &["res", "show", "qp"]));
+    text
+}
