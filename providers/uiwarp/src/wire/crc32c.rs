@@ -2,9 +2,11 @@
 //! final XOR 0xFFFFFFFF, sent little-endian (what siw emits and tshark checks).
 //!
 //! Two ways to compute it, with the same results:
-//! * [`Method::Instruction`]: the `crc32c` crate, which uses the CPU's CRC32 instruction (SSE
-//!   4.2 on x86-64, the CRC extension on aarch64) when present. MPA's CRC runs over every
-//!   payload byte on both sides, and on hardware this runs at ~20 GB/s.
+//! * [`Method::Instruction`]: the `crc-fast` crate, which uses the CPU's CRC32 and carry-less
+//!   multiply instructions (SSE 4.2/PCLMULQDQ or AVX-512 VPCLMULQDQ on x86-64, CRC and PMULL
+//!   on aarch64) when present. MPA's CRC runs over every payload byte on both sides; on this
+//!   project's (AVX-512) hosts this runs at ~43 GB/s on 4 KiB and ~57 GB/s on 64 KiB, 2.2x
+//!   the `crc32c` crate's CRC32-instruction-only code it replaced.
 //! * [`Method::Table`]: slice-by-8 over tables built at compile time, ~2 GB/s on hardware,
 //!   but 2.8x the instruction's speed under QEMU's TCG (0.36 against 0.13 GB/s on 4 KiB),
 //!   which emulates CRC32 through a helper call per instruction: the VM the test suite and
@@ -22,7 +24,8 @@ const POLYNOMIAL: u32 = 0x82F6_3B78;
 /// How the CRC is computed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// The `crc32c` crate: the CPU's CRC32 instruction where it has one.
+    /// The `crc-fast` crate: the CPU's CRC32 and carry-less multiply instructions where it
+    /// has them.
     Instruction,
     /// Slice-by-8 tables.
     Table,
@@ -77,7 +80,7 @@ const fn tables() -> [[u32; 256]; 8] {
     t
 }
 
-/// Continues `crc` (final XOR applied, as `crc32c_append` takes it) over `data` by tables.
+/// Continues `crc` (final XOR applied) over `data` by tables.
 fn table_append(crc: u32, data: &[u8]) -> u32 {
     let t = &TABLES;
     let mut crc = !crc;
@@ -100,10 +103,19 @@ fn table_append(crc: u32, data: &[u8]) -> u32 {
     !crc
 }
 
+/// Continues `crc` (final XOR applied) over `data` with `crc-fast`, whose running state is
+/// the CRC before its final XOR.
+fn instruction_append(crc: u32, data: &[u8]) -> u32 {
+    let mut digest =
+        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    digest.update(data);
+    digest.finalize() as u32
+}
+
 /// Continues `crc` over `data` with `method`.
 pub fn append_with(method: Method, crc: u32, data: &[u8]) -> u32 {
     match method {
-        Method::Instruction => crc32c::crc32c_append(crc, data),
+        Method::Instruction => instruction_append(crc, data),
         Method::Table => table_append(crc, data),
     }
 }
@@ -111,7 +123,7 @@ pub fn append_with(method: Method, crc: u32, data: &[u8]) -> u32 {
 /// A running CRC32c over several pieces of data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Crc32c {
-    /// The CRC of the data so far, final XOR applied (what `crc32c_append` continues from).
+    /// The CRC of the data so far, final XOR applied.
     value: u32,
 }
 
@@ -206,6 +218,32 @@ mod tests {
             }
         }
         assert_eq!(append_with(Method::Table, 0, b"123456789"), 0xE306_9283);
+    }
+
+    /// The SIMD code changes strategy with the length (folding blocks of 64, 128, 256 bytes
+    /// and more, then a tail): long lengths around those sizes, and odd splits, against the
+    /// bitwise reference.
+    #[test]
+    fn both_methods_match_bitwise_on_long_lengths_and_odd_splits() {
+        let data: Vec<u8> = (0..70_001u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in [
+            1023, 1024, 1025, 2047, 4095, 4096, 4097, 8191, 16_385, 65_535, 65_536, 70_001,
+        ] {
+            let want = bitwise(&data[..len]);
+            for m in [Method::Instruction, Method::Table] {
+                assert_eq!(append_with(m, 0, &data[..len]), want, "{m:?} len {len}");
+                for split in [1, 3, 14, 63, 257, len / 2 + 1, len - 5] {
+                    let part = append_with(m, 0, &data[..split]);
+                    assert_eq!(
+                        append_with(m, part, &data[split..len]),
+                        want,
+                        "{m:?} len {len} split {split}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
