@@ -444,7 +444,8 @@ impl Connection {
 
     /// Queues one whole FPDU whose `chunk` payload bytes of `msg` stay in their registered
     /// memory: the header, the memory slices, then pad and CRC (computed over the slices
-    /// here). Nothing is queued when the memory cannot be read.
+    /// here). Nothing is queued when the memory cannot be read: the slices are located once
+    /// to check them, then again to queue them (no allocation per FPDU).
     fn frame_in_place(
         &self,
         header: SegmentRepr,
@@ -453,11 +454,10 @@ impl Connection {
         memory: &dyn MemoryTable,
         queue: &mut TxQueue,
     ) -> Result<(), AccessError> {
-        let mut slices: Vec<(&Arc<RegisteredMemory>, usize, usize)> = Vec::with_capacity(2);
         let offset = u64::from(msg.sent);
-        match &msg.kind {
+        let each_slice = |f: &mut dyn FnMut(&Arc<RegisteredMemory>, usize, usize)| match &msg.kind {
             TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => {
-                locate(memory, segments, offset, chunk, &mut slices)?
+                locate(memory, segments, offset, chunk, f)
             }
             TxKind::ReadResponse {
                 source_stag,
@@ -472,9 +472,11 @@ impl Connection {
                     chunk as u64,
                     AccessFlags::REMOTE_READ,
                 )?;
-                slices.push((region.memory, at, chunk));
+                f(region.memory, at, chunk);
+                Ok(())
             }
-        }
+        };
+        each_slice(&mut |_, _, _| {})?;
         let out = queue.bytes();
         let start = fpdu::begin(out);
         header.append(out);
@@ -484,13 +486,14 @@ impl Connection {
         let mut crc = Crc32c::new();
         if self.crc {
             crc.update(&out[start..]);
-            for (m, at, n) in &slices {
-                crc.update(&m.as_slice()[*at..*at + *n]);
+        }
+        let with_crc = self.crc;
+        each_slice(&mut |m, at, n| {
+            if with_crc {
+                crc.update(&m.as_slice()[at..at + n]);
             }
-        }
-        for (m, at, n) in &slices {
-            queue.push_memory(m, *at, *n);
-        }
+            queue.push_memory(m, at, n);
+        })?;
         let pad = [0u8; 3];
         let pad = &pad[..fpdu::pad_len(ulpdu)];
         let out = queue.bytes();
@@ -506,14 +509,14 @@ impl Connection {
     }
 }
 
-/// Finds message bytes `offset..offset+len` of a gather list in registered memory: pushes
-/// (memory, offset within it, length) per scatter/gather entry covered.
-fn locate<'m>(
-    memory: &'m dyn MemoryTable,
+/// Finds message bytes `offset..offset+len` of a gather list in registered memory: calls
+/// `slice` with (memory, offset within it, length) per scatter/gather entry covered, in order.
+fn locate(
+    memory: &dyn MemoryTable,
     segments: &[LocalSegment],
     mut offset: u64,
     mut len: usize,
-    slices: &mut Vec<(&'m Arc<RegisteredMemory>, usize, usize)>,
+    slice: &mut dyn FnMut(&Arc<RegisteredMemory>, usize, usize),
 ) -> Result<(), AccessError> {
     for s in segments {
         if len == 0 {
@@ -527,7 +530,7 @@ fn locate<'m>(
         let n = (seg_len - offset).min(len as u64) as usize;
         let region = memory.local(s.lkey).ok_or(AccessError::InvalidKey)?;
         let at = region.resolve(s.addr.wrapping_add(offset), n as u64, AccessFlags::empty())?;
-        slices.push((region.memory, at, n));
+        slice(region.memory, at, n);
         len -= n;
         offset = 0;
     }

@@ -127,12 +127,18 @@ impl UiwarpQp {
     }
 
     /// Copies an inline request's gather list; returns the bytes.
-    fn gather_inline(&self, work: &SendWork, regions: &RegionSet) -> Result<Vec<u8>> {
+    /// Gathers `work`'s payload into `bytes` (cleared first).
+    fn gather_inline(
+        &self,
+        work: &SendWork,
+        regions: &RegionSet,
+        bytes: &mut Vec<u8>,
+    ) -> Result<()> {
         let table = QpMemory {
             regions,
             inline: &Default::default(),
         };
-        let mut bytes = Vec::with_capacity(work.total_length() as usize);
+        bytes.clear();
         for s in &work.segments {
             let view = table.local(s.lkey).ok_or_else(|| {
                 invalid(format!(
@@ -145,7 +151,7 @@ impl UiwarpQp {
             view.read(s.addr, &mut bytes[start..], AccessFlags::empty())
                 .map_err(|e| invalid(format!("inline gather entry at {:#x}: {e:?}", s.addr)))?;
         }
-        Ok(bytes)
+        Ok(())
     }
 }
 
@@ -294,26 +300,28 @@ impl QpOps for UiwarpQp {
             }
             if inline {
                 let regions = self.endpoint.regions.read().expect("uiwarp regions lock");
-                let bytes = match self.gather_inline(&work, &regions) {
-                    Ok(b) => b,
-                    Err(error) => {
-                        result = Err(PostError {
-                            index,
-                            wr_id: wr.wr_id,
-                            error,
-                        });
-                        break;
-                    }
-                };
+                let mut bytes = std::mem::take(&mut st.inline.gather);
+                if let Err(error) = self.gather_inline(&work, &regions, &mut bytes) {
+                    result = Err(PostError {
+                        index,
+                        wr_id: wr.wr_id,
+                        error,
+                    });
+                    break;
+                }
                 drop(regions);
                 let seq = st.posted_sends;
-                match st.inline.store(seq, &bytes) {
+                let stored = st.inline.store(seq, &bytes);
+                let length = bytes.len() as u32;
+                st.inline.gather = bytes;
+                match stored {
                     Ok((key, addr)) => {
-                        work.segments = vec![LocalSegment {
+                        work.segments.clear();
+                        work.segments.push(LocalSegment {
                             addr,
-                            length: bytes.len() as u32,
+                            length,
                             lkey: LocalKey(key),
-                        }];
+                        });
                     }
                     Err(error) => {
                         result = Err(PostError {
