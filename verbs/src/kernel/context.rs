@@ -252,15 +252,10 @@ impl KernelContext {
     /// The send doorbell of rxe and siw: POST_SEND with no work requests ("process the
     /// mapped send queue now").
     pub fn post_send_doorbell(&self, qp_handle: u32) -> Result<()> {
-        let req = PostSendRequest {
-            qp_handle,
-            wr_count: 0,
-            sge_count: 0,
-            wqe_size: 128,
-            ..Default::default()
-        };
-        self.execute(&req, &[], &mut [])?;
-        Ok(())
+        self.inner
+            .file
+            .post_send_doorbell(qp_handle, 128)
+            .map_err(|e| Error::kernel(PostSendRequest::COMMAND.name(), &self.inner.device.name, e))
     }
 }
 

@@ -4,7 +4,8 @@ use super::abi::{
     has_response_pointer, CommandHeader, CreateCompChannelRequest, GetContextRequest,
     GetContextResponse, WriteCommand,
 };
-use super::pod::{as_bytes, from_bytes, Pod};
+use super::abi_qp::{PostSendRequest, PostSendResponse};
+use super::pod::{as_bytes, from_bytes, impl_pod, Pod};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
@@ -94,6 +95,37 @@ impl UverbsFile {
         Ok(core)
     }
 
+    /// POST_SEND with no work requests: the send doorbell of rxe and siw ("process the mapped
+    /// send queue now"), rung on every post. It writes the bytes [`UverbsFile::execute`]
+    /// would (a test compares them) from one stack struct, without `execute`'s generic
+    /// length checks, zeroed buffers and copies: ~90 user instructions a post under
+    /// callgrind, in a ping-pong of ~860 a round trip.
+    pub fn post_send_doorbell(&self, qp_handle: u32, wqe_size: u32) -> io::Result<()> {
+        let mut response = PostSendResponse::default();
+        let command = DoorbellCommand::new(
+            qp_handle,
+            wqe_size,
+            &mut response as *mut PostSendResponse as u64,
+        );
+        let bytes = as_bytes(&command);
+        // SAFETY: `bytes` is the whole command, initialized (DoorbellCommand is Pod). The
+        // only memory the kernel writes is the response whose address is in the request:
+        // `response`, a PostSendResponse on this frame, the out_words * 4 bytes the header
+        // announces, not otherwise accessed until write() returns.
+        let written =
+            unsafe { libc::write(self.fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        if written < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if written as usize != bytes.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("POST_SEND doorbell: short write of {written} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
     /// GET_CONTEXT: the response and the async event fd it created.
     pub fn get_context(
         &self,
@@ -108,6 +140,35 @@ impl UverbsFile {
     pub fn create_comp_channel(&self) -> io::Result<OwnedFd> {
         let resp = self.execute(&CreateCompChannelRequest::default(), &[], &mut [])?;
         adopt_new_fd(resp.fd)
+    }
+}
+
+/// The whole POST_SEND doorbell write: the header, then the request (32 bytes, no padding).
+#[derive(Copy, Clone, Debug, Default)]
+#[repr(C)]
+struct DoorbellCommand {
+    header: CommandHeader,
+    request: PostSendRequest,
+}
+
+impl_pod!(DoorbellCommand);
+
+impl DoorbellCommand {
+    fn new(qp_handle: u32, wqe_size: u32, response: u64) -> DoorbellCommand {
+        DoorbellCommand {
+            header: CommandHeader {
+                command: PostSendRequest::COMMAND as u32,
+                in_words: (size_of::<DoorbellCommand>() / 4) as u16,
+                out_words: (size_of::<PostSendResponse>() / 4) as u16,
+            },
+            request: PostSendRequest {
+                response,
+                qp_handle,
+                wr_count: 0,
+                sge_count: 0,
+                wqe_size,
+            },
+        }
     }
 }
 
@@ -236,6 +297,33 @@ mod tests {
         let mut out = Vec::new();
         std::fs::File::from(r).read_to_end(&mut out).unwrap();
         out
+    }
+
+    /// The doorbell's own write is byte for byte what `execute` writes for the same request,
+    /// but for the response pointer (each points at its own stack frame).
+    #[test]
+    fn the_doorbell_writes_what_execute_writes() {
+        assert_eq!(
+            size_of::<DoorbellCommand>(),
+            HEADER_LEN + size_of::<PostSendRequest>()
+        );
+        let req = PostSendRequest {
+            qp_handle: 0x1234_5678,
+            wqe_size: 128,
+            ..Default::default()
+        };
+        let mut generic = captured(&req, &[], &mut []);
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let file = UverbsFile::new(w);
+        file.post_send_doorbell(0x1234_5678, 128).unwrap();
+        drop(file);
+        let mut fast = Vec::new();
+        std::fs::File::from(r).read_to_end(&mut fast).unwrap();
+        assert_eq!(fast.len(), generic.len());
+        assert_ne!(&fast[8..16], &[0u8; 8], "response pointer filled in");
+        fast[8..16].fill(0);
+        generic[8..16].fill(0);
+        assert_eq!(fast, generic);
     }
 
     #[test]
