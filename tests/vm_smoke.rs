@@ -2,6 +2,8 @@
 //! is really there. Runs only in the VM (`tests/vm/run.sh`), where these tests are run
 //! with `--ignored`; on the host they are ignored.
 
+mod vm_support;
+
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::process::Command;
@@ -81,4 +83,36 @@ fn every_device_the_vm_announces_is_active() {
             "{device} port 1 is {state:?}, expected ACTIVE"
         );
     }
+}
+
+/// The report a VM test prints for a process that hangs (`vm_support::where_stuck`) really
+/// shows where it waits: every thread's kernel stack and gdb's backtrace. Checked on a
+/// `sleep`, whose kernel stack must name the sleep and whose backtrace must have frames.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn a_stuck_process_report_has_kernel_stacks_and_backtraces() {
+    let mut child = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("start sleep");
+    // Let it reach its sleep (a report taken during exec would show exec instead).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let stat = format!("/proc/{}/stat", child.id());
+    while !fs::read_to_string(&stat).is_ok_and(|s| s.contains(") S ")) {
+        assert!(std::time::Instant::now() < deadline, "sleep never slept");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let report = vm_support::where_stuck(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(report.contains("kernel stack of"), "{report}");
+    assert!(
+        report.contains("nanosleep"),
+        "no sleep in the kernel stack:\n{report}"
+    );
+    assert!(
+        report.lines().any(|l| l.starts_with("#0")),
+        "no gdb frames:\n{report}"
+    );
+    assert!(report.contains("rdma res show cm_id:"), "{report}");
 }
