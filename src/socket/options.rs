@@ -43,8 +43,9 @@ impl Default for SocketOptions {
 impl SocketOptions {
     /// A builder starting from the defaults: rsocket's stream configuration (128 KiB rings,
     /// or [`UNPINNED_RING`] on the userspace provider unless set; 384-deep queues, 64-byte
-    /// inline, every send signalled) with an adaptive busy-poll of at most 1 ms per wait (see [`adaptive`](SocketOptionsBuilder::adaptive)), a 10 s connect
-    /// timeout, a 2 s bound on a graceful close, no keepalive, a backlog of 128.
+    /// inline, every send signalled) with an adaptive busy-poll of at most 1 ms per wait
+    /// (see [`adaptive`](SocketOptionsBuilder::adaptive)), a 10 s connect timeout, a 2 s
+    /// bound on a graceful close, no keepalive, a backlog of 128.
     pub fn builder() -> SocketOptionsBuilder {
         SocketOptionsBuilder {
             stream: StreamConfig::builder(),

@@ -107,13 +107,12 @@ impl UverbsFile {
             wqe_size,
             &mut response as *mut PostSendResponse as u64,
         );
-        let bytes = as_bytes(&command);
+        let (fd, bytes) = (self.fd.as_raw_fd(), as_bytes(&command));
         // SAFETY: `bytes` is the whole command, initialized (DoorbellCommand is Pod). The
         // only memory the kernel writes is the response whose address is in the request:
         // `response`, a PostSendResponse on this frame, the out_words * 4 bytes the header
         // announces, not otherwise accessed until write() returns.
-        let written =
-            unsafe { libc::write(self.fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if written < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -487,9 +487,8 @@ impl Connection {
         if self.crc {
             crc.update(&out[start..]);
         }
-        let with_crc = self.crc;
         each_slice(&mut |m, at, n| {
-            if with_crc {
+            if self.crc {
                 crc.update(&m.as_slice()[at..at + n]);
             }
             queue.push_memory(m, at, n);

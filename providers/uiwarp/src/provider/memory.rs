@@ -32,7 +32,7 @@ pub(crate) struct KeyHasher(u64);
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.write_u32(u32::from(b) ^ (self.0 as u32));
+            self.write_u32(u32::from(b));
         }
     }
 

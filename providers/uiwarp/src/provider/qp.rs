@@ -126,8 +126,7 @@ impl UiwarpQp {
         }
     }
 
-    /// Copies an inline request's gather list; returns the bytes.
-    /// Gathers `work`'s payload into `bytes` (cleared first).
+    /// Copies an inline request's gather list into `bytes` (cleared first).
     fn gather_inline(
         &self,
         work: &SendWork,
