@@ -11,24 +11,13 @@ use rdmasock::verbs::{
 };
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use vm_support::device_ip;
 
 const T: Duration = Duration::from_secs(10);
-
-/// The VM's rxe0 address; panics (loudly) outside the VM or without rxe0.
-fn vm_ip() -> IpAddr {
-    assert!(
-        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
-        "rxe0 is missing: these tests run in the VM (tests/vm/run.sh), which creates it"
-    );
-    let ip = std::env::var("RDMA_VM_IP")
-        .expect("RDMA_VM_IP is unset: these tests run in the VM (tests/vm/run.sh)");
-    ip.parse().expect("RDMA_VM_IP is an IP address")
-}
 
 fn at(ip: IpAddr, port: u16) -> SocketAddr {
     SocketAddr::new(ip, port)
@@ -56,7 +45,7 @@ fn open_fds() -> usize {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn resolve_maps_to_rxe0() {
-    let ip = vm_ip();
+    let ip = device_ip("rxe0");
     let channel = EventChannel::open().expect("open rdma_cm");
     let id = CmId::new(&channel).expect("create id");
     let dst = at(ip, 7101);
@@ -83,7 +72,7 @@ fn resolve_maps_to_rxe0() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn channel_is_nonblocking_and_pollable() {
-    let ip = vm_ip();
+    let ip = device_ip("rxe0");
     let channel = EventChannel::open().expect("open rdma_cm");
     assert!(channel.try_get_event().expect("get event").is_none());
     let id = CmId::new(&channel).expect("create id");
@@ -111,7 +100,7 @@ fn channel_is_nonblocking_and_pollable() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn loopback_address_is_on_no_rdma_device() {
-    let ip = vm_ip();
+    let ip = device_ip("rxe0");
     let channel = EventChannel::open().expect("open rdma_cm");
     let id = CmId::new(&channel).expect("create id");
     let err = id
@@ -127,7 +116,7 @@ fn loopback_address_is_on_no_rdma_device() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn dummy_netdev_address_is_on_no_rdma_device() {
-    vm_ip();
+    device_ip("rxe0");
     sh(
         "ip link show cmdummy0 >/dev/null 2>&1 || { ip link add cmdummy0 type dummy && \
         ip addr add 10.98.7.1/24 dev cmdummy0 && ip link set cmdummy0 up; }",
@@ -151,7 +140,7 @@ fn dummy_netdev_address_is_on_no_rdma_device() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn unanswered_address_times_out_with_the_address() {
-    vm_ip();
+    device_ip("rxe0");
     let channel = EventChannel::open().expect("open rdma_cm");
     let id = CmId::new(&channel).expect("create id");
     // On eth0's subnet, but nobody there answers ARP.
@@ -177,7 +166,7 @@ fn unanswered_address_times_out_with_the_address() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn connect_without_listener_is_refused() {
-    let ip = vm_ip();
+    let ip = device_ip("rxe0");
     let channel = EventChannel::open().expect("open rdma_cm");
     let id = CmId::new(&channel).expect("create id");
     let dst = at(ip, 7106);
@@ -204,7 +193,7 @@ fn connect_without_listener_is_refused() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn private_data_over_56_bytes_is_refused_before_connect() {
-    let ip = vm_ip();
+    let ip = device_ip("rxe0");
     let channel = EventChannel::open().expect("open rdma_cm");
     let id = CmId::new(&channel).expect("create id");
     id.resolve(None, at(ip, 7107), T).expect("resolve");
@@ -291,13 +280,13 @@ fn connect_round_trip(addr: SocketAddr) {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn listener_and_connector_establish_with_private_data_both_ways() {
-    connect_round_trip(at(vm_ip(), 7108));
+    connect_round_trip(at(device_ip("rxe0"), 7108));
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn ipv6_listener_and_connector_establish() {
-    vm_ip();
+    device_ip("rxe0");
     sh("ip -6 addr show dev eth0 | grep -q fd99::2 || ip -6 addr add fd99::2/64 dev eth0 nodad");
     connect_round_trip("[fd99::2]:7109".parse().unwrap());
 }
@@ -305,7 +294,7 @@ fn ipv6_listener_and_connector_establish() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn reject_carries_private_data() {
-    let addr = at(vm_ip(), 7110);
+    let addr = at(device_ip("rxe0"), 7110);
     let (ready, server) = serve_once(addr, b"go away", false);
     ready.recv().expect("server listening");
     let channel = EventChannel::open().expect("open rdma_cm");
@@ -332,7 +321,7 @@ fn reject_carries_private_data() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn thousand_create_destroy_cycles_leak_no_fd() {
-    let ip = vm_ip();
+    let ip = device_ip("rxe0");
     let before = open_fds();
     let shared = EventChannel::open().expect("open rdma_cm");
     for i in 0..1000u32 {
@@ -476,227 +465,11 @@ fn exchange_over_queue_pairs(addr: SocketAddr, device: &'static str) {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn queue_pairs_connect_and_exchange_a_message_each_way() {
-    exchange_over_queue_pairs(at(vm_ip(), 7111), "rxe0");
-}
-
-/// The VM's siw0 address (tests/vm/run.sh --both, the suite's default); panics without it.
-fn siw_ip() -> IpAddr {
-    assert!(
-        std::path::Path::new("/sys/class/infiniband/siw0").exists(),
-        "siw0 is missing: run the VM with siw (tests/vm/run.sh --both, the suite's default)"
-    );
-    let ip = std::env::var("RDMA_VM_SIW_IP")
-        .expect("RDMA_VM_SIW_IP is unset: run the VM with --both (tests/vm/run.sh)");
-    ip.parse().expect("RDMA_VM_SIW_IP is an IP address")
+    exchange_over_queue_pairs(at(device_ip("rxe0"), 7111), "rxe0");
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn iwarp_queue_pairs_connect_and_exchange_a_message_each_way() {
-    exchange_over_queue_pairs(at(siw_ip(), 7112), "siw0");
-}
-
-// ---------------------------------------------------------------------------------------
-// examples/rdma_server.rs and examples/rdma_client.rs against rdma-core's tools, both ways.
-
-/// Where cargo put the examples (the VM suite says so in RDMASOCK_EXAMPLES_DIR).
-fn example(name: &str) -> PathBuf {
-    let dir = match std::env::var_os("RDMASOCK_EXAMPLES_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => std::env::current_exe()
-            .expect("test binary path")
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>/deps")
-            .join("examples"),
-    };
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the examples first (cargo build --examples; tests/vm/run.sh does)",
-        path.display()
-    );
-    path
-}
-
-/// Waits until an rdma_cm id listens on `port` (as `rdma res show cm_id` reports).
-fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let needle = format!(":{port} ");
-    loop {
-        let out = Command::new("rdma")
-            .args(["res", "show", "cm_id"])
-            .output()
-            .expect("cannot run `rdma` (iproute2)");
-        let text = String::from_utf8_lossy(&out.stdout);
-        if text
-            .lines()
-            .any(|l| l.contains("state LISTEN") && l.contains(&needle))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing listens on port {port} after 30 s:\n{text}"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Starts `server` on `port`, waits until it listens, runs `client`; both under `timeout`.
-/// Returns (server stdout, client stdout) after checking both exited 0.
-fn run_pair(server: &[String], client: &[String], port: u16) -> (String, String) {
-    let srv = Command::new("timeout")
-        .arg("120")
-        .args(server)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {server:?}: {e}"));
-    wait_listening(port);
-    let cli = Command::new("timeout")
-        .arg("120")
-        .args(client)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot start {client:?}: {e}"));
-    let srv = finish_within(srv, Duration::from_secs(100), server);
-    let (so, co) = (
-        String::from_utf8_lossy(&srv.stdout).into_owned(),
-        String::from_utf8_lossy(&cli.stdout).into_owned(),
-    );
-    let report = format!(
-        "server {server:?}: {}\n{so}{}\nclient {client:?}: {}\n{co}{}",
-        srv.status,
-        String::from_utf8_lossy(&srv.stderr),
-        cli.status,
-        String::from_utf8_lossy(&cli.stderr)
-    );
-    assert!(srv.status.success() && cli.status.success(), "{report}");
-    (so, co)
-}
-
-/// Waits up to `limit` for `child`, then collects its output; a child still running then
-/// is killed after its threads' kernel stacks and backtraces are taken, and the test fails
-/// with them (a hang once in many runs must explain itself).
-fn finish_within(
-    mut child: std::process::Child,
-    limit: Duration,
-    what: &[String],
-) -> std::process::Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().expect("poll the child").is_none() {
-        if Instant::now() > deadline {
-            let stuck = vm_support::where_stuck(child.id());
-            let _ = child.kill();
-            let out = child
-                .wait_with_output()
-                .expect("collect the child's output");
-            panic!(
-                "{what:?} still running after {limit:?}; stdout {:?} stderr {:?}\n{stuck}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    child
-        .wait_with_output()
-        .expect("collect the child's output")
-}
-
-fn ours(name: &str, args: &[&str]) -> Vec<String> {
-    let mut v = vec![example(name).display().to_string()];
-    v.extend(args.iter().map(|a| a.to_string()));
-    v
-}
-
-fn rdma_core(name: &str, args: &[&str]) -> Vec<String> {
-    let mut v = vec![name.to_string()];
-    v.extend(args.iter().map(|a| a.to_string()));
-    v
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn our_rdma_server_and_client() {
-    let ip = vm_ip().to_string();
-    let (so, co) = run_pair(
-        &ours("rdma_server", &["-p", "7481"]),
-        &ours("rdma_client", &["-s", &ip, "-p", "7481"]),
-        7481,
-    );
-    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
-    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn our_rdma_server_with_rdma_core_client() {
-    let ip = vm_ip().to_string();
-    let (so, co) = run_pair(
-        &ours("rdma_server", &["-p", "7482"]),
-        &rdma_core("rdma_client", &["-s", &ip, "-p", "7482"]),
-        7482,
-    );
-    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
-    assert!(co.ends_with("rdma_client: end 0\n"), "{co}");
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn rdma_core_server_with_our_rdma_client() {
-    let ip = vm_ip().to_string();
-    let (so, co) = run_pair(
-        &rdma_core("rdma_server", &["-p", "7483"]),
-        &ours("rdma_client", &["-s", &ip, "-p", "7483"]),
-        7483,
-    );
-    assert!(so.ends_with("rdma_server: end 0\n"), "{so}");
-    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn our_rdma_client_without_server_says_refused() {
-    let ip = vm_ip().to_string();
-    let out = Command::new("timeout")
-        .arg("120")
-        .args(ours("rdma_client", &["-s", &ip, "-p", "7484"]))
-        .output()
-        .expect("run rdma_client");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(255), "{text}");
-    assert!(
-        text.contains(&format!(
-            "rdma_connect: connection to {ip}:7484 refused: nothing listens on port 7484"
-        )),
-        "{text}"
-    );
-    assert!(text.ends_with("rdma_client: end -1\n"), "{text}");
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn iwarp_our_rdma_server_with_rdma_core_client() {
-    let ip = siw_ip().to_string();
-    let (so, co) = run_pair(
-        &ours("rdma_server", &["-p", "7485"]),
-        &rdma_core("rdma_client", &["-s", &ip, "-p", "7485"]),
-        7485,
-    );
-    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
-    assert!(co.ends_with("rdma_client: end 0\n"), "{co}");
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn iwarp_rdma_core_server_with_our_rdma_client() {
-    let ip = siw_ip().to_string();
-    let (so, co) = run_pair(
-        &rdma_core("rdma_server", &["-p", "7486"]),
-        &ours("rdma_client", &["-s", &ip, "-p", "7486"]),
-        7486,
-    );
-    assert!(so.ends_with("rdma_server: end 0\n"), "{so}");
-    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
+    exchange_over_queue_pairs(at(device_ip("siw0"), 7112), "siw0");
 }

@@ -350,3 +350,32 @@ pub fn where_stuck(pid: u32) -> String {
     text += &format!("rdma res show qp:\n{}", run("rdma", &["res", "show", "qp"]));
     text
 }
+
+/// Waits up to `limit` for `child`, then collects its output; a child still running then
+/// is killed after its threads' kernel stacks and backtraces are taken, and the test fails
+/// with them (a hang once in many runs must explain itself).
+pub fn finish_within(
+    mut child: std::process::Child,
+    limit: Duration,
+    what: &[String],
+) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("poll the child").is_none() {
+        if Instant::now() > deadline {
+            let stuck = where_stuck(child.id());
+            let _ = child.kill();
+            let out = child
+                .wait_with_output()
+                .expect("collect the child's output");
+            panic!(
+                "{what:?} still running after {limit:?}; stdout {:?} stderr {:?}\n{stuck}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collect the child's output")
+}
