@@ -105,8 +105,12 @@ impl Shared {
         let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
         // When this call first found it must wait, and until when it may busy-poll.
         let mut waiting: Option<(Instant, Instant)> = None;
+        // Set after a sleep: what woke it is taken through the channel first (its event, and
+        // on uiwarp the socket reads that raise it, without an eventfd write and read).
+        let mut woke = false;
         loop {
-            let mut progress = g.progress()?;
+            let mut progress = if woke { g.arm()? } else { g.progress()? };
+            woke = false;
             match attempt(&mut g) {
                 Err(StreamError::WouldBlock) => {}
                 result => {
@@ -163,6 +167,7 @@ impl Shared {
                 }
             };
             g = self.sleep(g, left)?;
+            woke = true;
         }
     }
 

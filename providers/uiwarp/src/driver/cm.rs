@@ -19,8 +19,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const RW: Interest = Interest::READABLE.add(Interest::WRITABLE);
-
 /// The responder refused the connection (an MPA reply with the reject bit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
@@ -164,7 +162,7 @@ pub fn connect(
     }
     let token = engine.add(Target::Endpoint(endpoint.clone()));
     let mut link = Link::new(conn, mio::net::TcpStream::from_std(stream), token);
-    engine.register(link.socket_mut(), token, RW)?;
+    link.register(&engine)?;
     st.local = link.local;
     st.peer = link.peer;
     st.link = Some(link);
@@ -255,7 +253,7 @@ impl ListenerShared {
             });
             let token = engine.add(Target::Pending(pending.clone()));
             let mut link = Link::new(conn, mio::net::TcpStream::from_std(std_stream), token);
-            if engine.register(link.socket_mut(), token, RW).is_err() {
+            if link.register(engine).is_err() {
                 engine.remove(token);
                 continue;
             }

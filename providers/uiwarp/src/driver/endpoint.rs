@@ -92,6 +92,11 @@ pub struct Endpoint {
     /// nanoseconds; 0: never): it reads the socket itself, and for [`SPIN_WINDOW`] after
     /// the engine leaves the bytes to it.
     polled_at: AtomicU64,
+    /// Reads of the socket by application threads (a spinning poll, a thread woken on a
+    /// completion channel), and the count the engine's last backstop saw: while it grows,
+    /// the engine leaves the socket to them.
+    app_reads: AtomicU64,
+    app_reads_seen: AtomicU64,
 }
 
 /// When a polling thread reads a socket (see [`Endpoint::poll_should_read`]).
@@ -103,8 +108,13 @@ pub(crate) enum ReadWhen {
     IfReadable,
 }
 
-/// How long after a spinning poll the engine still leaves a socket's input to the spinner.
-const SPIN_WINDOW: Duration = Duration::from_micros(200);
+/// How long after a spinning poll the engine still leaves a socket's input to the spinner,
+/// even when the spinner has read nothing since the last backstop (an idle connection's
+/// spin). Longer than the backstop ([`super::BACKSTOP`]): under QEMU's TCG one message takes
+/// a few hundred microseconds, and a 200 µs window gave the socket back to the engine,
+/// which then woke on nearly every arrival. A thread that really stopped polling gets its
+/// bytes moved by the engine within this window plus a backstop.
+const SPIN_WINDOW: Duration = Duration::from_millis(2);
 
 /// Nanoseconds since the first call in this process (never 0 after it).
 fn clock() -> u64 {
@@ -149,6 +159,8 @@ impl Endpoint {
             notice_fd,
             input_hint: AtomicBool::new(true),
             polled_at: AtomicU64::new(0),
+            app_reads: AtomicU64::new(0),
+            app_reads_seen: AtomicU64::new(0),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -239,22 +251,23 @@ impl Endpoint {
         last != 0 && clock().saturating_sub(last) < SPIN_WINDOW.as_nanos() as u64
     }
 
+    /// For the engine's backstop: whether application threads still read this socket
+    /// themselves (one spins on its queue, or one read it since the last backstop).
+    pub(crate) fn read_by_application(&self) -> bool {
+        let reads = self.app_reads.load(Ordering::Relaxed);
+        let seen = self.app_reads_seen.swap(reads, Ordering::Relaxed);
+        reads != seen || self.spun_on()
+    }
+
     /// Whether an application thread will read this socket when bytes arrive: one of its
     /// completion queues is armed and has a channel, which watches the socket.
     pub(crate) fn attended(&self) -> bool {
         st_attended(&self.recv_cq) || st_attended(&self.send_cq)
     }
 
-    /// Writes what waits to be sent, unless another thread holds the endpoint.
-    pub(crate) fn try_flush(&self, engine: &Engine) {
-        if let Ok(mut st) = self.state.try_lock() {
-            self.flush(&mut st, engine);
-        }
-    }
-
-    /// On the engine thread, when an input edge finds a thread spinning on this QP: stops
-    /// watching the socket for input (the backstop takes it back), and writes what waits for
-    /// room if `writable`. Waits for the lock: the thread holding it reads, which takes
+    /// On the engine thread, when an input edge finds a thread spinning on this QP or
+    /// sleeping on a channel that watches its socket: stops watching the socket for input
+    /// (the backstop takes it back), and writes what waits for room if `writable`. Waits for the lock: the thread holding it reads, which takes
     /// moments, and an edge missed here would come again with the next arrival.
     pub(crate) fn leave_input(&self, engine: &Engine, writable: bool) {
         let mut st = self.lock();
@@ -266,7 +279,8 @@ impl Endpoint {
         }
     }
 
-    /// On the engine thread, when a backstop finds no thread spinning on this QP: watches
+    /// On the engine thread, when a backstop finds that no application thread read the
+    /// socket since the last one and none spins: watches
     /// the socket for input again if it had stopped, and moves what came meanwhile (or what
     /// a woken thread did not take).
     pub(crate) fn backstop(&self, engine: &Engine) {
@@ -296,6 +310,7 @@ impl Endpoint {
             return;
         }
         if let Ok(engine) = super::engine() {
+            self.app_reads.fetch_add(1, Ordering::Relaxed);
             // A spinner polls again at once: it may stop at a short read, and its next
             // poll(2) sees what is left (a FIN behind the bytes included).
             self.drive_reads(&mut st, &engine, spinning);
@@ -310,6 +325,7 @@ impl Endpoint {
             return;
         }
         if let Ok(engine) = super::engine() {
+            self.app_reads.fetch_add(1, Ordering::Relaxed);
             self.drive(&mut st, &engine);
         }
     }
@@ -416,6 +432,7 @@ impl Endpoint {
             link.close(engine);
         } else {
             link.update_timer(engine);
+            link.sync_interest(engine);
         }
         if changed {
             self.changed.notify_all();
@@ -488,6 +505,7 @@ impl Pending {
             let link = guard.take().expect("link exists");
             link.close(engine);
         } else {
+            link.sync_interest(engine);
             engine.set_timer(link.token, link.next_timer());
         }
         drop(guard);

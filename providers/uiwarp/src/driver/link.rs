@@ -43,6 +43,8 @@ pub(crate) struct Link {
     /// The engine's poll watches the socket for input (it stops while an application thread
     /// spins on the socket; see [`Link::set_engine_reads`]).
     engine_reads: bool,
+    /// What the engine's poll watches now (`None`: not registered).
+    interest: Option<Interest>,
 }
 
 impl Link {
@@ -68,7 +70,17 @@ impl Link {
             scratch: Vec::new(),
             timer: None,
             engine_reads: true,
+            interest: None,
         }
+    }
+
+    /// Puts the socket in the engine's poll: input, and room to write while bytes wait.
+    pub(crate) fn register(&mut self, engine: &Engine) -> io::Result<()> {
+        self.engine_reads = true;
+        let wanted = self.wanted().unwrap_or(Interest::READABLE);
+        engine.register(&mut self.socket, self.token, wanted)?;
+        self.interest = Some(wanted);
+        Ok(())
     }
 
     /// Whether the engine's poll watches the socket for input (see
@@ -77,24 +89,48 @@ impl Link {
         self.engine_reads
     }
 
-    /// Makes the engine's poll watch the socket for input, or only for room to write. An
-    /// application thread that spins on the socket reads the bytes itself; the engine's
-    /// wake-up on every arrival would only take a core from it. Turning input back on
-    /// reports bytes already waiting (epoll checks readiness).
+    /// Makes the engine's poll watch the socket for input or not. An application thread
+    /// that spins on the socket reads the bytes itself; the engine's wake-up on every arrival
+    /// would only take a core from it. Turning input back on reports bytes already waiting
+    /// (epoll checks readiness).
     pub(crate) fn set_engine_reads(&mut self, engine: &Engine, on: bool) {
-        if self.engine_reads == on {
+        self.engine_reads = on;
+        self.sync_interest(engine);
+    }
+
+    /// What the engine's poll should watch: input unless a spinner reads it, and room to
+    /// write only while bytes wait for it. Watching for room all the time would wake the
+    /// engine at every ACK that frees send buffer (TCP reports room at each), twice per
+    /// message of a ping-pong; `None`: nothing.
+    fn wanted(&self) -> Option<Interest> {
+        let writes = !self.out.is_empty() && !self.write_shut && self.io_error.is_none();
+        match (self.engine_reads, writes) {
+            (true, true) => Some(Interest::READABLE.add(Interest::WRITABLE)),
+            (true, false) => Some(Interest::READABLE),
+            (false, true) => Some(Interest::WRITABLE),
+            (false, false) => None,
+        }
+    }
+
+    /// Brings the engine's registration in line with [`Link::wanted`] (after a write that
+    /// left bytes waiting or one that sent the last of them, and when input changes hands).
+    /// A registration that adds room to write reports it at once if there is room (epoll
+    /// checks readiness), so bytes left by a short write are never stranded.
+    pub(crate) fn sync_interest(&mut self, engine: &Engine) {
+        let wanted = self.wanted();
+        if wanted == self.interest {
             return;
         }
-        let interest = if on {
-            Interest::READABLE.add(Interest::WRITABLE)
-        } else {
-            Interest::WRITABLE
+        let done = match (self.interest, wanted) {
+            (_, None) => {
+                engine.deregister(&mut self.socket);
+                Ok(())
+            }
+            (None, Some(i)) => engine.register(&mut self.socket, self.token, i),
+            (Some(_), Some(i)) => engine.reregister(&mut self.socket, self.token, i),
         };
-        if engine
-            .reregister(&mut self.socket, self.token, interest)
-            .is_ok()
-        {
-            self.engine_reads = on;
+        if done.is_ok() {
+            self.interest = wanted;
         }
     }
 
@@ -125,10 +161,6 @@ impl Link {
             self.timer = t;
             engine.set_timer(self.token, t);
         }
-    }
-
-    pub(crate) fn socket_mut(&mut self) -> &mut TcpStream {
-        &mut self.socket
     }
 
     /// Reads what TCP has into the core and writes what the core has; returns whether
@@ -268,7 +300,9 @@ impl Link {
 
     /// Deregisters and closes the socket.
     pub(crate) fn close(mut self, engine: &Engine) {
-        engine.deregister(&mut self.socket);
+        if self.interest.is_some() {
+            engine.deregister(&mut self.socket);
+        }
         engine.remove(self.token);
     }
 }

@@ -1,20 +1,21 @@
 //! The I/O driver: nonblocking TCP sockets (socket2, TCP_NODELAY) and one progress thread per
 //! process, the "NIC", that moves data whether or not the application calls in.
 //!
-//! The engine thread waits in [`mio::Poll`] on every socket (edge-triggered, readable and
-//! writable) and on the connections' timers. On readiness it locks the connection, reads what
+//! The engine thread waits in [`mio::Poll`] on every socket (edge-triggered; see below for
+//! when) and on the connections' timers. On readiness it locks the connection, reads what
 //! TCP has, feeds the sans-IO core, writes what the core gives, and hands completions to the
 //! completion queues, whose channels (eventfds) then wake the application. Application threads
 //! do the same work inline where that saves a wake-up: `post_send` transmits at once when the
 //! socket takes it; polling an empty completion queue reads its queue pairs' sockets once the
 //! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall), and
 //! on every poll while a thread spins (polls the queue empty again and again) and poll(2)
-//! finds the socket readable. While a thread sleeps on an armed queue's channel (an epoll fd
-//! that also watches the sockets) the engine leaves the arriving bytes to that thread,
-//! looking again after a 1 ms backstop in case nobody took them; while a thread spins, the
-//! engine stops watching the socket for input altogether (no wake-up per arrival) until a
-//! backstop finds the spin over. Whoever finds a socket would block leaves the rest to
-//! the next edge, which the engine gets.
+//! finds the socket readable. While a thread spins, or sleeps on an armed queue's channel
+//! (an epoll fd that also watches the sockets, so it wakes on arrivals as a thread blocked on
+//! a TCP socket would), the engine stops watching the socket for input altogether: no
+//! wake-up of its own per arrival. A 1 ms backstop takes the socket back once no application
+//! thread has read it since the last look, in case nobody takes the bytes. The engine
+//! watches for room to write only while bytes wait for it. Whoever finds a socket would
+//! block leaves the rest to the next edge, which the engine gets.
 #![forbid(unsafe_code)]
 
 mod cm;
@@ -223,24 +224,15 @@ impl Engine {
                         if input {
                             e.note_input();
                         }
-                        if input && e.spun_on() {
-                            // An application thread spins on this QP's completion queue
-                            // and reads the socket itself, without the hand-off through
-                            // this thread, which stops watching for input meanwhile (no
-                            // wake-up per arrival). The backstop takes the socket back
-                            // once the spin ends; write what waits for room (edges report
-                            // both directions).
+                        if input && (e.spun_on() || e.attended()) {
+                            // An application thread spins on this QP's completion queue, or
+                            // sleeps on a channel that watches this socket (it woke too): it
+                            // reads the bytes itself, without the hand-off through this
+                            // thread, which stops watching for input meanwhile (no wake-up
+                            // per arrival). The backstop takes the socket back once no
+                            // application thread reads it; write what waits for room.
                             self.set_backstop(ev.token());
                             e.leave_input(&self, ev.is_writable());
-                        } else if input && e.attended() {
-                            // An application thread sleeps on a channel that watches this
-                            // socket: it woke too and reads the bytes itself. Look again
-                            // later in case it does not; write what waits for room unless
-                            // a thread is at it.
-                            self.set_backstop(ev.token());
-                            if ev.is_writable() {
-                                e.try_flush(&self);
-                            }
                         } else {
                             e.progress(&self)
                         }
@@ -263,8 +255,9 @@ impl Engine {
                 self.timers.lock().expect("engine timers").remove(&key);
                 let backstop = key & BACKSTOP_BIT != 0;
                 match self.target(Token(key & !BACKSTOP_BIT)) {
-                    Some(Target::Endpoint(e)) if backstop && e.spun_on() => {
-                        // Still spun on: keep out a while longer.
+                    Some(Target::Endpoint(e)) if backstop && e.read_by_application() => {
+                        // Application threads still read this socket: keep out a while
+                        // longer.
                         self.set_backstop(Token(key & !BACKSTOP_BIT));
                     }
                     Some(Target::Endpoint(e)) if backstop => e.backstop(&self),
