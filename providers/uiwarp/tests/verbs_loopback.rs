@@ -594,6 +594,97 @@ fn the_engine_takes_a_socket_back_after_a_spin_ends() {
     }
 }
 
+/// A completion queue armed on a channel that nobody waits on: the engine leaves each
+/// arrival to a thread that would sleep there (it wakes on the socket too), and must take
+/// the socket back when no such thread reads it. An RDMA READ sent to that side is answered
+/// by the engine alone, as an RNIC would.
+#[test]
+fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
+    let p = pair();
+    p.b.cq.req_notify(false).unwrap();
+    p.b.post_recv(0, &[(0, 64)]);
+    for round in 0..10u64 {
+        let data = pattern(20_000, round as u8);
+        p.b.mr.write_at(100_000, &data).unwrap();
+        let sink = [p.a.mr.slice(200_000, data.len()).unwrap()];
+        let op = SendOp::RdmaRead {
+            remote_addr: p.b.mr.addr() + 100_000,
+            rkey: p.b.mr.rkey(),
+        };
+        p.a.qp
+            .post_send(&[SendRequest::new(round, op, &sink).with_flags(SendFlags::SIGNALED)])
+            .unwrap();
+        let c = poll_ok(&p.a.cq);
+        assert_eq!((c.wr_id, c.opcode()), (round, WcOpcode::RdmaRead));
+        let mut got = vec![0u8; data.len()];
+        p.a.mr.read_at(200_000, &mut got).unwrap();
+        assert!(got == data, "round {round}: READ returned other bytes");
+    }
+    // The arm stands: b's first completion raises the event.
+    let sg = [p.a.mr.slice(0, 8).unwrap()];
+    p.a.qp
+        .post_send(&[SendRequest::new(50, SendOp::Send, &sg)])
+        .unwrap();
+    assert_eq!(
+        p.b.channel.wait(Some(TIMEOUT)).unwrap(),
+        Some(p.b.cq.cookie())
+    );
+    assert_eq!(poll_ok(&p.b.cq).wr_id, 0);
+}
+
+/// Event mode, the way the socket layer waits: arm, sleep on the channel, take the event,
+/// poll. The woken thread reads the socket itself, and once it does the engine stops
+/// watching for input: a ping-pong of 1,000 round trips must not wake the engine thread per
+/// message (before this was so, it took about one engine wake-up per arrival, plus one per
+/// ACK for room to write, each a context switch that cost most of a message's time under
+/// QEMU's TCG).
+#[test]
+fn an_event_mode_ping_pong_leaves_the_engine_asleep() {
+    const ROUND_TRIPS: u64 = 1000;
+    let p = pair();
+    let ea = rdmasock_uiwarp::driver::endpoint(&p.a.qp).unwrap();
+    let eb = rdmasock_uiwarp::driver::endpoint(&p.b.qp).unwrap();
+    let sg_a = [p.a.mr.slice(0, 64).unwrap()];
+    let sg_b = [p.b.mr.slice(0, 64).unwrap()];
+    let wait = |side: &Side| {
+        side.cq.req_notify(false).unwrap();
+        let mut wc = [WorkCompletion::default()];
+        loop {
+            if side.cq.poll(&mut wc).unwrap().len() == 1 {
+                assert_eq!(wc[0].status(), WcStatus::Success);
+                return wc[0];
+            }
+            assert_eq!(
+                side.channel.wait(Some(TIMEOUT)).unwrap(),
+                Some(side.cq.cookie())
+            );
+            side.cq.ack_events(1);
+            side.cq.req_notify(false).unwrap();
+        }
+    };
+    let before = ea.engine_events() + eb.engine_events();
+    for i in 0..ROUND_TRIPS {
+        p.b.post_recv(i, &[(1000, 64)]);
+        p.a.post_recv(i, &[(1000, 64)]);
+        p.a.qp
+            .post_send(&[SendRequest::new(i, SendOp::Send, &sg_a).with_flags(SendFlags::empty())])
+            .unwrap();
+        assert_eq!(wait(&p.b).opcode(), WcOpcode::Recv);
+        p.b.qp
+            .post_send(&[SendRequest::new(i, SendOp::Send, &sg_b).with_flags(SendFlags::empty())])
+            .unwrap();
+        assert_eq!(wait(&p.a).opcode(), WcOpcode::Recv);
+    }
+    let woke = ea.engine_events() + eb.engine_events() - before;
+    // A stall of over a millisecond (a loaded host) hands a socket back to the engine for
+    // one arrival; 2,000 arrivals must not come near one wake-up each.
+    assert!(
+        woke < ROUND_TRIPS / 5,
+        "the engine woke {woke} times for {} arrivals",
+        2 * ROUND_TRIPS
+    );
+}
+
 /// One completion queue shared by many queue pairs: a thread spinning on it (which checks a
 /// rotating share of the QPs' sockets per poll) gets every QP's completions, round after
 /// round, with nothing lost or duplicated.

@@ -97,6 +97,8 @@ pub struct Endpoint {
     /// the engine leaves the socket to them.
     app_reads: AtomicU64,
     app_reads_seen: AtomicU64,
+    /// Readiness events of this QP's socket that woke the engine thread.
+    engine_events: AtomicU64,
 }
 
 /// When a polling thread reads a socket (see [`Endpoint::poll_should_read`]).
@@ -161,6 +163,7 @@ impl Endpoint {
             polled_at: AtomicU64::new(0),
             app_reads: AtomicU64::new(0),
             app_reads_seen: AtomicU64::new(0),
+            engine_events: AtomicU64::new(0),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -206,6 +209,19 @@ impl Endpoint {
             let _ = self.notice_fd.read();
         }
         n
+    }
+
+    /// How many readiness events of this QP's socket (bytes in, room to write) the engine
+    /// thread has handled: a diagnostic of the hand-offs the application's own reads save.
+    /// While an application thread spins on the QP's completion queue or sleeps on its
+    /// channel, arrivals do not reach the engine and this stays still.
+    pub fn engine_events(&self) -> u64 {
+        self.engine_events.load(Ordering::Relaxed)
+    }
+
+    /// Counts one readiness event handled on the engine thread.
+    pub(crate) fn note_engine_event(&self) {
+        self.engine_events.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Readiness on the engine thread.

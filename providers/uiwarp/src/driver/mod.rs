@@ -220,6 +220,7 @@ impl Engine {
                 }
                 match self.target(ev.token()) {
                     Some(Target::Endpoint(e)) => {
+                        e.note_engine_event();
                         let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                         if input {
                             e.note_input();
