@@ -572,26 +572,32 @@ fn the_engine_takes_a_socket_back_after_a_spin_ends() {
             assert_eq!(p.b.cq.poll(&mut wc).unwrap().len(), 0);
         }
         // b's application is gone quiet: only b's engine can answer the READ.
-        let data = pattern(20_000, round as u8);
-        p.b.mr.write_at(100_000, &data).unwrap();
-        let sink = [p.a.mr.slice(200_000, data.len()).unwrap()];
-        let op = SendOp::RdmaRead {
-            remote_addr: p.b.mr.addr() + 100_000,
-            rkey: p.b.mr.rkey(),
-        };
-        p.a.qp
-            .post_send(&[SendRequest::new(99, op, &sink).with_flags(SendFlags::SIGNALED)])
-            .unwrap();
-        let c = poll_ok(&p.a.cq);
-        assert_eq!(
-            (c.wr_id, c.opcode()),
-            (99, WcOpcode::RdmaRead),
-            "round {round}"
-        );
-        let mut got = vec![0u8; data.len()];
-        p.a.mr.read_at(200_000, &mut got).unwrap();
-        assert!(got == data, "round {round}: READ returned other bytes");
+        read_from_b(&p, round);
     }
+}
+
+/// a reads 20,000 bytes of b's memory (a pattern of `round`) and checks them byte for byte;
+/// b's application does not call in.
+fn read_from_b(p: &Pair, round: u64) {
+    let data = pattern(20_000, round as u8);
+    p.b.mr.write_at(100_000, &data).unwrap();
+    let sink = [p.a.mr.slice(200_000, data.len()).unwrap()];
+    let op = SendOp::RdmaRead {
+        remote_addr: p.b.mr.addr() + 100_000,
+        rkey: p.b.mr.rkey(),
+    };
+    p.a.qp
+        .post_send(&[SendRequest::new(round, op, &sink).with_flags(SendFlags::SIGNALED)])
+        .unwrap();
+    let c = poll_ok(&p.a.cq);
+    assert_eq!(
+        (c.wr_id, c.opcode()),
+        (round, WcOpcode::RdmaRead),
+        "round {round}"
+    );
+    let mut got = vec![0u8; data.len()];
+    p.a.mr.read_at(200_000, &mut got).unwrap();
+    assert!(got == data, "round {round}: READ returned other bytes");
 }
 
 /// A completion queue armed on a channel that nobody waits on: the engine leaves each
@@ -604,21 +610,7 @@ fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
     p.b.cq.req_notify(false).unwrap();
     p.b.post_recv(0, &[(0, 64)]);
     for round in 0..10u64 {
-        let data = pattern(20_000, round as u8);
-        p.b.mr.write_at(100_000, &data).unwrap();
-        let sink = [p.a.mr.slice(200_000, data.len()).unwrap()];
-        let op = SendOp::RdmaRead {
-            remote_addr: p.b.mr.addr() + 100_000,
-            rkey: p.b.mr.rkey(),
-        };
-        p.a.qp
-            .post_send(&[SendRequest::new(round, op, &sink).with_flags(SendFlags::SIGNALED)])
-            .unwrap();
-        let c = poll_ok(&p.a.cq);
-        assert_eq!((c.wr_id, c.opcode()), (round, WcOpcode::RdmaRead));
-        let mut got = vec![0u8; data.len()];
-        p.a.mr.read_at(200_000, &mut got).unwrap();
-        assert!(got == data, "round {round}: READ returned other bytes");
+        read_from_b(&p, round);
     }
     // The arm stands: b's first completion raises the event.
     let sg = [p.a.mr.slice(0, 8).unwrap()];
