@@ -545,6 +545,8 @@ fn reject_pending(pending: &Pending, private_data: &[u8], engine: &Engine) -> io
         let link = guard.take().expect("link exists");
         link.close(engine);
     } else {
+        // A reply TCP did not take at once goes out when there is room.
+        link.sync_interest(engine);
         engine.set_timer(link.token, link.next_timer());
     }
     Ok(())

@@ -283,8 +283,9 @@ impl Endpoint {
 
     /// On the engine thread, when an input edge finds a thread spinning on this QP or
     /// sleeping on a channel that watches its socket: stops watching the socket for input
-    /// (the backstop takes it back), and writes what waits for room if `writable`. Waits for the lock: the thread holding it reads, which takes
-    /// moments, and an edge missed here would come again with the next arrival.
+    /// (the backstop takes it back), and writes what waits for room if `writable`. Waits for
+    /// the lock: the thread holding it reads, which takes moments, and an edge missed here
+    /// would come again with the next arrival.
     pub(crate) fn leave_input(&self, engine: &Engine, writable: bool) {
         let mut st = self.lock();
         if let Some(link) = st.link.as_mut() {
@@ -296,9 +297,8 @@ impl Endpoint {
     }
 
     /// On the engine thread, when a backstop finds that no application thread read the
-    /// socket since the last one and none spins: watches
-    /// the socket for input again if it had stopped, and moves what came meanwhile (or what
-    /// a woken thread did not take).
+    /// socket since the last one and none spins: watches the socket for input again if it
+    /// had stopped, and moves what came meanwhile (or what a woken thread did not take).
     pub(crate) fn backstop(&self, engine: &Engine) {
         let mut st = self.lock();
         let Some(link) = st.link.as_mut() else {
