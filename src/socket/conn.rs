@@ -455,6 +455,17 @@ impl Connection {
     /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether events
     /// were taken or that last poll made progress.
     pub(crate) fn arm(&mut self) -> io::Result<bool> {
+        let took = self.take_events()?;
+        if !self.cq_armed {
+            self.res.cq.req_notify(false)?;
+            self.cq_armed = true;
+        }
+        Ok(self.pump()? || took)
+    }
+
+    /// Takes and acknowledges the completion channel's events, leaving the queue unarmed;
+    /// true when there were any.
+    fn take_events(&mut self) -> io::Result<bool> {
         let mut events = 0;
         while self.res.cq_channel.try_get_event()?.is_some() {
             events += 1;
@@ -463,11 +474,20 @@ impl Connection {
             self.res.cq.ack_events(events);
             self.cq_armed = false;
         }
-        if !self.cq_armed {
-            self.res.cq.req_notify(false)?;
-            self.cq_armed = true;
+        Ok(events > 0)
+    }
+
+    /// After a sleep on the completion channel: on a provider whose events move the data
+    /// (uiwarp, see `events_make_progress`), takes them first, so that the woken thread reads
+    /// the socket inside `get_event` and the event it raises needs no eventfd write and read;
+    /// the queue is re-armed only before the next sleep. On a kernel provider this does
+    /// nothing: the completions are polled as usual, and the event is taken when arming.
+    pub(crate) fn take_events_after_wake(&mut self) -> io::Result<bool> {
+        if self.res.cq_channel.events_make_progress() {
+            self.take_events()
+        } else {
+            Ok(false)
         }
-        Ok(self.pump()? || events > 0)
     }
 
     /// How long a blocking wait may busy-poll before it sleeps, by the progress mode.

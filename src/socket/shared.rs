@@ -105,12 +105,12 @@ impl Shared {
         let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
         // When this call first found it must wait, and until when it may busy-poll.
         let mut waiting: Option<(Instant, Instant)> = None;
-        // Set after a sleep: what woke it is taken through the channel first (its event, and
-        // on uiwarp the socket reads that raise it, without an eventfd write and read).
+        // Set after a sleep (see `Connection::take_events_after_wake`).
         let mut woke = false;
         loop {
-            let mut progress = if woke { g.arm()? } else { g.progress()? };
+            let took = woke && g.take_events_after_wake()?;
             woke = false;
+            let mut progress = g.progress()? || took;
             match attempt(&mut g) {
                 Err(StreamError::WouldBlock) => {}
                 result => {

@@ -111,6 +111,13 @@ pub trait ChannelOps: Send + Sync + Debug {
     fn wait_blocking(&self) -> Result<Option<u64>> {
         Ok(None)
     }
+    /// Whether [`get_event`](Self::get_event) itself moves the data that raises events (a
+    /// userspace provider reading its sockets), so that a thread woken on the channel should
+    /// take its events before polling the queues. `false` (the default): the kernel raised
+    /// the event, and reading it first would only cost a system call.
+    fn events_make_progress(&self) -> bool {
+        false
+    }
     /// For downcasting.
     fn as_any(&self) -> &dyn Any;
 }

@@ -43,6 +43,12 @@ impl CompletionChannel {
         self.ops.get_event()
     }
 
+    /// Whether taking events moves the data that raises them (uiwarp, which reads its
+    /// sockets then): a thread woken on the channel should take its events before polling.
+    pub fn events_make_progress(&self) -> bool {
+        self.ops.events_make_progress()
+    }
+
     /// Waits up to `timeout` (forever with `None`) for an event; `Ok(None)` on timeout.
     ///
     /// It polls the fd first and reads once it is readable: a waiter usually arrives before

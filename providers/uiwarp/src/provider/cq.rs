@@ -140,6 +140,10 @@ impl ChannelOps for UiwarpChannel {
         Ok(self.pop())
     }
 
+    fn events_make_progress(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
