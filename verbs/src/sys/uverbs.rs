@@ -76,20 +76,11 @@ impl UverbsFile {
             let ptr = response.as_mut_ptr() as u64;
             buf[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&ptr.to_ne_bytes());
         }
-        // SAFETY: `buf` is a valid, initialized buffer of `buf.len()` bytes. The only memory
-        // the kernel writes is the response area whose address we put in the request: it is
-        // `response`, owned by this frame (on its stack or the heap), `out_len` bytes long
-        // (out_words * 4), and not otherwise accessed until write() returns.
-        let written = unsafe { libc::write(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
-        if written < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if written as usize != buf.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("{}: short write of {written} bytes", C::COMMAND.name()),
-            ));
-        }
+        // SAFETY: the only memory the kernel writes is the response area whose address we
+        // put in the request: it is `response`, owned by this frame (on its stack or the
+        // heap), `out_len` bytes long (out_words * 4), and not otherwise accessed until
+        // write() returns.
+        unsafe { self.write_command(C::COMMAND.name(), buf)? };
         let core = from_bytes::<C::Response>(&response[..resp_len]);
         driver_out.copy_from_slice(&response[resp_len..]);
         Ok(core)
@@ -107,19 +98,31 @@ impl UverbsFile {
             wqe_size,
             &mut response as *mut PostSendResponse as u64,
         );
-        let (fd, bytes) = (self.fd.as_raw_fd(), as_bytes(&command));
-        // SAFETY: `bytes` is the whole command, initialized (DoorbellCommand is Pod). The
-        // only memory the kernel writes is the response whose address is in the request:
-        // `response`, a PostSendResponse on this frame, the out_words * 4 bytes the header
-        // announces, not otherwise accessed until write() returns.
-        let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        // SAFETY: the only memory the kernel writes is the response whose address is in the
+        // request: `response`, a PostSendResponse on this frame, the out_words * 4 bytes the
+        // header announces, not otherwise accessed until write() returns.
+        unsafe { self.write_command("POST_SEND doorbell", as_bytes(&command)) }
+    }
+
+    /// Writes one whole command (`bytes`: header, request, driver input) in one write(2);
+    /// a short write is an error naming `what`.
+    ///
+    /// # Safety
+    /// The kernel writes the command's response to the address in its request: the caller
+    /// makes sure that memory is valid, as long as the header's out_words say, and not
+    /// accessed by anything else until this returns.
+    unsafe fn write_command(&self, what: &str, bytes: &[u8]) -> io::Result<()> {
+        // SAFETY: `bytes` is a valid, initialized buffer of `bytes.len()` bytes; the memory
+        // the kernel writes through the request's response pointer is the caller's promise.
+        let written =
+            unsafe { libc::write(self.fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
         if written < 0 {
             return Err(io::Error::last_os_error());
         }
         if written as usize != bytes.len() {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
-                format!("POST_SEND doorbell: short write of {written} bytes"),
+                format!("{what}: short write of {written} bytes"),
             ));
         }
         Ok(())

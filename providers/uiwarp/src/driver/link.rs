@@ -76,11 +76,7 @@ impl Link {
 
     /// Puts the socket in the engine's poll: input, and room to write while bytes wait.
     pub(crate) fn register(&mut self, engine: &Engine) -> io::Result<()> {
-        self.engine_reads = true;
-        let wanted = self.wanted().unwrap_or(Interest::READABLE);
-        engine.register(&mut self.socket, self.token, wanted)?;
-        self.interest = Some(wanted);
-        Ok(())
+        self.apply_interest(engine)
     }
 
     /// Whether the engine's poll watches the socket for input (see
@@ -117,21 +113,22 @@ impl Link {
     /// A registration that adds room to write reports it at once if there is room (epoll
     /// checks readiness), so bytes left by a short write are never stranded.
     pub(crate) fn sync_interest(&mut self, engine: &Engine) {
+        // A failed change keeps the old registration, and the next sync tries again.
+        let _ = self.apply_interest(engine);
+    }
+
+    fn apply_interest(&mut self, engine: &Engine) -> io::Result<()> {
         let wanted = self.wanted();
         if wanted == self.interest {
-            return;
+            return Ok(());
         }
-        let done = match (self.interest, wanted) {
-            (_, None) => {
-                engine.deregister(&mut self.socket);
-                Ok(())
-            }
-            (None, Some(i)) => engine.register(&mut self.socket, self.token, i),
-            (Some(_), Some(i)) => engine.reregister(&mut self.socket, self.token, i),
-        };
-        if done.is_ok() {
-            self.interest = wanted;
+        match (self.interest, wanted) {
+            (_, None) => engine.deregister(&mut self.socket),
+            (None, Some(i)) => engine.register(&mut self.socket, self.token, i)?,
+            (Some(_), Some(i)) => engine.reregister(&mut self.socket, self.token, i)?,
         }
+        self.interest = wanted;
+        Ok(())
     }
 
     pub(crate) fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {

@@ -301,6 +301,7 @@ impl QpOps for UiwarpQp {
                 let regions = self.endpoint.regions.read().expect("uiwarp regions lock");
                 let mut bytes = std::mem::take(&mut st.inline.gather);
                 if let Err(error) = self.gather_inline(&work, &regions, &mut bytes) {
+                    st.inline.gather = bytes;
                     result = Err(PostError {
                         index,
                         wr_id: wr.wr_id,
