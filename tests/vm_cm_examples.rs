@@ -77,43 +77,56 @@ fn rdma_core(name: &str, args: &[&str]) -> Vec<String> {
     v
 }
 
+/// Whose example runs.
+#[derive(Clone, Copy)]
+enum Who {
+    /// Ours: it prints exactly its start and end lines.
+    Ours,
+    /// rdma-core's: it prints more before its end line.
+    RdmaCore,
+}
+
+/// `server` (`rdma_server -p PORT`) and `client` (`rdma_client -s IP -p PORT`, IP being
+/// `device`'s address) exchange their message: both end with "end 0".
+fn exchange(device: &str, server: Who, client: Who, port: u16) {
+    let ip = vm_support::device_ip(device).to_string();
+    let port_text = port.to_string();
+    let command = |who: Who, name: &str, args: &[&str]| match who {
+        Who::Ours => ours(name, args),
+        Who::RdmaCore => rdma_core(name, args),
+    };
+    let (so, co) = run_pair(
+        &command(server, "rdma_server", &["-p", &port_text]),
+        &command(client, "rdma_client", &["-s", &ip, "-p", &port_text]),
+        port,
+    );
+    ended_well(server, "rdma_server", &so);
+    ended_well(client, "rdma_client", &co);
+}
+
+fn ended_well(who: Who, name: &str, out: &str) {
+    match who {
+        Who::Ours => assert_eq!(out, format!("{name}: start\n{name}: end 0\n")),
+        Who::RdmaCore => assert!(out.ends_with(&format!("{name}: end 0\n")), "{out}"),
+    }
+}
+
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn our_rdma_server_and_client() {
-    let ip = vm_support::device_ip("rxe0").to_string();
-    let (so, co) = run_pair(
-        &ours("rdma_server", &["-p", "7481"]),
-        &ours("rdma_client", &["-s", &ip, "-p", "7481"]),
-        7481,
-    );
-    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
-    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
+    exchange("rxe0", Who::Ours, Who::Ours, 7481);
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn our_rdma_server_with_rdma_core_client() {
-    let ip = vm_support::device_ip("rxe0").to_string();
-    let (so, co) = run_pair(
-        &ours("rdma_server", &["-p", "7482"]),
-        &rdma_core("rdma_client", &["-s", &ip, "-p", "7482"]),
-        7482,
-    );
-    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
-    assert!(co.ends_with("rdma_client: end 0\n"), "{co}");
+    exchange("rxe0", Who::Ours, Who::RdmaCore, 7482);
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn rdma_core_server_with_our_rdma_client() {
-    let ip = vm_support::device_ip("rxe0").to_string();
-    let (so, co) = run_pair(
-        &rdma_core("rdma_server", &["-p", "7483"]),
-        &ours("rdma_client", &["-s", &ip, "-p", "7483"]),
-        7483,
-    );
-    assert!(so.ends_with("rdma_server: end 0\n"), "{so}");
-    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
+    exchange("rxe0", Who::RdmaCore, Who::Ours, 7483);
 }
 
 #[test]
@@ -139,25 +152,11 @@ fn our_rdma_client_without_server_says_refused() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn iwarp_our_rdma_server_with_rdma_core_client() {
-    let ip = vm_support::device_ip("siw0").to_string();
-    let (so, co) = run_pair(
-        &ours("rdma_server", &["-p", "7485"]),
-        &rdma_core("rdma_client", &["-s", &ip, "-p", "7485"]),
-        7485,
-    );
-    assert_eq!(so, "rdma_server: start\nrdma_server: end 0\n");
-    assert!(co.ends_with("rdma_client: end 0\n"), "{co}");
+    exchange("siw0", Who::Ours, Who::RdmaCore, 7485);
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn iwarp_rdma_core_server_with_our_rdma_client() {
-    let ip = vm_support::device_ip("siw0").to_string();
-    let (so, co) = run_pair(
-        &rdma_core("rdma_server", &["-p", "7486"]),
-        &ours("rdma_client", &["-s", &ip, "-p", "7486"]),
-        7486,
-    );
-    assert!(so.ends_with("rdma_server: end 0\n"), "{so}");
-    assert_eq!(co, "rdma_client: start\nrdma_client: end 0\n");
+    exchange("siw0", Who::RdmaCore, Who::Ours, 7486);
 }
