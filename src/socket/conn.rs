@@ -4,16 +4,16 @@
 #![forbid(unsafe_code)]
 
 use super::cm::{CmEndpoint, CmNotice};
+use super::lend::Lend;
 use super::options::SocketOptions;
 use super::spin::SpinPolicy;
 use crate::stream::{
-    CopySpan, Hello, LocalRegions, Op, Payload, Readiness, Received, StreamEngine, StreamError,
-    WrId, TARGET_LIST_LEN,
+    CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
+    TARGET_LIST_LEN,
 };
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, RemoteKey, ScatterGather, SendFlags,
-    SendOp, SendRequest, Transport, WcOpcode, WcStatus, WorkCompletion,
+    QpCapabilities, QpInitAttributes, QueuePair, Transport, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::io;
 use std::sync::Arc;
@@ -22,12 +22,14 @@ use std::time::{Duration, Instant};
 /// Completions taken from the queue per poll.
 const POLL_BATCH: usize = 32;
 /// Send work requests chained into one `post_send` call at most (one doorbell).
-const POST_BATCH: usize = 16;
+pub(crate) const POST_BATCH: usize = 16;
 /// Bytes after the control slots where inline small payloads are staged: 16 for each request
 /// of a batch (the provider copies inline data when the batch is posted).
 const SCRATCH_LEN: usize = 16 * POST_BATCH;
 /// How long a closing connection polls for its flushed receives.
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
+/// The most inline bytes asked of a device that lends inline sends.
+const LEND_REQUEST_CAP: u32 = 1 << 30;
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
 /// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
@@ -35,13 +37,16 @@ const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_W
 pub(crate) struct Resources {
     pub(crate) qp: QueuePair,
     pub(crate) cq: CompletionQueue,
-    send_mr: MemoryRegion,
+    pub(crate) send_mr: MemoryRegion,
     recv_mr: MemoryRegion,
-    target_mr: MemoryRegion,
-    message_mr: Option<MemoryRegion>,
+    pub(crate) target_mr: MemoryRegion,
+    pub(crate) message_mr: Option<MemoryRegion>,
     _pd: ProtectionDomain,
     pub(crate) cq_channel: CompletionChannel,
     _context: Context,
+    /// The largest message posted from the caller's buffer (0: the queue pair does not lend
+    /// inline sends; see `lend`).
+    pub(crate) lend_limit: usize,
 }
 
 impl Resources {
@@ -60,6 +65,14 @@ impl Resources {
             opts.unpinned_rings();
         }
         let cfg = &opts.stream;
+        // A device that lends inline sends takes whole messages inline (see `lend`).
+        let lends = context.lends_inline();
+        let inline = if lends {
+            let message = cfg.max_transfer().min(cfg.send_ring() as u32);
+            cfg.inline_threshold().max(message).min(LEND_REQUEST_CAP)
+        } else {
+            cfg.inline_threshold()
+        };
         let pd = context.alloc_pd()?;
         let cq_channel = context.create_comp_channel()?;
         let depth = u32::from(cfg.send_queue_depth()) + u32::from(cfg.recv_queue_depth());
@@ -70,7 +83,7 @@ impl Resources {
                 max_recv_wr: u32::from(cfg.recv_queue_depth()),
                 max_send_sge: 2,
                 max_recv_sge: 1,
-                max_inline_data: cfg.inline_threshold(),
+                max_inline_data: inline,
             },
             sq_sig_all: cfg.signal_interval() <= 1,
         };
@@ -84,7 +97,13 @@ impl Resources {
             0 => None,
             n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
         };
+        let lend_limit = if lends {
+            qp.caps().max_inline_data as usize
+        } else {
+            0
+        };
         Ok(Resources {
+            lend_limit,
             qp,
             cq,
             send_mr,
@@ -121,7 +140,7 @@ pub(crate) struct Connection {
     /// A receive completed with an error: the queue pair left the connected state and every
     /// completion before that point has been fed.
     receive_flushed: bool,
-    scratch_offset: usize,
+    pub(crate) scratch_offset: usize,
     keepalive_due: Option<Instant>,
     pub(crate) nonblocking: bool,
     pub(crate) read_timeout: Option<Duration>,
@@ -136,6 +155,8 @@ pub(crate) struct Connection {
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
     /// How long blocking waits busy-poll.
     spin: SpinPolicy,
+    /// Where a lending write's messages went in the send ring (kept: no allocation a write).
+    lent_spans: Vec<CopySpan>,
 }
 
 impl Connection {
@@ -168,6 +189,7 @@ impl Connection {
             first_receive_seen: false,
             wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
             spin,
+            lent_spans: Vec::new(),
         };
         c.post_ops()?;
         Ok(c)
@@ -181,138 +203,6 @@ impl Connection {
     /// The peer's hello arrived: the stream is connected.
     pub(crate) fn connected(&mut self, peer: &Hello) -> io::Result<()> {
         self.engine.on_connected(peer).map_err(io::Error::from)
-    }
-
-    /// Posts the engine's queued work requests in order; consecutive sends go out as one
-    /// chained list.
-    pub(crate) fn post_ops(&mut self) -> io::Result<()> {
-        if !self.engine.has_ops() {
-            return Ok(());
-        }
-        let mut result = Ok(());
-        while let Some(op) = self.engine.pop_op() {
-            result = match op {
-                Op::PostRecv {
-                    wr_id,
-                    message_slot,
-                } => self.post_recv(wr_id, message_slot),
-                Op::ClearTargetEntry { offset } => self
-                    .res
-                    .target_mr
-                    .write_at(offset, &[0u8; 16])
-                    .map_err(Into::into),
-                send => match PreparedSend::from_op(send) {
-                    Some(send) => self.post_send_run(send),
-                    None => Ok(()),
-                },
-            };
-            if result.is_err() {
-                break;
-            }
-        }
-        if let Err(e) = &result {
-            let text = format!("posting a work request failed: {e}");
-            self.engine.fail(StreamError::ConnectionReset(text));
-        }
-        result
-    }
-
-    /// Posts `first` and the sends queued right after it as chained lists of up to
-    /// `POST_BATCH` requests (one doorbell each).
-    fn post_send_run(&mut self, first: PreparedSend) -> io::Result<()> {
-        if !self.engine.peek_op().is_some_and(Op::is_send) {
-            // The common case on the data path: one send, without a batch's arrays.
-            return self.post_sends::<1>(&[first]);
-        }
-        let mut batch = [first; POST_BATCH];
-        let mut n = 1;
-        while n < POST_BATCH && self.engine.peek_op().is_some_and(Op::is_send) {
-            let op = self.engine.pop_op().expect("peeked");
-            batch[n] = PreparedSend::from_op(op).expect("a send");
-            n += 1;
-        }
-        self.post_sends::<POST_BATCH>(&batch[..n])
-    }
-
-    /// Posts `batch` (at most `N` requests) as one chained list.
-    fn post_sends<const N: usize>(&self, batch: &[PreparedSend]) -> io::Result<()> {
-        let empty = self.res.send_mr.slice(0, 0)?;
-        let mut sges = [[empty; 2]; N];
-        let mut counts = [0usize; N];
-        for (i, send) in batch.iter().enumerate() {
-            (sges[i], counts[i]) = self.gather(send.payload, send.inline, i)?;
-        }
-        let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
-            let send = batch.get(i).copied().unwrap_or(PreparedSend::NONE);
-            let mut flags = SendFlags::empty();
-            if send.signaled {
-                flags |= SendFlags::SIGNALED;
-            }
-            if send.inline {
-                flags |= SendFlags::INLINE;
-            }
-            SendRequest::new(send.wr_id.0, send.op, &sges[i][..counts[i]]).with_flags(flags)
-        });
-        self.res
-            .qp
-            .post_send(&wrs[..batch.len()])
-            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
-    }
-
-    /// The gather list of a send's payload; `index` is its place in the batch (where an
-    /// inline small payload is staged).
-    fn gather(
-        &self,
-        payload: Payload,
-        inline: bool,
-        index: usize,
-    ) -> io::Result<([ScatterGather<'_>; 2], usize)> {
-        let mr = &self.res.send_mr;
-        Ok(match payload {
-            Payload::Empty => ([mr.slice(0, 0)?; 2], 0),
-            Payload::SendRing { first, second } => {
-                let a = mr.slice(first.offset, first.len)?;
-                match second {
-                    None => ([a, a], 1),
-                    Some(s) => ([a, mr.slice(s.offset, s.len)?], 2),
-                }
-            }
-            Payload::Small {
-                bytes,
-                len,
-                control_slot,
-            } => {
-                let offset = if inline {
-                    self.scratch_offset + 16 * index
-                } else {
-                    self.opts.stream.send_ring() + 16 * usize::from(control_slot)
-                };
-                let len = usize::from(len);
-                mr.write_at(offset, &bytes[..len])?;
-                let a = mr.slice(offset, len)?;
-                ([a, a], 1)
-            }
-        })
-    }
-
-    /// Posts one receive (with its 4-byte message slot in write+send mode).
-    fn post_recv(&self, wr_id: WrId, message_slot: Option<u32>) -> io::Result<()> {
-        let sge;
-        let sg_list: &[ScatterGather<'_>] = match (message_slot, &self.res.message_mr) {
-            (Some(slot), Some(mr)) => {
-                sge = [mr.slice(slot as usize * 4, 4)?];
-                &sge
-            }
-            _ => &[],
-        };
-        let wr = RecvRequest {
-            wr_id: wr_id.0,
-            sg_list,
-        };
-        self.res
-            .qp
-            .post_recv(&[wr])
-            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
     }
 
     /// Feeds one completion to the engine.
@@ -503,10 +393,29 @@ impl Connection {
     /// Copies up to `buf.len()` bytes into the send ring.
     pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
         let mr = &self.res.send_mr;
-        self.engine.write(buf.len(), |s: CopySpan| {
+        let copy = |s: CopySpan| {
             // In range by the engine's arithmetic; a failure would be a bug caught by tests.
             let _ = mr.write_at(s.ring_offset, &buf[s.data_offset..s.data_offset + s.len]);
-        })
+        };
+        if self.res.lend_limit <= self.opts.stream.inline_threshold() as usize
+            || buf.len() <= self.opts.stream.inline_threshold() as usize
+        {
+            return self.engine.write(buf.len(), copy);
+        }
+        // Lend: the ring space is reserved but not written; the messages are posted now,
+        // while `buf` is borrowed (see `lend`).
+        let mut spans = std::mem::take(&mut self.lent_spans);
+        spans.clear();
+        let written = self.engine.write(buf.len(), |s| spans.push(s));
+        if written.is_ok() && self.post_ops_with(Lend::new(buf, &spans)).is_err() {
+            // The engine has failed; anything still queued must find its bytes in the ring.
+            let mr = &self.res.send_mr;
+            for s in &spans {
+                let _ = mr.write_at(s.ring_offset, &buf[s.data_offset..s.data_offset + s.len]);
+            }
+        }
+        self.lent_spans = spans;
+        written
     }
 
     /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
@@ -545,76 +454,5 @@ impl Connection {
             }
             _ => io::Error::new(kind, e),
         }
-    }
-}
-
-/// A send work request taken from the engine, waiting in a batch.
-#[derive(Debug, Clone, Copy)]
-struct PreparedSend {
-    wr_id: WrId,
-    op: SendOp,
-    payload: Payload,
-    inline: bool,
-    signaled: bool,
-}
-
-impl PreparedSend {
-    /// Fills the unused tail of a batch's request array; never posted.
-    const NONE: PreparedSend = PreparedSend {
-        wr_id: WrId(0),
-        op: SendOp::Send,
-        payload: Payload::Empty,
-        inline: false,
-        signaled: false,
-    };
-
-    /// The send in `op`, or `None` for an op that is not a send.
-    fn from_op(op: Op) -> Option<PreparedSend> {
-        let (wr_id, op, payload, inline, signaled) = match op {
-            Op::WriteWithImm {
-                wr_id,
-                payload,
-                remote_addr,
-                rkey,
-                imm,
-                inline,
-                signaled,
-            } => {
-                let op = SendOp::RdmaWriteWithImm {
-                    remote_addr,
-                    rkey: RemoteKey(rkey),
-                    imm,
-                };
-                (wr_id, op, payload, inline, signaled)
-            }
-            Op::Write {
-                wr_id,
-                payload,
-                remote_addr,
-                rkey,
-                inline,
-                signaled,
-            } => {
-                let op = SendOp::RdmaWrite {
-                    remote_addr,
-                    rkey: RemoteKey(rkey),
-                };
-                (wr_id, op, payload, inline, signaled)
-            }
-            Op::Send {
-                wr_id,
-                payload,
-                inline,
-                signaled,
-            } => (wr_id, SendOp::Send, payload, inline, signaled),
-            Op::PostRecv { .. } | Op::ClearTargetEntry { .. } => return None,
-        };
-        Some(PreparedSend {
-            wr_id,
-            op,
-            payload,
-            inline,
-            signaled,
-        })
     }
 }

@@ -20,8 +20,10 @@
 
 mod cm;
 mod conn;
+mod lend;
 mod listener;
 mod options;
+mod post;
 mod readiness;
 mod shared;
 mod source;

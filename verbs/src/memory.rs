@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::sys::memory::RawMemory;
 use bitflags::bitflags;
+use std::sync::Arc;
 
 bitflags! {
     /// What a memory region allows (`enum ib_access_flags`).
@@ -74,6 +75,33 @@ impl RegisteredMemory {
         }
     }
 
+    /// Lends `bytes` as read-only memory for the duration of `f`: each slice becomes one
+    /// `RegisteredMemory`, in order, that `f` may read and share (the userspace provider
+    /// queues sends from it), and whose writes fail ([`RegisteredMemory::write_at`] and the
+    /// atomics return an error; [`RegisteredMemory::as_mut_slice`] panics). Every clone of
+    /// them must be gone when `f` returns or unwinds: the borrow ends there, so a clone left
+    /// behind aborts the process rather than let memory be read after it is freed.
+    pub fn lend<R>(bytes: &[&[u8]], f: impl FnOnce(&[Arc<RegisteredMemory>]) -> R) -> R {
+        let scope = LendScope(
+            bytes
+                .iter()
+                .map(|b| {
+                    #[allow(unsafe_code)]
+                    // SAFETY: `b` is borrowed for this whole call, and `LendScope`'s drop
+                    // aborts unless this Arc is the last reference when the call ends.
+                    let raw = unsafe { RawMemory::lent(b) };
+                    Arc::new(RegisteredMemory { raw })
+                })
+                .collect(),
+        );
+        f(&scope.0)
+    }
+
+    /// Whether the memory was lent by [`RegisteredMemory::lend`] (read-only).
+    pub fn is_lent(&self) -> bool {
+        self.raw.is_read_only()
+    }
+
     /// The first byte's address.
     pub fn addr(&self) -> u64 {
         self.raw.addr() as u64
@@ -98,6 +126,15 @@ impl RegisteredMemory {
                 .is_some_and(|end| end <= self.len() as u64)
     }
 
+    fn check_writable(&self) -> Result<()> {
+        if self.raw.is_read_only() {
+            return Err(Error::InvalidArgument(
+                "this memory is lent read-only for a send (RegisteredMemory::lend)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
@@ -119,6 +156,7 @@ impl RegisteredMemory {
 
     /// Copies `src` into the memory at `offset` (in [`COPY_PIECE`]-byte pieces).
     pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check(offset, src.len())?;
         for (i, piece) in src.chunks(COPY_PIECE).enumerate() {
             self.raw.write(offset + i * COPY_PIECE, piece);
@@ -139,6 +177,7 @@ impl RegisteredMemory {
     }
 
     fn check_atomic(&self, offset: usize) -> Result<()> {
+        self.check_writable()?;
         self.check(offset, 8)?;
         if (self.raw.addr() + offset) % 8 != 0 {
             return Err(Error::InvalidArgument(format!(
@@ -156,9 +195,27 @@ impl RegisteredMemory {
         self.raw.as_slice()
     }
 
-    /// The bytes, mutably. Same caveat as [`RegisteredMemory::as_slice`].
+    /// The bytes, mutably. Same caveat as [`RegisteredMemory::as_slice`]. Panics on lent
+    /// memory (see [`RegisteredMemory::lend`]).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.raw.as_mut_slice()
+    }
+}
+
+/// The lent memories of one [`RegisteredMemory::lend`] call.
+struct LendScope(Vec<Arc<RegisteredMemory>>);
+
+impl Drop for LendScope {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            if Arc::strong_count(m) != 1 || Arc::weak_count(m) != 0 {
+                eprintln!(
+                    "rdmasock: lent memory at {:#x} is still referenced after its lend ended; aborting (a bug)",
+                    m.addr()
+                );
+                std::process::abort();
+            }
+        }
     }
 }
 
@@ -211,5 +268,28 @@ mod tests {
     #[test]
     fn zero_length_is_refused() {
         assert!(RegisteredMemory::allocate(0).is_err());
+    }
+
+    #[test]
+    fn lent_memory_reads_the_callers_bytes_and_refuses_writes() {
+        let data = b"lent bytes".to_vec();
+        let other = [7u8; 3];
+        let seen = RegisteredMemory::lend(&[&data, &other], |lent| {
+            assert_eq!(lent.len(), 2);
+            assert!(lent[0].is_lent());
+            assert_eq!(lent[0].addr(), data.as_ptr() as u64);
+            assert_eq!(lent[0].as_slice(), b"lent bytes");
+            assert_eq!(lent[1].as_slice(), &other);
+            assert!(lent[0].write_at(0, b"x").is_err());
+            assert!(lent[0].fetch_add_u64(0, 1).is_err());
+            // A clone dropped before the end is fine.
+            let clone = lent[0].clone();
+            let mut back = [0u8; 4];
+            clone.read_at(5, &mut back).unwrap();
+            back
+        });
+        assert_eq!(&seen, b"byte");
+        assert_eq!(data, b"lent bytes");
+        assert!(!RegisteredMemory::allocate(8).unwrap().is_lent());
     }
 }

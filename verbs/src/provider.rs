@@ -62,6 +62,11 @@ pub trait ContextOps: Send + Sync + Debug {
     /// Reads one async event without blocking; `Ok(None)` when there is none. The provider
     /// acknowledges the event itself.
     fn read_async_event(&self) -> Result<Option<AsyncEvent>>;
+    /// Whether this device's queue pairs lend inline sends (see [`QpOps::lends_inline`]), so
+    /// that asking for a large `max_inline_data` pays.
+    fn lends_inline(&self) -> bool {
+        false
+    }
     /// For downcasting by providers that need their own concrete type back.
     fn as_any(&self) -> &dyn Any;
 }
@@ -152,6 +157,13 @@ pub trait QpOps: Send + Sync + Debug {
     fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError>;
     /// Posts a chained list of receive requests, in order.
     fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError>;
+    /// Whether inline sends of any length up to `caps().max_inline_data` go out from the
+    /// caller's memory while `post_send` runs, with only what the transport could not take
+    /// at once copied (the userspace provider); kernel providers copy inline data into the
+    /// work queue entry, and only a few hundred bytes of it.
+    fn lends_inline(&self) -> bool {
+        false
+    }
     /// For downcasting (the connection manager needs a kernel QP's handle).
     fn as_any(&self) -> &dyn Any;
 }

@@ -5,15 +5,19 @@ use crate::types::{LocalKey, RemoteKey};
 use bitflags::bitflags;
 use std::marker::PhantomData;
 
-/// One scatter/gather entry: a piece of a registered memory region.
+/// One scatter/gather entry: a piece of a registered memory region, or borrowed bytes of an
+/// inline send.
 ///
 /// Made with [`crate::MemoryRegion::slice`] (bounds-checked, borrows the region so it stays
-/// registered while the request is posted) or the `unsafe` [`ScatterGather::from_raw`].
+/// registered while the request is posted), [`ScatterGather::borrowed`] (any bytes, for
+/// [`SendFlags::INLINE`] requests only) or the `unsafe` [`ScatterGather::from_raw`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ScatterGather<'a> {
     addr: u64,
     length: u32,
     lkey: LocalKey,
+    /// The bytes of a borrowed entry (no registration behind it).
+    borrowed: Option<&'a [u8]>,
     _region: PhantomData<&'a ()>,
 }
 
@@ -24,8 +28,32 @@ impl<'a> ScatterGather<'a> {
             addr,
             length,
             lkey,
+            borrowed: None,
             _region: PhantomData,
         }
+    }
+
+    /// An entry for bytes that are not registered, valid only in a send request with
+    /// [`SendFlags::INLINE`]: the provider takes the bytes while `post_send` runs (copies
+    /// them, or, where [`crate::QueuePair::lends_inline`] says so, sends them from here and
+    /// copies what is left), so they need no registration and may change once it returns.
+    /// `post_send` refuses a request without `INLINE` that carries one, and `post_recv`
+    /// refuses them all. Its local key is 0; `bytes` longer than `u32::MAX` are cut there
+    /// (the send then fails its length check).
+    pub fn borrowed(bytes: &'a [u8]) -> ScatterGather<'a> {
+        let bytes = &bytes[..bytes.len().min(u32::MAX as usize)];
+        ScatterGather {
+            addr: bytes.as_ptr() as u64,
+            length: bytes.len() as u32,
+            lkey: LocalKey(0),
+            borrowed: Some(bytes),
+            _region: PhantomData,
+        }
+    }
+
+    /// The bytes of an entry made with [`ScatterGather::borrowed`].
+    pub fn borrowed_bytes(&self) -> Option<&'a [u8]> {
+        self.borrowed
     }
 
     /// An entry from raw parts.

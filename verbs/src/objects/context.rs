@@ -43,6 +43,13 @@ impl Context {
         self.ops.device()
     }
 
+    /// Whether queue pairs of this device send large inline payloads from the caller's memory
+    /// (see [`crate::QueuePair::lends_inline`]): then a queue pair may ask for a large
+    /// `max_inline_data`.
+    pub fn lends_inline(&self) -> bool {
+        self.ops.lends_inline()
+    }
+
     /// The provider's name (`rxe`, `siw`, `uiwarp`, ...).
     pub fn provider_name(&self) -> &'static str {
         self.ops.provider_name()

@@ -7,7 +7,7 @@ use crate::qp_attr::{
     InitAttributes, QpAttrMask, QpAttributes, QpCapabilities, RtrAttributes, RtsAttributes,
 };
 use crate::types::{QpNumber, QpState};
-use crate::wr::{PostError, RecvRequest, SendRequest};
+use crate::wr::{PostError, RecvRequest, ScatterGather, SendFlags, SendRequest};
 use std::sync::Mutex;
 
 /// A reliable-connected queue pair.
@@ -155,13 +155,47 @@ impl QueuePair {
         *self.state.lock().expect("qp state lock") = state;
     }
 
-    /// Posts send requests as one chained list.
+    /// Posts send requests as one chained list. A request carrying a
+    /// [`ScatterGather::borrowed`] entry must be [`SendFlags::INLINE`]; none of the list is
+    /// posted otherwise.
     pub fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError> {
+        for (index, wr) in wrs.iter().enumerate() {
+            if !wr.flags.contains(SendFlags::INLINE) && has_borrowed(wr.sg_list) {
+                return Err(borrowed_refused(index, wr.wr_id, "a send without INLINE"));
+            }
+        }
         self.ops.post_send(wrs)
     }
 
-    /// Posts receive requests as one chained list.
+    /// Posts receive requests as one chained list (none may carry a
+    /// [`ScatterGather::borrowed`] entry: a receive needs registered memory).
     pub fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
+        for (index, wr) in wrs.iter().enumerate() {
+            if has_borrowed(wr.sg_list) {
+                return Err(borrowed_refused(index, wr.wr_id, "a receive"));
+            }
+        }
         self.ops.post_recv(wrs)
+    }
+
+    /// Whether inline sends go out from the caller's memory (see [`QpOps::lends_inline`]):
+    /// then an inline send of a large payload costs no copy when the transport takes it at
+    /// once.
+    pub fn lends_inline(&self) -> bool {
+        self.ops.lends_inline()
+    }
+}
+
+fn has_borrowed(sg_list: &[ScatterGather<'_>]) -> bool {
+    sg_list.iter().any(|s| s.borrowed_bytes().is_some())
+}
+
+fn borrowed_refused(index: usize, wr_id: u64, what: &str) -> PostError {
+    PostError {
+        index,
+        wr_id,
+        error: Error::InvalidArgument(format!(
+            "{what} carries a borrowed gather entry (ScatterGather::borrowed), which only an INLINE send may: register the memory and use MemoryRegion::slice, or set SendFlags::INLINE"
+        )),
     }
 }

@@ -10,6 +10,8 @@ pub struct RawMemory {
     ptr: NonNull<u8>,
     len: usize,
     owned: bool,
+    /// Lent shared bytes (see [`RawMemory::lent`]): every write path refuses them.
+    read_only: bool,
 }
 
 // SAFETY: RawMemory is a plain address range; all access goes through copying or atomic
@@ -42,6 +44,7 @@ impl RawMemory {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
             owned: true,
+            read_only: false,
         })
     }
 
@@ -54,7 +57,27 @@ impl RawMemory {
             ptr: NonNull::new(addr).unwrap_or(NonNull::dangling()),
             len: if addr.is_null() { 0 } else { len },
             owned: false,
+            read_only: false,
         }
+    }
+
+    /// Wraps bytes the caller lends for reading only: every write through this value panics.
+    ///
+    /// # Safety
+    /// `bytes` must outlive the value (it keeps no lifetime).
+    pub unsafe fn lent(bytes: &[u8]) -> RawMemory {
+        RawMemory {
+            // A shared slice's pointer is never written through: `read_only` guards it.
+            ptr: NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling()),
+            len: bytes.len(),
+            owned: false,
+            read_only: true,
+        }
+    }
+
+    /// Whether the memory is lent for reading only (see [`RawMemory::lent`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The address of the first byte.
@@ -88,6 +111,7 @@ impl RawMemory {
 
     /// Copies in; the caller has checked bounds.
     pub fn write(&self, offset: usize, src: &[u8]) {
+        assert!(!self.read_only, "write into lent read-only memory");
         assert!(offset + src.len() <= self.len);
         // SAFETY: as in `read`.
         unsafe {
@@ -96,6 +120,7 @@ impl RawMemory {
     }
 
     fn atomic_at(&self, offset: usize) -> &AtomicU64 {
+        assert!(!self.read_only, "atomic on lent read-only memory");
         assert!(offset + 8 <= self.len && (self.addr() + offset) % 8 == 0);
         // SAFETY: in bounds and 8-byte aligned (asserted); AtomicU64 has u64's layout and the
         // memory is valid for the lifetime of &self.
@@ -128,6 +153,7 @@ impl RawMemory {
 
     /// The bytes as a mutable slice.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        assert!(!self.read_only, "mutable slice of lent read-only memory");
         // SAFETY: as in as_slice, and &mut self gives exclusive access on the Rust side.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }

@@ -11,7 +11,7 @@ use crate::wire::ddp::{
 };
 use crate::wire::fpdu;
 use crate::wire::rdmap::{ReadRequestRepr, TerminateCode};
-use rdmasock_verbs::{AccessFlags, RegisteredMemory, RemoteKey, WcStatus};
+use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory, RemoteKey, WcStatus};
 use std::sync::Arc;
 
 /// A message being cut into segments.
@@ -114,6 +114,19 @@ impl Connection {
                 .sq_pending
                 .front()
                 .is_some_and(|(_, w)| self.may_start(w))
+    }
+
+    /// Whether a send request not yet framed whole still names `lkey` (the driver copies
+    /// lent bytes such a request still needs before the post that lent them returns).
+    pub fn uses_local_key(&self, lkey: LocalKey) -> bool {
+        let current = self.tx_current.as_ref().map(|m| match &m.kind {
+            TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => &segments[..],
+            TxKind::ReadResponse { .. } => &[],
+        });
+        current
+            .into_iter()
+            .chain(self.sq_pending.iter().map(|(_, w)| &w.segments[..]))
+            .any(|segments| segments.iter().any(|s| s.lkey == lkey))
     }
 
     fn may_send_fpdus(&self) -> bool {

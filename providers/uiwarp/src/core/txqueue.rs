@@ -152,6 +152,30 @@ impl TxQueue {
         self.committed = 0;
     }
 
+    /// Copies the unwritten bytes that still point into `memory` into the queue's own arena,
+    /// in place (the order of the pieces stays): for memory lent for one post, which the
+    /// queue must not keep. Returns how many bytes it copied.
+    pub fn detach(&mut self, memory: &Arc<RegisteredMemory>) -> usize {
+        self.commit();
+        let mut copied = 0;
+        for piece in self.pieces.iter_mut() {
+            if let Piece::Memory { memory: m, at, len } = piece {
+                if Arc::ptr_eq(m, memory) {
+                    let start = self.arena.len();
+                    self.arena
+                        .extend_from_slice(&memory.as_slice()[*at..*at + *len]);
+                    copied += *len;
+                    *piece = Piece::Own {
+                        start,
+                        end: self.arena.len(),
+                    };
+                }
+            }
+        }
+        self.committed = self.arena.len();
+        copied
+    }
+
     /// Drops everything (the connection failed: its unwritten sends are flushed).
     pub fn clear(&mut self) {
         self.arena.clear();

@@ -12,7 +12,7 @@ use crate::provider::cq::uiwarp_cq;
 use crate::provider::memory::{InlinePool, QpMemory, RegionSet};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::CqOps;
-use rdmasock_verbs::{LocalKey, QpCapabilities, QpNumber, QpState, RemoteKey};
+use rdmasock_verbs::{LocalKey, QpCapabilities, QpNumber, QpState, RegisteredMemory, RemoteKey};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -99,6 +99,10 @@ pub struct Endpoint {
     app_reads_seen: AtomicU64,
     /// Readiness events of this QP's socket that woke the engine thread.
     engine_events: AtomicU64,
+    /// Bytes of inline payloads lent by their post, and those of them TCP did not take
+    /// during the post (copied).
+    lent: AtomicU64,
+    lent_copied: AtomicU64,
 }
 
 /// When a polling thread reads a socket (see [`Endpoint::poll_should_read`]).
@@ -164,6 +168,8 @@ impl Endpoint {
             app_reads: AtomicU64::new(0),
             app_reads_seen: AtomicU64::new(0),
             engine_events: AtomicU64::new(0),
+            lent: AtomicU64::new(0),
+            lent_copied: AtomicU64::new(0),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -217,6 +223,16 @@ impl Endpoint {
     /// channel, arrivals do not reach the engine and this stays still.
     pub fn engine_events(&self) -> u64 {
         self.engine_events.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of inline payloads lent by their post (sent from the caller's memory), and how
+    /// many of them were copied because TCP did not take them during the post: a diagnostic
+    /// of the copies lending saves.
+    pub fn lent_bytes(&self) -> (u64, u64) {
+        (
+            self.lent.load(Ordering::Relaxed),
+            self.lent_copied.load(Ordering::Relaxed),
+        )
     }
 
     /// Counts one readiness event handled on the engine thread.
@@ -394,6 +410,41 @@ impl Endpoint {
         }
         drop(regions);
         self.dispatch(st, engine);
+    }
+
+    /// [`Endpoint::flush`] for a post that lent `lent` (see `RegisteredMemory::lend`): once
+    /// TCP took what it would, frames the rest and copies the lent bytes still needed, so
+    /// nothing refers to them when the post returns.
+    pub(crate) fn flush_lent(
+        &self,
+        st: &mut EndpointState,
+        engine: &Engine,
+        lent: &[Arc<RegisteredMemory>],
+    ) -> rdmasock_verbs::Result<()> {
+        if lent.is_empty() {
+            self.flush(st, engine);
+            return Ok(());
+        }
+        let regions = self.regions.read().expect("uiwarp regions lock");
+        let EndpointState { link, inline, .. } = st;
+        if let Some(link) = link {
+            let memory = QpMemory {
+                regions: &regions,
+                inline,
+            };
+            link.flush(&memory);
+            let copied = link.keep_lent(&memory, lent);
+            let total: usize = lent.iter().map(|m| m.len()).sum();
+            self.lent.fetch_add(total as u64, Ordering::Relaxed);
+            self.lent_copied.fetch_add(copied as u64, Ordering::Relaxed);
+        }
+        drop(regions);
+        let ended = match st.link.as_ref() {
+            Some(link) => st.inline.end_lend(|key| link.conn.uses_local_key(key)),
+            None => st.inline.end_lend(|_| false),
+        };
+        self.dispatch(st, engine);
+        ended
     }
 
     /// Hands completions to the CQs and events to the waiters; closes a finished socket.

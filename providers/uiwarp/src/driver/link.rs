@@ -266,6 +266,29 @@ impl Link {
         moved
     }
 
+    /// Ends a post's lends after [`Link::flush`]: frames what the core still has (all of
+    /// it, so no request names lent bytes it has not read), and copies the lent bytes TCP has
+    /// not taken into the queue's own memory. Returns how many bytes it copied.
+    pub(crate) fn keep_lent(
+        &mut self,
+        memory: &dyn MemoryTable,
+        lent: &[std::sync::Arc<rdmasock_verbs::RegisteredMemory>],
+    ) -> usize {
+        let before = self.out.len();
+        if self
+            .conn
+            .poll_transmit_queue(memory, &mut self.out, usize::MAX)
+            > 0
+        {
+            if let Some(f) = &mut self.flow {
+                let mut bytes = Vec::with_capacity(self.out.len());
+                self.out.copy_to(&mut bytes);
+                f.outbound(&bytes[before..]);
+            }
+        }
+        lent.iter().map(|m| self.out.detach(m)).sum()
+    }
+
     fn fail(&mut self, e: io::Error) {
         self.read_done = true;
         self.out.clear();

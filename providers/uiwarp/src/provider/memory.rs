@@ -1,6 +1,7 @@
 //! Memory registrations as the engine sees them: a protection domain's table of regions
-//! (STag = local key, as in siw), and a queue pair's pool of inline payloads, copied at post
-//! time so the caller may reuse its buffer at once.
+//! (STag = local key, as in siw), and a queue pair's pool of inline payloads: copied at post
+//! time, or lent by the caller while the post frames them, so the caller may reuse its buffer
+//! once the post returns.
 
 use crate::core::{MemoryTable, RegionView};
 use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory, RemoteKey};
@@ -79,17 +80,27 @@ impl RegionSet {
     }
 }
 
-/// Copies of inline payloads, kept until the engine has sent them.
+/// Inline payloads, kept until the engine has framed them: copies, or bytes the caller lends
+/// for the length of a post (see [`InlinePool::lend`]).
 #[derive(Debug, Default)]
 pub(crate) struct InlinePool {
-    /// (post sequence, key, memory), oldest first.
-    entries: VecDeque<(u64, u32, Arc<RegisteredMemory>)>,
+    /// Oldest first.
+    entries: VecDeque<InlineEntry>,
     /// Buffers of sent copies, for reuse (no allocation per inline send).
     free: Vec<Arc<RegisteredMemory>>,
     next_key: u32,
     /// Where a post gathers an inline payload before [`InlinePool::store`] copies it (kept
     /// for the next post: no allocation per inline send).
     pub(crate) gather: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct InlineEntry {
+    post_seq: u64,
+    key: u32,
+    /// The address its gather entry names (the caller's, for lent bytes).
+    address: u64,
+    memory: Arc<RegisteredMemory>,
 }
 
 /// The size of an inline copy buffer (the largest inline payload).
@@ -110,18 +121,68 @@ impl InlinePool {
             _ => Arc::new(RegisteredMemory::allocate(bytes.len().max(INLINE_BUFFER))?),
         };
         memory.write_at(0, bytes)?;
-        self.next_key = self.next_key.wrapping_add(1) & 0x007f_ffff;
-        let key = INLINE_KEY_BIT | self.next_key << 8;
-        let addr = memory.addr();
-        self.entries.push_back((post_seq, key, memory));
-        Ok((key, addr))
+        let address = memory.addr();
+        Ok((self.insert(post_seq, address, memory), address))
     }
 
-    /// Drops the copies of requests posted before `consumed` (their bytes are sent).
+    /// Takes bytes lent for this post (made by `RegisteredMemory::lend`) as an inline
+    /// payload without copying them; returns the key that reaches them at their own
+    /// address. Before the post returns, [`InlinePool::end_lend`] must run.
+    pub(crate) fn lend(&mut self, post_seq: u64, memory: &Arc<RegisteredMemory>) -> u32 {
+        self.insert(post_seq, memory.addr(), memory.clone())
+    }
+
+    fn insert(&mut self, post_seq: u64, address: u64, memory: Arc<RegisteredMemory>) -> u32 {
+        self.next_key = self.next_key.wrapping_add(1) & 0x007f_ffff;
+        let key = INLINE_KEY_BIT | self.next_key << 8;
+        self.entries.push_back(InlineEntry {
+            post_seq,
+            key,
+            address,
+            memory,
+        });
+        key
+    }
+
+    /// Ends the lends of a post: a lent payload that `still_needed` says the engine has not
+    /// framed whole is copied (same key, same address); the others are dropped. Afterwards
+    /// the pool holds no lent memory.
+    pub(crate) fn end_lend(
+        &mut self,
+        mut still_needed: impl FnMut(LocalKey) -> bool,
+    ) -> rdmasock_verbs::Result<()> {
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < self.entries.len() {
+            let e = &mut self.entries[i];
+            if !e.memory.is_lent() {
+                i += 1;
+                continue;
+            }
+            if still_needed(LocalKey(e.key)) {
+                let copy = RegisteredMemory::allocate(e.memory.len().max(1))
+                    .and_then(|m| m.write_at(0, e.memory.as_slice()).map(|()| m));
+                match copy {
+                    Ok(m) => {
+                        e.memory = Arc::new(m);
+                        i += 1;
+                        continue;
+                    }
+                    // The engine then finds no memory for the rest of that request and fails
+                    // it with a local protection error, as for memory deregistered under it.
+                    Err(err) => result = Err(err),
+                }
+            }
+            self.entries.remove(i);
+        }
+        result
+    }
+
+    /// Drops the payloads of requests posted before `consumed` (their bytes are framed).
     pub(crate) fn release_before(&mut self, consumed: u64) {
-        while self.entries.front().is_some_and(|e| e.0 < consumed) {
-            let (_, _, m) = self.entries.pop_front().expect("front exists");
-            if self.free.len() < SPARE_BUFFERS && m.len() == INLINE_BUFFER {
+        while self.entries.front().is_some_and(|e| e.post_seq < consumed) {
+            let m = self.entries.pop_front().expect("front exists").memory;
+            if self.free.len() < SPARE_BUFFERS && m.len() == INLINE_BUFFER && !m.is_lent() {
                 self.free.push(m);
             }
         }
@@ -135,13 +196,18 @@ impl InlinePool {
     fn view(&self, key: u32) -> Option<RegionView<'_>> {
         self.entries
             .iter()
-            .find(|e| e.1 == key)
-            .map(|(_, _, m)| RegionView {
-                memory: m,
+            .find(|e| e.key == key)
+            .map(|e| RegionView {
+                memory: &e.memory,
                 memory_offset: 0,
-                address: m.addr(),
-                length: m.len() as u64,
-                access: AccessFlags::LOCAL_WRITE,
+                address: e.address,
+                length: e.memory.len() as u64,
+                // Lent bytes are only read; a copy is the engine's own.
+                access: if e.memory.is_lent() {
+                    AccessFlags::empty()
+                } else {
+                    AccessFlags::LOCAL_WRITE
+                },
             })
     }
 }

@@ -130,6 +130,9 @@ impl ContextOps for UiwarpContext {
     fn device(&self) -> &DeviceInfo {
         &self.device
     }
+    fn lends_inline(&self) -> bool {
+        true
+    }
     fn provider_name(&self) -> &'static str {
         DRIVER_NAME
     }

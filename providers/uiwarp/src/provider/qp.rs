@@ -10,8 +10,8 @@ use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{
-    AccessFlags, Error, LocalKey, QpNumber, QpState, RecvRequest, Result, SendFlags, SendRequest,
-    WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Error, LocalKey, QpNumber, QpState, RecvRequest, RegisteredMemory, Result,
+    SendFlags, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,8 +21,13 @@ use std::sync::{Arc, RwLock};
 pub const MAX_QUEUE_DEPTH: u32 = 32_768;
 /// Scatter/gather entries per request.
 pub const MAX_SGE: u32 = 6;
-/// The most inline bytes per send request.
-pub const MAX_INLINE: u32 = 256;
+/// The most inline bytes per send request. An inline payload of at least
+/// [`LEND_INLINE_FROM`] bytes given as borrowed entries goes to TCP from the caller's memory
+/// while the post runs; smaller ones, and what TCP does not take at once, are copied.
+pub const MAX_INLINE: u32 = 1 << 30;
+/// The smallest inline payload sent from the caller's memory instead of copied (a smaller
+/// one is copied next to its header anyway).
+pub const LEND_INLINE_FROM: u64 = 512;
 /// The inline bytes every QP gets, whatever it asked for.
 pub const MIN_INLINE: u32 = 64;
 
@@ -126,10 +131,153 @@ impl UiwarpQp {
         }
     }
 
+    /// Posts `wrs` in order; `lent` holds the borrowed entries of the requests [`lends`]
+    /// picks, in order, lent for this call (see `RegisteredMemory::lend`).
+    fn post_sends(
+        &self,
+        wrs: &[SendRequest<'_>],
+        lent: &[Arc<RegisteredMemory>],
+    ) -> std::result::Result<(), PostError> {
+        let engine = driver::engine().map_err(|e| PostError {
+            index: 0,
+            wr_id: wrs.first().map_or(0, |w| w.wr_id),
+            error: Error::io("the uiwarp engine", e),
+        })?;
+        let mut st = self.endpoint.lock();
+        let mut result = Ok(());
+        let mut lent_left = lent;
+        for (index, wr) in wrs.iter().enumerate() {
+            let mut work = match SendWork::from_request(wr) {
+                Ok(w) => w,
+                Err(e) => {
+                    result = Err(self.post_error(index, wr.wr_id, e));
+                    break;
+                }
+            };
+            work.signaled |= self.sq_sig_all;
+            // This request's lent entries (taken first: every lending request has its own).
+            let mut mine: &[Arc<RegisteredMemory>] = &[];
+            if lends(wr) {
+                (mine, lent_left) = lent_left.split_at(wr.sg_list.len());
+            }
+            if work.segments.len() > self.endpoint.caps.max_send_sge as usize {
+                result = Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "{} gather entries: QP {} was created with max_send_sge {}",
+                        work.segments.len(),
+                        self.endpoint.qpn,
+                        self.endpoint.caps.max_send_sge
+                    )),
+                });
+                break;
+            }
+            let inline = wr.flags.contains(SendFlags::INLINE)
+                && !matches!(work.op, SendOperation::RdmaRead { .. });
+            if inline && work.total_length() > u64::from(self.endpoint.caps.max_inline_data) {
+                result = Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "{} inline bytes: QP {} was created with max_inline_data {}",
+                        work.total_length(),
+                        self.endpoint.qpn,
+                        self.endpoint.caps.max_inline_data
+                    )),
+                });
+                break;
+            }
+            if st.link.is_none() {
+                if st.qp_state == QpState::Error {
+                    let op = match work.op {
+                        SendOperation::Send { .. } => WcOpcode::Send,
+                        SendOperation::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+                        SendOperation::RdmaRead { .. } => WcOpcode::RdmaRead,
+                    };
+                    Self::cq(&self.endpoint.send_cq)
+                        .push(self.flush_completion(wr.wr_id, op), false);
+                    continue;
+                }
+                result = Err(PostError {
+                    index,
+                    wr_id: wr.wr_id,
+                    error: invalid(format!(
+                        "QP {} is in {}: an iWARP QP sends once connected (connect or accept it first)",
+                        self.endpoint.qpn,
+                        st.qp_state.name()
+                    )),
+                });
+                break;
+            }
+            if lends(wr) {
+                let seq = st.posted_sends;
+                for (segment, memory) in work.segments.iter_mut().zip(mine) {
+                    segment.lkey = LocalKey(st.inline.lend(seq, memory));
+                }
+            } else if inline {
+                let regions = self.endpoint.regions.read().expect("uiwarp regions lock");
+                let mut bytes = std::mem::take(&mut st.inline.gather);
+                if let Err(error) = self.gather_inline(&work, wr, &regions, &mut bytes) {
+                    st.inline.gather = bytes;
+                    result = Err(PostError {
+                        index,
+                        wr_id: wr.wr_id,
+                        error,
+                    });
+                    break;
+                }
+                drop(regions);
+                let seq = st.posted_sends;
+                let stored = st.inline.store(seq, &bytes);
+                let length = bytes.len() as u32;
+                st.inline.gather = bytes;
+                match stored {
+                    Ok((key, addr)) => {
+                        work.segments.clear();
+                        work.segments.push(LocalSegment {
+                            addr,
+                            length,
+                            lkey: LocalKey(key),
+                        });
+                    }
+                    Err(error) => {
+                        result = Err(PostError {
+                            index,
+                            wr_id: wr.wr_id,
+                            error,
+                        });
+                        break;
+                    }
+                }
+            }
+            let link = st.link.as_mut().expect("checked above");
+            if let Err(e) = link.conn.post_send(work) {
+                result = Err(self.post_error(index, wr.wr_id, e));
+                break;
+            }
+            st.posted_sends += 1;
+        }
+        let ended = self.endpoint.flush_lent(&mut st, &engine, lent);
+        drop(st);
+        match (result, ended) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Ok(())) => Ok(()),
+            // A lent payload could not be copied (no memory): its request fails on the queue
+            // with a local protection error; say why here too.
+            (Ok(()), Err(error)) => Err(PostError {
+                index: wrs.len().saturating_sub(1),
+                wr_id: wrs.last().map_or(0, |w| w.wr_id),
+                error,
+            }),
+        }
+    }
+
     /// Copies an inline request's gather list into `bytes` (cleared first).
     fn gather_inline(
         &self,
         work: &SendWork,
+        wr: &SendRequest<'_>,
         regions: &RegionSet,
         bytes: &mut Vec<u8>,
     ) -> Result<()> {
@@ -138,7 +286,11 @@ impl UiwarpQp {
             inline: &Default::default(),
         };
         bytes.clear();
-        for s in &work.segments {
+        for (s, entry) in work.segments.iter().zip(wr.sg_list) {
+            if let Some(borrowed) = entry.borrowed_bytes() {
+                bytes.extend_from_slice(borrowed);
+                continue;
+            }
             let view = table.local(s.lkey).ok_or_else(|| {
                 invalid(format!(
                     "inline gather entry with lkey {:#x} is not in a region of this QP's protection domain",
@@ -231,117 +383,15 @@ impl QpOps for UiwarpQp {
     }
 
     fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError> {
-        let engine = driver::engine().map_err(|e| PostError {
-            index: 0,
-            wr_id: wrs.first().map_or(0, |w| w.wr_id),
-            error: Error::io("the uiwarp engine", e),
-        })?;
-        let mut st = self.endpoint.lock();
-        let mut result = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            let mut work = match SendWork::from_request(wr) {
-                Ok(w) => w,
-                Err(e) => {
-                    result = Err(self.post_error(index, wr.wr_id, e));
-                    break;
-                }
-            };
-            work.signaled |= self.sq_sig_all;
-            if work.segments.len() > self.endpoint.caps.max_send_sge as usize {
-                result = Err(PostError {
-                    index,
-                    wr_id: wr.wr_id,
-                    error: invalid(format!(
-                        "{} gather entries: QP {} was created with max_send_sge {}",
-                        work.segments.len(),
-                        self.endpoint.qpn,
-                        self.endpoint.caps.max_send_sge
-                    )),
-                });
-                break;
-            }
-            let inline = wr.flags.contains(SendFlags::INLINE)
-                && !matches!(work.op, SendOperation::RdmaRead { .. });
-            if inline && work.total_length() > u64::from(self.endpoint.caps.max_inline_data) {
-                result = Err(PostError {
-                    index,
-                    wr_id: wr.wr_id,
-                    error: invalid(format!(
-                        "{} inline bytes: QP {} was created with max_inline_data {}",
-                        work.total_length(),
-                        self.endpoint.qpn,
-                        self.endpoint.caps.max_inline_data
-                    )),
-                });
-                break;
-            }
-            if st.link.is_none() {
-                if st.qp_state == QpState::Error {
-                    let op = match work.op {
-                        SendOperation::Send { .. } => WcOpcode::Send,
-                        SendOperation::RdmaWrite { .. } => WcOpcode::RdmaWrite,
-                        SendOperation::RdmaRead { .. } => WcOpcode::RdmaRead,
-                    };
-                    Self::cq(&self.endpoint.send_cq)
-                        .push(self.flush_completion(wr.wr_id, op), false);
-                    continue;
-                }
-                result = Err(PostError {
-                    index,
-                    wr_id: wr.wr_id,
-                    error: invalid(format!(
-                        "QP {} is in {}: an iWARP QP sends once connected (connect or accept it first)",
-                        self.endpoint.qpn,
-                        st.qp_state.name()
-                    )),
-                });
-                break;
-            }
-            if inline {
-                let regions = self.endpoint.regions.read().expect("uiwarp regions lock");
-                let mut bytes = std::mem::take(&mut st.inline.gather);
-                if let Err(error) = self.gather_inline(&work, &regions, &mut bytes) {
-                    st.inline.gather = bytes;
-                    result = Err(PostError {
-                        index,
-                        wr_id: wr.wr_id,
-                        error,
-                    });
-                    break;
-                }
-                drop(regions);
-                let seq = st.posted_sends;
-                let stored = st.inline.store(seq, &bytes);
-                let length = bytes.len() as u32;
-                st.inline.gather = bytes;
-                match stored {
-                    Ok((key, addr)) => {
-                        work.segments.clear();
-                        work.segments.push(LocalSegment {
-                            addr,
-                            length,
-                            lkey: LocalKey(key),
-                        });
-                    }
-                    Err(error) => {
-                        result = Err(PostError {
-                            index,
-                            wr_id: wr.wr_id,
-                            error,
-                        });
-                        break;
-                    }
-                }
-            }
-            let link = st.link.as_mut().expect("checked above");
-            if let Err(e) = link.conn.post_send(work) {
-                result = Err(self.post_error(index, wr.wr_id, e));
-                break;
-            }
-            st.posted_sends += 1;
+        if !wrs.iter().any(lends) {
+            return self.post_sends(wrs, &[]);
         }
-        self.endpoint.flush(&mut st, &engine);
-        result
+        let borrowed: Vec<&[u8]> = wrs
+            .iter()
+            .filter(|wr| lends(wr))
+            .flat_map(|wr| wr.sg_list.iter().filter_map(|s| s.borrowed_bytes()))
+            .collect();
+        RegisteredMemory::lend(&borrowed, |lent| self.post_sends(wrs, lent))
     }
 
     fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
@@ -404,9 +454,23 @@ impl QpOps for UiwarpQp {
         Ok(())
     }
 
+    fn lends_inline(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Whether a send request's payload is lent rather than copied: an inline SEND or WRITE of at
+/// least [`LEND_INLINE_FROM`] bytes whose gather entries are all borrowed.
+fn lends(wr: &SendRequest<'_>) -> bool {
+    wr.flags.contains(SendFlags::INLINE)
+        && !matches!(wr.op, SendOp::RdmaRead { .. })
+        && !wr.sg_list.is_empty()
+        && wr.sg_list.iter().all(|s| s.borrowed_bytes().is_some())
+        && wr.total_length() >= LEND_INLINE_FROM
 }
 
 impl Drop for UiwarpQp {

@@ -1,0 +1,243 @@
+//! Posting the engine's work requests: sends in chained batches, their payloads gathered
+//! from the send ring, staged inline, or lent from the caller's buffer (see `lend`), and
+//! receives with their message slots.
+
+use super::conn::{Connection, POST_BATCH};
+use super::lend::Lend;
+use crate::stream::{Op, Payload, StreamError, WrId};
+use crate::verbs::{RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest};
+use std::io;
+
+impl Connection {
+    /// Posts the engine's queued work requests in order; consecutive sends go out as one
+    /// chained list.
+    pub(crate) fn post_ops(&mut self) -> io::Result<()> {
+        self.post_ops_with(Lend::NONE)
+    }
+
+    /// [`Connection::post_ops`], with the payloads of `lend`'s messages taken from the
+    /// caller's buffer as borrowed inline sends.
+    pub(crate) fn post_ops_with(&mut self, lend: Lend<'_>) -> io::Result<()> {
+        if !self.engine.has_ops() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        while let Some(op) = self.engine.pop_op() {
+            result = match op {
+                Op::PostRecv {
+                    wr_id,
+                    message_slot,
+                } => self.post_recv(wr_id, message_slot),
+                Op::ClearTargetEntry { offset } => self
+                    .res
+                    .target_mr
+                    .write_at(offset, &[0u8; 16])
+                    .map_err(Into::into),
+                send => match PreparedSend::from_op(send) {
+                    Some(send) => self.post_send_run(send, lend),
+                    None => Ok(()),
+                },
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = &result {
+            let text = format!("posting a work request failed: {e}");
+            self.engine.fail(StreamError::ConnectionReset(text));
+        }
+        result
+    }
+
+    /// Posts `first` and the sends queued right after it as chained lists of up to
+    /// `POST_BATCH` requests (one doorbell each).
+    fn post_send_run(&mut self, first: PreparedSend, lend: Lend<'_>) -> io::Result<()> {
+        if !self.engine.peek_op().is_some_and(Op::is_send) {
+            // The common case on the data path: one send, without a batch's arrays.
+            return self.post_sends::<1>(&[first], lend);
+        }
+        let mut batch = [first; POST_BATCH];
+        let mut n = 1;
+        while n < POST_BATCH && self.engine.peek_op().is_some_and(Op::is_send) {
+            let op = self.engine.pop_op().expect("peeked");
+            batch[n] = PreparedSend::from_op(op).expect("a send");
+            n += 1;
+        }
+        self.post_sends::<POST_BATCH>(&batch[..n], lend)
+    }
+
+    /// Posts `batch` (at most `N` requests) as one chained list.
+    fn post_sends<'a, const N: usize>(
+        &'a self,
+        batch: &[PreparedSend],
+        lend: Lend<'a>,
+    ) -> io::Result<()> {
+        let empty = self.res.send_mr.slice(0, 0)?;
+        let mut sges = [[empty; 2]; N];
+        let mut counts = [0usize; N];
+        let mut lent = [false; N];
+        for (i, send) in batch.iter().enumerate() {
+            match self.lent_payload(send.payload, lend) {
+                Some(bytes) => {
+                    (sges[i], counts[i], lent[i]) = ([ScatterGather::borrowed(bytes); 2], 1, true)
+                }
+                None => (sges[i], counts[i]) = self.gather(send.payload, send.inline, i)?,
+            }
+        }
+        let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
+            let send = batch.get(i).copied().unwrap_or(PreparedSend::NONE);
+            let mut flags = SendFlags::empty();
+            if send.signaled {
+                flags |= SendFlags::SIGNALED;
+            }
+            if send.inline || lent[i] {
+                flags |= SendFlags::INLINE;
+            }
+            SendRequest::new(send.wr_id.0, send.op, &sges[i][..counts[i]]).with_flags(flags)
+        });
+        self.res
+            .qp
+            .post_send(&wrs[..batch.len()])
+            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+    }
+
+    /// The caller's bytes of `payload`, when `lend` holds them and the queue pair takes a
+    /// message that long inline from borrowed memory.
+    fn lent_payload<'a>(&self, payload: Payload, lend: Lend<'a>) -> Option<&'a [u8]> {
+        let Payload::SendRing { first, second } = payload else {
+            return None;
+        };
+        let len = first.len + second.map_or(0, |s| s.len);
+        if len > self.res.lend_limit {
+            return None;
+        }
+        lend.bytes(first.offset, len)
+    }
+
+    /// The gather list of a send's payload; `index` is its place in the batch (where an
+    /// inline small payload is staged).
+    fn gather(
+        &self,
+        payload: Payload,
+        inline: bool,
+        index: usize,
+    ) -> io::Result<([ScatterGather<'_>; 2], usize)> {
+        let mr = &self.res.send_mr;
+        Ok(match payload {
+            Payload::Empty => ([mr.slice(0, 0)?; 2], 0),
+            Payload::SendRing { first, second } => {
+                let a = mr.slice(first.offset, first.len)?;
+                match second {
+                    None => ([a, a], 1),
+                    Some(s) => ([a, mr.slice(s.offset, s.len)?], 2),
+                }
+            }
+            Payload::Small {
+                bytes,
+                len,
+                control_slot,
+            } => {
+                let offset = if inline {
+                    self.scratch_offset + 16 * index
+                } else {
+                    self.opts.stream.send_ring() + 16 * usize::from(control_slot)
+                };
+                let len = usize::from(len);
+                mr.write_at(offset, &bytes[..len])?;
+                let a = mr.slice(offset, len)?;
+                ([a, a], 1)
+            }
+        })
+    }
+
+    /// Posts one receive (with its 4-byte message slot in write+send mode).
+    fn post_recv(&self, wr_id: WrId, message_slot: Option<u32>) -> io::Result<()> {
+        let sge;
+        let sg_list: &[ScatterGather<'_>] = match (message_slot, &self.res.message_mr) {
+            (Some(slot), Some(mr)) => {
+                sge = [mr.slice(slot as usize * 4, 4)?];
+                &sge
+            }
+            _ => &[],
+        };
+        let wr = RecvRequest {
+            wr_id: wr_id.0,
+            sg_list,
+        };
+        self.res
+            .qp
+            .post_recv(&[wr])
+            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+    }
+}
+
+/// A send work request taken from the engine, waiting in a batch.
+#[derive(Debug, Clone, Copy)]
+struct PreparedSend {
+    wr_id: WrId,
+    op: SendOp,
+    payload: Payload,
+    inline: bool,
+    signaled: bool,
+}
+
+impl PreparedSend {
+    /// Fills the unused tail of a batch's request array; never posted.
+    const NONE: PreparedSend = PreparedSend {
+        wr_id: WrId(0),
+        op: SendOp::Send,
+        payload: Payload::Empty,
+        inline: false,
+        signaled: false,
+    };
+
+    /// The send in `op`, or `None` for an op that is not a send.
+    fn from_op(op: Op) -> Option<PreparedSend> {
+        let (wr_id, op, payload, inline, signaled) = match op {
+            Op::WriteWithImm {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                imm,
+                inline,
+                signaled,
+            } => {
+                let op = SendOp::RdmaWriteWithImm {
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
+                    imm,
+                };
+                (wr_id, op, payload, inline, signaled)
+            }
+            Op::Write {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                inline,
+                signaled,
+            } => {
+                let op = SendOp::RdmaWrite {
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
+                };
+                (wr_id, op, payload, inline, signaled)
+            }
+            Op::Send {
+                wr_id,
+                payload,
+                inline,
+                signaled,
+            } => (wr_id, SendOp::Send, payload, inline, signaled),
+            Op::PostRecv { .. } | Op::ClearTargetEntry { .. } => return None,
+        };
+        Some(PreparedSend {
+            wr_id,
+            op,
+            payload,
+            inline,
+            signaled,
+        })
+    }
+}
