@@ -26,6 +26,11 @@ impl<'a> Lend<'a> {
         Lend { buf, spans }
     }
 
+    /// Whether nothing is lent.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
     /// The caller's `len` bytes of the message whose ring payload starts at `ring_offset`,
     /// if this write made it (ring ranges in flight never overlap, so the offset names one
     /// message; a message that wraps continues in the caller's buffer without a gap).

@@ -56,14 +56,25 @@ impl Connection {
             // The common case on the data path: one send, without a batch's arrays.
             return self.post_sends::<1>(&[first], lend);
         }
+        let second = self.next_send();
+        if !self.engine.peek_op().is_some_and(Op::is_send) {
+            // A message in write+send mode (a WRITE and its SEND): small arrays too.
+            return self.post_sends::<2>(&[first, second], lend);
+        }
         let mut batch = [first; POST_BATCH];
-        let mut n = 1;
+        batch[1] = second;
+        let mut n = 2;
         while n < POST_BATCH && self.engine.peek_op().is_some_and(Op::is_send) {
-            let op = self.engine.pop_op().expect("peeked");
-            batch[n] = PreparedSend::from_op(op).expect("a send");
+            batch[n] = self.next_send();
             n += 1;
         }
         self.post_sends::<POST_BATCH>(&batch[..n], lend)
+    }
+
+    /// Takes the next op, which the caller peeked to be a send.
+    fn next_send(&mut self) -> PreparedSend {
+        let op = self.engine.pop_op().expect("peeked");
+        PreparedSend::from_op(op).expect("a send")
     }
 
     /// Posts `batch` (at most `N` requests) as one chained list.
@@ -75,11 +86,17 @@ impl Connection {
         let empty = self.res.send_mr.slice(0, 0)?;
         let mut sges = [[empty; 2]; N];
         let mut counts = [0usize; N];
-        let mut lent = [false; N];
+        let mut lent_at = [false; N];
         for (i, send) in batch.iter().enumerate() {
-            match self.lent_payload(send.payload, lend) {
+            let lent = if lend.is_empty() {
+                None
+            } else {
+                self.lent_payload(send.payload, lend)
+            };
+            match lent {
                 Some(bytes) => {
-                    (sges[i], counts[i], lent[i]) = ([ScatterGather::borrowed(bytes); 2], 1, true)
+                    (sges[i], counts[i], lent_at[i]) =
+                        ([ScatterGather::borrowed(bytes); 2], 1, true)
                 }
                 None => (sges[i], counts[i]) = self.gather(send.payload, send.inline, i)?,
             }
@@ -90,7 +107,7 @@ impl Connection {
             if send.signaled {
                 flags |= SendFlags::SIGNALED;
             }
-            if send.inline || lent[i] {
+            if send.inline || lent_at[i] {
                 flags |= SendFlags::INLINE;
             }
             SendRequest::new(send.wr_id.0, send.op, &sges[i][..counts[i]]).with_flags(flags)

@@ -81,10 +81,13 @@ impl RegisteredMemory {
     /// atomics return an error; [`RegisteredMemory::as_mut_slice`] panics). Every clone of
     /// them must be gone when `f` returns or unwinds: the borrow ends there, so a clone left
     /// behind aborts the process rather than let memory be read after it is freed.
-    pub fn lend<R>(bytes: &[&[u8]], f: impl FnOnce(&[Arc<RegisteredMemory>]) -> R) -> R {
+    pub fn lend<'b, R>(
+        bytes: impl IntoIterator<Item = &'b [u8]>,
+        f: impl FnOnce(&[Arc<RegisteredMemory>]) -> R,
+    ) -> R {
         let scope = LendScope(
             bytes
-                .iter()
+                .into_iter()
                 .map(|b| {
                     #[allow(unsafe_code)]
                     // SAFETY: `b` is borrowed for this whole call, and `LendScope`'s drop
@@ -274,7 +277,7 @@ mod tests {
     fn lent_memory_reads_the_callers_bytes_and_refuses_writes() {
         let data = b"lent bytes".to_vec();
         let other = [7u8; 3];
-        let seen = RegisteredMemory::lend(&[&data, &other], |lent| {
+        let seen = RegisteredMemory::lend([&data[..], &other[..]], |lent| {
             assert_eq!(lent.len(), 2);
             assert!(lent[0].is_lent());
             assert_eq!(lent[0].addr(), data.as_ptr() as u64);

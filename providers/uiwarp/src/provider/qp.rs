@@ -386,12 +386,11 @@ impl QpOps for UiwarpQp {
         if !wrs.iter().any(lends) {
             return self.post_sends(wrs, &[]);
         }
-        let borrowed: Vec<&[u8]> = wrs
+        let borrowed = wrs
             .iter()
             .filter(|wr| lends(wr))
-            .flat_map(|wr| wr.sg_list.iter().filter_map(|s| s.borrowed_bytes()))
-            .collect();
-        RegisteredMemory::lend(&borrowed, |lent| self.post_sends(wrs, lent))
+            .flat_map(|wr| wr.sg_list.iter().filter_map(|s| s.borrowed_bytes()));
+        RegisteredMemory::lend(borrowed, |lent| self.post_sends(wrs, lent))
     }
 
     fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
@@ -466,9 +465,12 @@ impl QpOps for UiwarpQp {
 /// Whether a send request's payload is lent rather than copied: an inline SEND or WRITE of at
 /// least [`LEND_INLINE_FROM`] bytes whose gather entries are all borrowed.
 fn lends(wr: &SendRequest<'_>) -> bool {
-    wr.flags.contains(SendFlags::INLINE)
+    // The first entry decides the common case (registered memory) at once.
+    wr.sg_list
+        .first()
+        .is_some_and(|s| s.borrowed_bytes().is_some())
+        && wr.flags.contains(SendFlags::INLINE)
         && !matches!(wr.op, SendOp::RdmaRead { .. })
-        && !wr.sg_list.is_empty()
         && wr.sg_list.iter().all(|s| s.borrowed_bytes().is_some())
         && wr.total_length() >= LEND_INLINE_FROM
 }
