@@ -338,6 +338,7 @@ macro_rules! conformance_suite {
             rdma_read_fetches_remote_bytes,
             atomic_compare_swap_and_fetch_add,
             chained_inline_fence_and_selective_signaling,
+            borrowed_inline_sends_need_no_registration,
             sq_sig_all_signals_every_request,
             wrong_rkey_read_is_reported_with_its_status,
             wrong_rkey_write_is_reported_with_its_status,

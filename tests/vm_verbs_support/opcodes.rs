@@ -5,7 +5,7 @@ use super::{
     assert_empty, pattern, poll_ok, post_recv, Dut, PairOptions, Side, COMPLETION_DEADLINE,
 };
 use rdmasock::verbs::{
-    Error, PortState, RecvRequest, SendFlags, SendOp, SendRequest, WcFlags, WcOpcode,
+    Error, PortState, RecvRequest, ScatterGather, SendFlags, SendOp, SendRequest, WcFlags, WcOpcode,
 };
 use std::time::Instant;
 
@@ -280,6 +280,59 @@ pub fn chained_inline_fence_and_selective_signaling(dut: &Dut) {
     }
     assert_eq!(&b.mr.as_slice()[5000..5011], b"abcdefghXYZ", "inline WRITE");
     assert_empty(&a.cq);
+    p.disconnect();
+}
+
+/// Inline sends of borrowed bytes (`ScatterGather::borrowed`): the provider takes them at
+/// post time, so the buffer needs no registration and may change at once; a borrowed entry
+/// in a send without INLINE, or in a receive, is refused before anything is posted.
+pub fn borrowed_inline_sends_need_no_registration(dut: &Dut) {
+    let p = dut.pair();
+    let (a, b) = (&p.a, &p.b);
+    let len = (a.qp.caps().max_inline_data as usize).min(48);
+    let mut first: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(7)).collect();
+    let mut second = *b"borrowed";
+    let expected_first = first.clone();
+    post_recv(b, 7, &[(0, 100)]);
+    {
+        let sg_send = [
+            ScatterGather::borrowed(&first[..len / 2]),
+            ScatterGather::borrowed(&first[len / 2..]),
+        ];
+        let sg_write = [ScatterGather::borrowed(&second)];
+        let write = SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 3000,
+            rkey: b.mr.rkey(),
+        };
+        a.qp.post_send(&[
+            SendRequest::new(1, write, &sg_write).with_flags(SendFlags::INLINE),
+            SendRequest::new(2, SendOp::Send, &sg_send)
+                .with_flags(SendFlags::INLINE | SendFlags::SIGNALED),
+        ])
+        .unwrap();
+    }
+    first.fill(0);
+    second.fill(0);
+    assert_eq!(poll_ok(&a.cq).wr_id, 2);
+    let r = poll_ok(&b.cq);
+    assert_eq!((r.wr_id, r.byte_len as usize), (7, len));
+    assert_eq!(&b.mr.as_slice()[..len], &expected_first[..]);
+    assert_eq!(&b.mr.as_slice()[3000..3008], b"borrowed");
+    let bytes = [1u8; 8];
+    let sg = [ScatterGather::borrowed(&bytes)];
+    let err =
+        a.qp.post_send(&[SendRequest::new(3, SendOp::Send, &sg)])
+            .unwrap_err();
+    assert!(err.to_string().contains("INLINE"), "{err}");
+    let err =
+        b.qp.post_recv(&[RecvRequest {
+            wr_id: 4,
+            sg_list: &sg,
+        }])
+        .unwrap_err();
+    assert!(err.to_string().contains("borrowed"), "{err}");
+    assert_empty(&a.cq);
+    assert_empty(&b.cq);
     p.disconnect();
 }
 
