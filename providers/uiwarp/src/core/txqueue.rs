@@ -229,4 +229,35 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(q.arena.len(), 0);
     }
+
+    #[test]
+    fn detach_copies_the_unwritten_pieces_of_one_memory_in_place() {
+        let lent = Arc::new(RegisteredMemory::allocate(32).unwrap());
+        lent.write_at(0, b"0123456789abcdef").unwrap();
+        let other = Arc::new(RegisteredMemory::allocate(8).unwrap());
+        other.write_at(0, b"OTHER").unwrap();
+        let mut q = TxQueue::new();
+        q.bytes().extend_from_slice(b"<h>");
+        q.push_memory(&lent, 0, 10);
+        q.push_memory(&other, 0, 5);
+        q.push_memory(&lent, 10, 6);
+        q.bytes().extend_from_slice(b"<t>");
+        let mut conn = Connection::responder(Config::default(), Instant::now());
+        // Part of the first lent piece is already written.
+        q.advance(5, &mut conn);
+        assert_eq!(q.detach(&lent), 16);
+        assert_eq!(Arc::strong_count(&lent), 1, "the queue keeps no reference");
+        assert_eq!(Arc::strong_count(&other), 2, "other memory stays in place");
+        lent.write_at(0, b"################").unwrap();
+        q.bytes().extend_from_slice(b"!");
+        let mut all = Vec::new();
+        q.copy_to(&mut all);
+        assert_eq!(all, b"23456789OTHERabcdef<t>!");
+        let mut slices = [IoSlice::new(&[]); 8];
+        let n = q.io_slices(&mut slices);
+        let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.to_vec()).collect();
+        assert_eq!(joined, all);
+        q.advance(all.len(), &mut conn);
+        assert!(q.is_empty());
+    }
 }
