@@ -394,19 +394,14 @@ struct Counters {
 
 /// `parse_single_wc`: checks the status, counts, re-posts receives when one is left, and
 /// sends the next ping once both the last send and the last receive have completed.
+#[inline]
 fn handle_completion(
     pp: &mut Pingpong,
     n: &mut Counters,
     wc: &WorkCompletion,
 ) -> Result<(), String> {
-    let status = WcStatus::from_raw(wc.status);
-    if status != WcStatus::Success {
-        return Err(format!(
-            "Failed status {} ({}) for wr_id {}",
-            status.text(),
-            wc.status,
-            wc.wr_id as i32
-        ));
+    if wc.status != WcStatus::Success.to_raw() {
+        return Err(failed_status(wc));
     }
     match wc.wr_id {
         SEND_WRID => n.scnt += 1,
@@ -429,6 +424,56 @@ fn handle_completion(
         pp.pending = RECV_WRID | SEND_WRID;
     }
     Ok(())
+}
+
+/// rdma-core's message for a completion that failed.
+#[cold]
+fn failed_status(wc: &WorkCompletion) -> String {
+    let status = WcStatus::from_raw(wc.status);
+    format!(
+        "Failed status {} ({}) for wr_id {}",
+        status.text(),
+        wc.status,
+        wc.wr_id as i32
+    )
+}
+
+/// The ping-pong loop: polls (or, with a channel, waits for an event and then polls) until
+/// `iters` sends and receives have completed; returns the number of CQ events taken.
+fn pingpong_loop(pp: &mut Pingpong, n: &mut Counters) -> Result<u32, ExitCode> {
+    let mut num_cq_events = 0u32;
+    let mut wc = [WorkCompletion::default(), WorkCompletion::default()];
+    let events = pp.channel.is_some();
+    while n.rcnt < n.iters || n.scnt < n.iters {
+        if let Some(channel) = &pp.channel {
+            let cookie = channel
+                .wait(None)
+                .map_err(|e| fail("Failed to get cq_event", e))?
+                .ok_or_else(|| fail("Failed to get cq_event", "no event"))?;
+            num_cq_events += 1;
+            if cookie != pp.cq.cookie() {
+                eprintln!("CQ event for unknown CQ {cookie:#x}");
+                return Err(ExitCode::FAILURE);
+            }
+            pp.cq
+                .req_notify(false)
+                .map_err(|e| fail("Couldn't request CQ notification", e))?;
+        }
+        let done = loop {
+            let polled = pp.cq.poll(&mut wc).map_err(|e| fail("poll CQ failed", e))?;
+            if !polled.is_empty() || events {
+                break polled.len();
+            }
+        };
+        for w in &wc[..done] {
+            if let Err(e) = handle_completion(pp, n, w) {
+                eprintln!("{e}");
+                eprintln!("parse WC failed {done}");
+                return Err(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(num_cq_events)
 }
 
 /// A PSN from the clock and the pid, like rdma-core's `lrand48()` seeded with both.
@@ -543,37 +588,7 @@ fn run(args: &[String]) -> Result<(), ExitCode> {
     }
 
     let start = Instant::now();
-    let mut num_cq_events = 0u32;
-    let mut wc = [WorkCompletion::default(), WorkCompletion::default()];
-    while counters.rcnt < c.iters || counters.scnt < c.iters {
-        if let Some(channel) = &pp.channel {
-            let cookie = channel
-                .wait(None)
-                .map_err(|e| fail("Failed to get cq_event", e))?
-                .ok_or_else(|| fail("Failed to get cq_event", "no event"))?;
-            num_cq_events += 1;
-            if cookie != pp.cq.cookie() {
-                eprintln!("CQ event for unknown CQ {cookie:#x}");
-                return Err(ExitCode::FAILURE);
-            }
-            pp.cq
-                .req_notify(false)
-                .map_err(|e| fail("Couldn't request CQ notification", e))?;
-        }
-        let done = loop {
-            let polled = pp.cq.poll(&mut wc).map_err(|e| fail("poll CQ failed", e))?;
-            if !polled.is_empty() || c.events {
-                break polled.len();
-            }
-        };
-        for w in &wc[..done] {
-            if let Err(e) = handle_completion(&mut pp, &mut counters, w) {
-                eprintln!("{e}");
-                eprintln!("parse WC failed {done}");
-                return Err(ExitCode::FAILURE);
-            }
-        }
-    }
+    let num_cq_events = pingpong_loop(&mut pp, &mut counters)?;
     let usec = start.elapsed().as_micros() as f32;
     let bytes = c.size as i64 * i64::from(c.iters) * 2;
     let usec64 = f64::from(usec);

@@ -172,6 +172,19 @@ pub fn post_time_limits_are_clear_errors(dut: &Dut) {
     let wr = SendRequest::new(2, SendOp::Send, &big).with_flags(SendFlags::INLINE);
     let err = a.qp.post_send(&[wr]).unwrap_err();
     assert!(err.to_string().contains("max_inline_data"), "{err}");
+    // Slices of a region are bounds-checked: up to its last byte, not one past it, and no
+    // range that wraps around the address space.
+    let len = a.mr.len();
+    let s = a.mr.slice(16, len - 16).unwrap();
+    assert_eq!(
+        (s.addr(), s.length(), s.lkey()),
+        (a.mr.addr() + 16, (len - 16) as u32, a.mr.lkey())
+    );
+    assert!(a.mr.slice(len, 0).is_ok(), "an empty slice at the end");
+    for (offset, n) in [(len - 7, 8), (len + 1, 0), (1, usize::MAX), (usize::MAX, 2)] {
+        let err = a.mr.slice(offset, n).unwrap_err();
+        assert!(err.to_string().contains("outside"), "{offset}+{n}: {err}");
+    }
     assert_empty(&a.cq);
     // The receive queue fills up when nothing arrives (siw's ring may be deeper than asked).
     let recv = [b.mr.slice(0, 8).unwrap()];

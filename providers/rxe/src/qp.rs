@@ -63,6 +63,7 @@ impl Producer {
     }
 
     /// Whether `depth` elements are outstanding (the ring holds at most `mask` ≥ depth).
+    #[inline]
     fn full(&mut self) -> bool {
         let mask = self.ring.mask();
         if queued(self.producer, self.consumer, mask) < self.depth {
@@ -73,6 +74,7 @@ impl Producer {
     }
 
     /// The slot to encode the next element into (published by [`Producer::publish`]).
+    #[inline]
     fn next_slot(&mut self) -> &mut [u8] {
         let index = self.producer;
         self.producer = next_index(index, self.ring.mask());
@@ -80,6 +82,7 @@ impl Producer {
     }
 
     /// Publishes every slot handed out by `next_slot` with one release store.
+    #[inline]
     fn publish(&self) {
         self.ring.release_producer(self.producer);
     }
@@ -137,8 +140,19 @@ impl RxeQp {
         self.state.store(state as u8, Ordering::Release);
     }
 
+    /// Whether `wr` is the common request that needs no more checks: no INLINE, not an
+    /// atomic, within max_send_sge (three compares). The others go through
+    /// [`RxeQp::check_send`].
+    #[inline]
+    fn plain_send(wr: &SendRequest<'_>, sq: &Producer) -> bool {
+        wr.sg_list.len() <= sq.max_sge
+            && !wr.op.is_atomic()
+            && !wr.flags.contains(SendFlags::INLINE)
+    }
+
     /// Checks one send request against the QP's limits (fixed in `sq` at creation); returns
     /// the inline length if inline. The messages are built only on failure.
+    #[inline(never)]
     fn check_send(&self, wr: &SendRequest<'_>, sq: &Producer) -> Result<Option<u32>> {
         let qpn = self.kernel.qp_num();
         if wr.sg_list.len() > sq.max_sge {
@@ -189,6 +203,57 @@ impl RxeQp {
         Ok(Some(len as u32))
     }
 
+    /// Whether the state lets sends be posted: past RTR (RTS, SQD, SQE and ERR accept them,
+    /// the last two to flush them).
+    #[inline]
+    fn sends_allowed(&self) -> bool {
+        self.state.load(Ordering::Acquire) > QpState::ReadyToReceive as u8
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn send_state_error(&self, wr_id: u64) -> PostError {
+        post_error(
+            0,
+            wr_id,
+            Error::InvalidArgument(format!(
+                "QP {} is in {}: sends can be posted once it is in RTS",
+                self.kernel.qp_num(),
+                self.state().name()
+            )),
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recv_state_error(&self, wr_id: u64) -> PostError {
+        post_error(
+            0,
+            wr_id,
+            Error::InvalidArgument(format!(
+                "QP {} is in RESET: move it to INIT before posting receives",
+                self.kernel.qp_num()
+            )),
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recv_sge_error(&self, index: usize, wr: &RecvRequest<'_>, max_sge: usize) -> PostError {
+        post_error(
+            index,
+            wr.wr_id,
+            Error::InvalidArgument(format!(
+                "receive on QP {} has {} scatter/gather entries; the QP allows \
+                 max_recv_sge = {max_sge} (ask for more in QpCapabilities when creating it)",
+                self.kernel.qp_num(),
+                wr.sg_list.len(),
+            )),
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
     fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
         Error::QueueFull {
             queue,
@@ -235,36 +300,28 @@ impl QpOps for RxeQp {
         let Some(first) = wrs.first() else {
             return Ok(());
         };
-        let state = self.state();
-        if matches!(
-            state,
-            QpState::Reset | QpState::Init | QpState::ReadyToReceive
-        ) {
-            return Err(post_error(
-                0,
-                first.wr_id,
-                Error::InvalidArgument(format!(
-                    "QP {} is in {}: sends can be posted once it is in RTS",
-                    self.kernel.qp_num(),
-                    state.name()
-                )),
-            ));
+        if !self.sends_allowed() {
+            return Err(self.send_state_error(first.wr_id));
         }
         let mut guard = self.sq.lock().expect("send queue lock");
         let sq = &mut *guard;
-        let mut result = Ok(());
+        // Why the request at index `posted` was refused, if one was: the loop stops there.
+        let mut refused = None;
         let mut posted = 0;
-        for (index, wr) in wrs.iter().enumerate() {
-            let inline = match self.check_send(wr, sq) {
-                Ok(i) => i,
-                Err(e) => {
-                    result = Err(post_error(index, wr.wr_id, e));
-                    break;
+        for wr in wrs {
+            let inline = if Self::plain_send(wr, sq) {
+                None
+            } else {
+                match self.check_send(wr, sq) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        refused = Some(e);
+                        break;
+                    }
                 }
             };
             if sq.full() {
-                let e = self.queue_full("send queue", sq.depth);
-                result = Err(post_error(index, wr.wr_id, e));
+                refused = Some(self.queue_full("send queue", sq.depth));
                 break;
             }
             let desc = SendDescriptor {
@@ -291,36 +348,25 @@ impl QpOps for RxeQp {
                 return Err(post_error(0, first.wr_id, e));
             }
         }
-        result
+        match refused {
+            None => Ok(()),
+            Some(e) => Err(post_error(posted, wrs[posted].wr_id, e)),
+        }
     }
 
     fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
         let Some(first) = wrs.first() else {
             return Ok(());
         };
-        if self.state() == QpState::Reset {
-            return Err(post_error(
-                0,
-                first.wr_id,
-                Error::InvalidArgument(format!(
-                    "QP {} is in RESET: move it to INIT before posting receives",
-                    self.kernel.qp_num()
-                )),
-            ));
+        if self.state.load(Ordering::Acquire) == QpState::Reset as u8 {
+            return Err(self.recv_state_error(first.wr_id));
         }
         let mut guard = self.rq.lock().expect("receive queue lock");
         let rq = &mut *guard;
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
-            let n = wr.sg_list.len();
-            if n > rq.max_sge {
-                let e = Error::InvalidArgument(format!(
-                    "receive on QP {} has {n} scatter/gather entries; the QP allows \
-                     max_recv_sge = {} (ask for more in QpCapabilities when creating it)",
-                    self.kernel.qp_num(),
-                    rq.max_sge
-                ));
-                result = Err(post_error(index, wr.wr_id, e));
+            if wr.sg_list.len() > rq.max_sge {
+                result = Err(self.recv_sge_error(index, wr, rq.max_sge));
                 break;
             }
             if rq.full() {

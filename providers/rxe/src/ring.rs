@@ -68,37 +68,59 @@ impl Ring {
     }
 
     /// `index_mask`: slots - 1, also the usable capacity.
+    #[inline]
     pub fn mask(&self) -> u32 {
         self.mask
     }
 
     /// Bytes per slot.
+    #[inline]
     pub fn stride(&self) -> usize {
         1 << self.log2_stride
     }
 
     /// The producer index, loaded with `order`.
+    #[inline]
     pub fn producer(&self, order: Ordering) -> u32 {
-        word(&self.map, PRODUCER_OFFSET).load(order) & self.mask
+        self.header_word(PRODUCER_OFFSET).load(order) & self.mask
     }
 
     /// The consumer index, loaded with `order`.
+    #[inline]
     pub fn consumer(&self, order: Ordering) -> u32 {
-        word(&self.map, CONSUMER_OFFSET).load(order) & self.mask
+        self.header_word(CONSUMER_OFFSET).load(order) & self.mask
     }
 
     /// Publishes the producer index (our side of the SQ/RQ): everything written to the slots
     /// before becomes visible to the kernel.
+    #[inline]
     pub fn release_producer(&self, index: u32) {
-        word(&self.map, PRODUCER_OFFSET).store(index & self.mask, Ordering::Release);
+        self.header_word(PRODUCER_OFFSET)
+            .store(index & self.mask, Ordering::Release);
     }
 
     /// Publishes the consumer index (our side of the CQ): the slots before it are the
     /// kernel's again.
+    #[inline]
     pub fn release_consumer(&self, index: u32) {
-        word(&self.map, CONSUMER_OFFSET).store(index & self.mask, Ordering::Release);
+        self.header_word(CONSUMER_OFFSET)
+            .store(index & self.mask, Ordering::Release);
     }
 
+    /// The producer or consumer index word of the header, without `word`'s bounds check:
+    /// every post and poll reads one, and `new` checked the header once.
+    #[inline]
+    fn header_word(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset == PRODUCER_OFFSET || offset == CONSUMER_OFFSET);
+        // SAFETY: `offset` is PRODUCER_OFFSET or CONSUMER_OFFSET (private callers only), both
+        // 4-byte aligned and below HEADER_LEN, and `new` refused mappings shorter than
+        // HEADER_LEN; the mapping is page aligned. AtomicU32 has u32's layout, and the memory
+        // lives as long as `self.map`, which the returned reference borrows. The kernel
+        // accesses these words with its own atomics/barriers.
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(offset).cast::<u32>()) }
+    }
+
+    #[inline]
     fn slot_ptr(&self, index: u32) -> *mut u8 {
         let offset = HEADER_LEN + ((index & self.mask) as usize) * self.stride();
         // SAFETY: `new` checked that every slot lies inside the mapping, and the index is
@@ -108,6 +130,7 @@ impl Ring {
 
     /// Slot `index` as bytes to encode an element into in place. The caller owns that slot:
     /// it is a producer slot not yet published.
+    #[inline]
     pub fn slot_mut(&mut self, index: u32) -> &mut [u8] {
         let len = self.stride();
         // SAFETY: the slot is in bounds (slot_ptr) and `stride` bytes long; the kernel does
@@ -120,6 +143,7 @@ impl Ring {
 
     /// The `T` at the start of slot `index` (one unaligned copy). The caller owns that slot:
     /// it is a consumer slot the producer published and we have not yet released.
+    #[inline]
     pub fn read<T: Pod>(&self, index: u32) -> T {
         assert!(size_of::<T>() <= self.stride(), "read larger than the slot");
         // SAFETY: the slot is in bounds (slot_ptr) and at least size_of::<T>() long (asserted); T is Pod, so any

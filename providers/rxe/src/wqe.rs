@@ -39,10 +39,12 @@ const DMA_NUM_SGE: usize = 12;
 const RECV_NUM_SGE: usize = 8;
 const RECV_DMA: usize = 16;
 
+#[inline]
 fn put_u32(buf: &mut [u8], at: usize, v: u32) {
     buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 fn put_u64(buf: &mut [u8], at: usize, v: u64) {
     buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
@@ -103,19 +105,33 @@ pub struct SendDescriptor<'a, S: SgeSource> {
 }
 
 /// Writes the SGE array at `at`; returns the total length of the entries.
+#[inline]
 fn put_sges<S: SgeSource>(buf: &mut [u8], at: usize, sges: &[S]) -> u32 {
+    if let [s] = sges {
+        // The usual request has one entry: no loop.
+        let s = s.sge();
+        put_sge(&mut buf[at..at + SGE_LEN], s);
+        return s.length;
+    }
     let dst = &mut buf[at..at + sges.len() * SGE_LEN];
     let mut total = 0u64;
     for (chunk, s) in dst.chunks_exact_mut(SGE_LEN).zip(sges) {
         let s = s.sge();
-        chunk[0..8].copy_from_slice(&s.addr.to_le_bytes());
-        chunk[8..12].copy_from_slice(&s.length.to_le_bytes());
-        chunk[12..16].copy_from_slice(&s.lkey.to_le_bytes());
+        put_sge(chunk, s);
         total += u64::from(s.length);
     }
     total as u32
 }
 
+/// Writes one `struct rxe_sge` into `chunk` (16 bytes).
+#[inline]
+fn put_sge(chunk: &mut [u8], s: Sge) {
+    chunk[0..8].copy_from_slice(&s.addr.to_le_bytes());
+    chunk[8..12].copy_from_slice(&s.length.to_le_bytes());
+    chunk[12..16].copy_from_slice(&s.lkey.to_le_bytes());
+}
+
+#[inline]
 fn put_dma(buf: &mut [u8], at: usize, length: u32, num_sge: u32) {
     put_u32(buf, at + DMA_LENGTH, length);
     put_u32(buf, at + DMA_RESID, length);
@@ -134,6 +150,7 @@ pub fn send_len(num_sge: usize, inline_len: Option<usize>) -> usize {
 /// follows it — or, with `inline` (the payload length), nothing: the caller gathers that
 /// many payload bytes to +208 ([`SEND_HEADER_LEN`]) itself. Bytes past [`send_len`] are left
 /// alone (the kernel reads only `num_sge` entries or `length` inline bytes).
+#[inline]
 pub fn encode_send<S: SgeSource>(wr: &SendDescriptor<'_, S>, inline: Option<u32>, buf: &mut [u8]) {
     let num_sge = wr.sges.len() as u32;
     buf[..SEND_HEADER_LEN].fill(0);
@@ -194,6 +211,7 @@ pub fn recv_len(num_sge: usize) -> usize {
 /// Encodes a receive request in place into `buf` (a receive queue slot of at least
 /// [`recv_len`] bytes, whatever it held before): the 40-byte header is cleared and filled,
 /// the SGE array follows.
+#[inline]
 pub fn encode_recv<S: SgeSource>(wr_id: u64, sges: &[S], buf: &mut [u8]) {
     let num_sge = sges.len() as u32;
     buf[..RECV_HEADER_LEN].fill(0);
@@ -205,6 +223,7 @@ pub fn encode_recv<S: SgeSource>(wr_id: u64, sges: &[S], buf: &mut [u8]) {
 
 /// Decodes a CQE (`struct ib_uverbs_wc`, the first 48 bytes of a CQ slot). The immediate
 /// is turned to host order.
+#[inline]
 pub fn decode_cqe(d: WorkCompletionDesc) -> WorkCompletion {
     WorkCompletion {
         wr_id: d.wr_id,

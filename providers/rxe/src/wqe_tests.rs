@@ -211,6 +211,46 @@ fn receive_wqe() {
 }
 
 #[test]
+fn single_sge_requests() {
+    // One entry takes its own path (no loop): the same bytes as the first of a list.
+    let one = &sges()[..1];
+    let mut buf = vec![0xffu8; 80];
+    encode_recv(0x78, one, &mut buf);
+    let mut e = [0u8; 56];
+    e[0..8].copy_from_slice(&0x78u64.to_le_bytes());
+    e[8..12].copy_from_slice(&1u32.to_le_bytes());
+    e[16..20].copy_from_slice(&16u32.to_le_bytes());
+    e[20..24].copy_from_slice(&16u32.to_le_bytes());
+    e[28..32].copy_from_slice(&1u32.to_le_bytes());
+    e[40..48].copy_from_slice(&0x1000_2000_3000u64.to_le_bytes());
+    e[48..52].copy_from_slice(&16u32.to_le_bytes());
+    e[52..56].copy_from_slice(&0x11u32.to_le_bytes());
+    assert_eq!(buf[..56], e[..]);
+    assert!(
+        buf[56..].iter().all(|&b| b == 0xff),
+        "past the entry untouched"
+    );
+
+    let wr = SendDescriptor {
+        wr_id: 5,
+        op: SendOp::Send,
+        sges: one,
+        flags: SendFlags::SIGNALED,
+    };
+    let mut buf = vec![0xffu8; 256];
+    encode_send(&wr, None, &mut buf);
+    assert_eq!(&buf[184..188], &16u32.to_le_bytes(), "dma length");
+    assert_eq!(&buf[196..200], &1u32.to_le_bytes(), "dma num_sge");
+    assert_eq!(&buf[208..216], &0x1000_2000_3000u64.to_le_bytes());
+    assert_eq!(&buf[216..220], &16u32.to_le_bytes());
+    assert_eq!(&buf[220..224], &0x11u32.to_le_bytes());
+    assert!(
+        buf[224..].iter().all(|&b| b == 0xff),
+        "past the entry untouched"
+    );
+}
+
+#[test]
 fn cqe_decoding() {
     let mut b = [0u8; CQE_LEN];
     b[0..8].copy_from_slice(&0x1234u64.to_le_bytes());

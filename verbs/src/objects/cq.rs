@@ -138,6 +138,7 @@ impl CompletionQueue {
 
     /// Moves up to `out.len()` completions into `out` and returns them. The statuses are not
     /// checked here: call [`WorkCompletion::ok`] on each.
+    #[inline(always)]
     pub fn poll<'a>(&self, out: &'a mut [WorkCompletion]) -> Result<&'a [WorkCompletion]> {
         let n = self.ops.poll(out)?;
         Ok(&out[..n])
