@@ -251,11 +251,18 @@ impl KernelContext {
 
     /// The send doorbell of rxe and siw: POST_SEND with no work requests ("process the
     /// mapped send queue now").
+    #[inline]
     pub fn post_send_doorbell(&self, qp_handle: u32) -> Result<()> {
-        self.inner
-            .file
-            .post_send_doorbell(qp_handle, 128)
-            .map_err(|e| Error::kernel(PostSendRequest::COMMAND.name(), &self.inner.device.name, e))
+        match self.inner.file.post_send_doorbell(qp_handle, 128) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.doorbell_error(e)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn doorbell_error(&self, e: std::io::Error) -> Error {
+        Error::kernel(PostSendRequest::COMMAND.name(), &self.inner.device.name, e)
     }
 }
 

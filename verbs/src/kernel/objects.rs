@@ -405,6 +405,7 @@ impl KernelQp {
         ))
     }
     /// The POST_SEND doorbell.
+    #[inline]
     pub fn doorbell(&self) -> Result<()> {
         self.context().post_send_doorbell(self.handle)
     }

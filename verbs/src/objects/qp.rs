@@ -158,22 +158,27 @@ impl QueuePair {
     /// Posts send requests as one chained list. A request carrying a
     /// [`ScatterGather::borrowed`] entry must be [`SendFlags::INLINE`]; none of the list is
     /// posted otherwise.
+    #[inline]
     pub fn post_send(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), PostError> {
-        for (index, wr) in wrs.iter().enumerate() {
-            if !wr.flags.contains(SendFlags::INLINE) && has_borrowed(wr.sg_list) {
-                return Err(borrowed_refused(index, wr.wr_id, "a send without INLINE"));
-            }
+        if let Some(index) = wrs
+            .iter()
+            .position(|wr| !wr.flags.contains(SendFlags::INLINE) && has_borrowed(wr.sg_list))
+        {
+            return Err(borrowed_refused(
+                index,
+                wrs[index].wr_id,
+                "a send without INLINE",
+            ));
         }
         self.ops.post_send(wrs)
     }
 
     /// Posts receive requests as one chained list (none may carry a
     /// [`ScatterGather::borrowed`] entry: a receive needs registered memory).
+    #[inline]
     pub fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
-        for (index, wr) in wrs.iter().enumerate() {
-            if has_borrowed(wr.sg_list) {
-                return Err(borrowed_refused(index, wr.wr_id, "a receive"));
-            }
+        if let Some(index) = wrs.iter().position(|wr| has_borrowed(wr.sg_list)) {
+            return Err(borrowed_refused(index, wrs[index].wr_id, "a receive"));
         }
         self.ops.post_recv(wrs)
     }
@@ -186,10 +191,13 @@ impl QueuePair {
     }
 }
 
+#[inline]
 fn has_borrowed(sg_list: &[ScatterGather<'_>]) -> bool {
     sg_list.iter().any(|s| s.borrowed_bytes().is_some())
 }
 
+#[cold]
+#[inline(never)]
 fn borrowed_refused(index: usize, wr_id: u64, what: &str) -> PostError {
     PostError {
         index,
