@@ -29,7 +29,7 @@ const SCRATCH_LEN: usize = 16 * POST_BATCH;
 /// How long a closing connection polls for its flushed receives.
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
 /// The smallest write whose bytes are lent (posted from the caller's buffer) on a device
-/// that lends inline sends. Lending costs about 1,800 instructions a post (callgrind,
+/// that lends inline sends, when nothing waits for the transport (see `lend`). Lending costs about 1,800 instructions a post (callgrind,
 /// uiwarp, 4 KiB writes: 1.3 K more per message than copying into the ring), more than
 /// copying 4 KiB; by 16 KiB the copy costs more than that.
 const LEND_FROM: usize = 16 * 1024;
@@ -404,6 +404,7 @@ impl Connection {
         };
         if self.res.lend_limit <= self.opts.stream.inline_threshold() as usize
             || buf.len() < LEND_FROM.max(self.opts.stream.inline_threshold() as usize + 1)
+            || self.res.qp.send_backlog() != Some(0)
         {
             return self.engine.write(buf.len(), copy);
         }

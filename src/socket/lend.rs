@@ -3,7 +3,10 @@
 //! send-ring space as usual but leaves the ring unwritten, and posts each message as an inline
 //! send of borrowed bytes (`ScatterGather::borrowed`) while the caller's buffer is still
 //! borrowed. The provider writes them to TCP at once and copies only what TCP did not take,
-//! so a large write costs one copy fewer.
+//! so a large write costs one copy fewer. Only while the transport has nothing waiting
+//! (`QueuePair::send_backlog`): behind a backlog the bytes would be copied anyway, and the
+//! ring path leaves framing and CRCs to the provider's progress thread, which a streaming
+//! sender on two CPUs needs (lending everything cost a third of the bandwidth under QEMU).
 
 use crate::stream::CopySpan;
 

@@ -164,6 +164,13 @@ pub trait QpOps: Send + Sync + Debug {
     fn lends_inline(&self) -> bool {
         false
     }
+    /// Bytes of posted sends still waiting for the transport (a provider that writes to a
+    /// socket, as the userspace one does, knows this; `None` where the hardware or kernel
+    /// takes them). A hint: a sender may lend only while nothing waits, since waiting bytes
+    /// will be copied anyway.
+    fn send_backlog(&self) -> Option<usize> {
+        None
+    }
     /// For downcasting (the connection manager needs a kernel QP's handle).
     fn as_any(&self) -> &dyn Any;
 }

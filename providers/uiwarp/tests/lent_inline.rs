@@ -145,6 +145,8 @@ fn lent_writes_arrive_intact_when_tcp_takes_only_part() {
         copied > 0 && copied < lent,
         "{copied} of {lent} lent bytes copied: TCP should take part of them during the post"
     );
+    // What TCP did not take waits in the transmit queue: senders see the backlog.
+    assert!(a.qp.send_backlog().unwrap() > 0);
     // The peer reads now; every WRITE completes once its last byte is written to TCP.
     let deadline = Instant::now() + TIMEOUT;
     let mut wc = [WorkCompletion::default()];
@@ -162,6 +164,7 @@ fn lent_writes_arrive_intact_when_tcp_takes_only_part() {
     }
     while peer.step() {}
     assert!(peer.side.terminated().is_none(), "the peer terminated");
+    assert_eq!(a.qp.send_backlog(), Some(0), "all written");
     assert!(
         placed.as_slice() == &expected[..],
         "the peer's region differs"

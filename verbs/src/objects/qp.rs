@@ -189,6 +189,12 @@ impl QueuePair {
     pub fn lends_inline(&self) -> bool {
         self.ops.lends_inline()
     }
+
+    /// Bytes of posted sends still waiting for the transport, where the provider knows (see
+    /// [`QpOps::send_backlog`]).
+    pub fn send_backlog(&self) -> Option<usize> {
+        self.ops.send_backlog()
+    }
 }
 
 #[inline]

@@ -103,6 +103,9 @@ pub struct Endpoint {
     /// during the post (copied).
     lent: AtomicU64,
     lent_copied: AtomicU64,
+    /// Bytes the link's transmit queue held after the last activity (see
+    /// [`Endpoint::send_backlog`]).
+    backlog: AtomicU64,
 }
 
 /// When a polling thread reads a socket (see [`Endpoint::poll_should_read`]).
@@ -170,6 +173,7 @@ impl Endpoint {
             engine_events: AtomicU64::new(0),
             lent: AtomicU64::new(0),
             lent_copied: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -233,6 +237,12 @@ impl Endpoint {
             self.lent.load(Ordering::Relaxed),
             self.lent_copied.load(Ordering::Relaxed),
         )
+    }
+
+    /// Bytes framed for TCP and not yet written by it, as of the last post, write or read:
+    /// while some wait, a lent payload would mostly be copied anyway.
+    pub fn send_backlog(&self) -> usize {
+        self.backlog.load(Ordering::Relaxed) as usize
     }
 
     /// Counts one readiness event handled on the engine thread.
@@ -460,6 +470,8 @@ impl Endpoint {
                 WorkQueue::Receive => uiwarp_cq(&self.recv_cq).push(wc, c.solicited),
             }
         }
+        self.backlog
+            .store(link.queued_bytes() as u64, Ordering::Relaxed);
         let consumed = st.posted_sends - link.conn.unsent_send_requests() as u64;
         st.inline.release_before(consumed);
         let mut changed = false;

@@ -266,6 +266,11 @@ impl Link {
         moved
     }
 
+    /// Bytes framed and not yet taken by TCP.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.out.len()
+    }
+
     /// Ends a post's lends after [`Link::flush`]: frames what the core still has (all of
     /// it, so no request names lent bytes it has not read), and copies the lent bytes TCP has
     /// not taken into the queue's own memory. Returns how many bytes it copied.

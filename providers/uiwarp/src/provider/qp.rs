@@ -457,6 +457,10 @@ impl QpOps for UiwarpQp {
         true
     }
 
+    fn send_backlog(&self) -> Option<usize> {
+        Some(self.endpoint.send_backlog())
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
