@@ -392,33 +392,32 @@ impl Endpoint {
     /// [`Endpoint::drive`]; `until_short`: stop reading at a read that did not fill the
     /// buffer instead of reading on until the socket would block.
     fn drive_reads(&self, st: &mut EndpointState, engine: &Engine, until_short: bool) {
-        let regions = self.regions.read().expect("uiwarp regions lock");
-        let EndpointState { link, inline, .. } = st;
-        if let Some(link) = link {
-            let memory = QpMemory {
-                regions: &regions,
-                inline,
-            };
+        self.on_link(st, |link, memory| {
             // Cleared before the read: an arrival after it sets it again.
             self.input_hint.store(false, Ordering::SeqCst);
-            link.progress(&memory, until_short);
-        }
-        drop(regions);
+            link.progress(memory, until_short);
+        });
         self.dispatch(st, engine);
+    }
+
+    /// Runs `f` on the link, if there is one, with the memory its connection may reach.
+    fn on_link<R>(
+        &self,
+        st: &mut EndpointState,
+        f: impl FnOnce(&mut Link, &QpMemory<'_>) -> R,
+    ) -> Option<R> {
+        let regions = self.regions.read().expect("uiwarp regions lock");
+        let EndpointState { link, inline, .. } = st;
+        let memory = QpMemory {
+            regions: &regions,
+            inline,
+        };
+        link.as_mut().map(|link| f(link, &memory))
     }
 
     /// Writes what the core has (after a post), then reports.
     pub(crate) fn flush(&self, st: &mut EndpointState, engine: &Engine) {
-        let regions = self.regions.read().expect("uiwarp regions lock");
-        let EndpointState { link, inline, .. } = st;
-        if let Some(link) = link {
-            let memory = QpMemory {
-                regions: &regions,
-                inline,
-            };
-            link.flush(&memory);
-        }
-        drop(regions);
+        self.on_link(st, |link, memory| link.flush(memory));
         self.dispatch(st, engine);
     }
 
@@ -435,20 +434,15 @@ impl Endpoint {
             self.flush(st, engine);
             return Ok(());
         }
-        let regions = self.regions.read().expect("uiwarp regions lock");
-        let EndpointState { link, inline, .. } = st;
-        if let Some(link) = link {
-            let memory = QpMemory {
-                regions: &regions,
-                inline,
-            };
-            link.flush(&memory);
-            let copied = link.keep_lent(&memory, lent);
+        let copied = self.on_link(st, |link, memory| {
+            link.flush(memory);
+            link.keep_lent(memory, lent)
+        });
+        if let Some(copied) = copied {
             let total: usize = lent.iter().map(|m| m.len()).sum();
             self.lent.fetch_add(total as u64, Ordering::Relaxed);
             self.lent_copied.fetch_add(copied as u64, Ordering::Relaxed);
         }
-        drop(regions);
         let ended = match st.link.as_ref() {
             Some(link) => st.inline.end_lend(|key| link.conn.uses_local_key(key)),
             None => st.inline.end_lend(|_| false),
