@@ -397,16 +397,9 @@ impl Connection {
 
     /// Copies up to `buf.len()` bytes into the send ring.
     pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
-        let mr = &self.res.send_mr;
-        let copy = |s: CopySpan| {
-            // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-            let _ = mr.write_at(s.ring_offset, &buf[s.data_offset..s.data_offset + s.len]);
-        };
-        if self.res.lend_limit <= self.opts.stream.inline_threshold() as usize
-            || buf.len() < LEND_FROM.max(self.opts.stream.inline_threshold() as usize + 1)
-            || self.res.qp.send_backlog() != Some(0)
-        {
-            return self.engine.write(buf.len(), copy);
+        if !self.lends(buf.len()) {
+            let mr = &self.res.send_mr;
+            return self.engine.write(buf.len(), |s| copy_to_ring(mr, buf, s));
         }
         // Lend: the ring space is reserved but not written; the messages are posted now,
         // while `buf` is borrowed (see `lend`).
@@ -415,13 +408,22 @@ impl Connection {
         let written = self.engine.write(buf.len(), |s| spans.push(s));
         if written.is_ok() && self.post_ops_with(Lend::new(buf, &spans)).is_err() {
             // The engine has failed; anything still queued must find its bytes in the ring.
-            let mr = &self.res.send_mr;
-            for s in &spans {
-                let _ = mr.write_at(s.ring_offset, &buf[s.data_offset..s.data_offset + s.len]);
+            for &s in &spans {
+                copy_to_ring(&self.res.send_mr, buf, s);
             }
         }
         self.lent_spans = spans;
         written
+    }
+
+    /// Whether a write of `len` bytes is lent (see `lend`): the queue pair lends inline sends,
+    /// the write is at least [`LEND_FROM`] and above the inline threshold, and nothing waits
+    /// for the transport.
+    fn lends(&self, len: usize) -> bool {
+        let threshold = self.opts.stream.inline_threshold() as usize;
+        self.res.lend_limit > threshold
+            && len >= LEND_FROM.max(threshold + 1)
+            && self.res.qp.send_backlog() == Some(0)
     }
 
     /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
@@ -461,4 +463,13 @@ impl Connection {
             _ => io::Error::new(kind, e),
         }
     }
+}
+
+/// Copies the piece `span` of `buf` to its place in the send ring.
+fn copy_to_ring(mr: &MemoryRegion, buf: &[u8], span: CopySpan) {
+    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
+    let _ = mr.write_at(
+        span.ring_offset,
+        &buf[span.data_offset..span.data_offset + span.len],
+    );
 }

@@ -210,7 +210,7 @@ impl UiwarpQp {
                 });
                 break;
             }
-            if lends(wr) {
+            if !mine.is_empty() {
                 let seq = st.posted_sends;
                 for (segment, memory) in work.segments.iter_mut().zip(mine) {
                     segment.lkey = LocalKey(st.inline.lend(seq, memory));
