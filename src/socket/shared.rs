@@ -110,7 +110,9 @@ impl Shared {
         loop {
             let took = woke && g.take_events_after_wake()?;
             woke = false;
-            let mut progress = g.progress()? || took;
+            // The attempt comes first: when the bytes or the room are already there (a
+            // stream in flight), the completions wait for the progress after it, and the
+            // call makes one pass over the queue instead of two.
             match attempt(&mut g) {
                 Err(StreamError::WouldBlock) => {}
                 result => {
@@ -125,6 +127,7 @@ impl Shared {
                     return Ok(value);
                 }
             }
+            let mut progress = g.progress()? || took;
             if !nonblocking && !progress {
                 let (_, spin_end) = *waiting.get_or_insert_with(|| {
                     let now = Instant::now();
