@@ -32,7 +32,9 @@ pub mod wc;
 pub mod wr;
 
 pub use attr::{DeviceAttributes, PortAttributes};
-pub use device::{DeviceInfo, DeviceList, GidEntry, GidType, NodeType, PortInfo, Transport};
+pub use device::{
+    DeviceInfo, DeviceList, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport,
+};
 pub use error::{Error, Result};
 pub use memory::{AccessFlags, RegisteredMemory};
 pub use objects::{

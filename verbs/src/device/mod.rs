@@ -5,8 +5,11 @@
 //! to the sysfs heuristics of kernel-abi.md §2.1.3 when netlink is unavailable.
 #![forbid(unsafe_code)]
 
+mod gid_table;
 mod netlink;
 mod sysfs;
+
+pub use gid_table::GidTable;
 
 pub use netlink::driver_name;
 
@@ -93,8 +96,8 @@ pub struct PortInfo {
     pub link_layer: String,
     /// The rate text (`100 Gb/sec (4X EDR)`).
     pub rate: String,
-    /// Populated GID table slots.
-    pub gids: Vec<GidEntry>,
+    /// Populated GID table slots, read on first use (see [`GidTable`]).
+    pub gids: GidTable,
 }
 
 /// One RDMA device.

@@ -3,7 +3,7 @@
 //! fake tree.
 #![forbid(unsafe_code)]
 
-use super::{DeviceInfo, GidEntry, GidType, NodeType, PortInfo, Transport};
+use super::{DeviceInfo, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport};
 use crate::types::{Gid, PortState};
 use std::collections::HashMap;
 use std::fs;
@@ -204,7 +204,7 @@ const MAX_GID_SLOTS: u32 = 1 << 16;
 /// not exist: no directory listing, no allocation per slot (the path is rebuilt in one
 /// byte buffer, the text read into a stack buffer and parsed in place). Only a populated slot reads its type and
 /// netdev. A slot that cannot be read is skipped, as an empty one.
-fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
+pub(crate) fn read_gids(port_dir: &Path) -> Vec<GidEntry> {
     use std::io::Read as _;
     use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
     let mut path = port_dir.join("gids").into_os_string().into_vec();
@@ -239,14 +239,13 @@ fn read_port(port_dir: &Path, number: u8) -> PortInfo {
         .and_then(|t| leading_number(&t))
         .map(PortState::from_raw)
         .unwrap_or(PortState::Unknown(0));
-    let gids = read_gids(port_dir);
     PortInfo {
         number,
         state,
         phys_state: read_text(&port_dir.join("phys_state")).unwrap_or_default(),
         link_layer: read_text(&port_dir.join("link_layer")).unwrap_or_default(),
         rate: read_text(&port_dir.join("rate")).unwrap_or_default(),
-        gids,
+        gids: GidTable::lazy(port_dir.to_path_buf()),
     }
 }
 

@@ -164,6 +164,26 @@ fn rxe_device_from_sysfs() {
     assert_eq!(port.phys_state, "5: LinkUp");
     assert_eq!(port.link_layer, "Ethernet");
     assert_eq!(port.rate, "2.5 Gb/sec (1X SDR)");
+    assert!(
+        !port.gids.is_loaded(),
+        "discovery leaves the GID table unread (rxe's parent file names the netdev)"
+    );
+    // Read on first look: a slot written after discovery is seen, then the snapshot stays.
+    fake.dev(
+        "rxe0",
+        "ports/1/gids/12",
+        "fe80:0000:0000:0000:0000:0000:0000:0012",
+    )
+    .dev("rxe0", "ports/1/gid_attrs/types/12", "IB/RoCE v1");
+    assert_eq!(port.gids.len(), 3);
+    assert!(port.gids.is_loaded());
+    fake.dev(
+        "rxe0",
+        "ports/1/gids/13",
+        "fe80:0000:0000:0000:0000:0000:0000:0013",
+    );
+    assert_eq!(port.gids.len(), 3, "one snapshot per table");
+    assert_eq!(port.gids[2].gid_type, GidType::IbRoceV1);
     let gids: Vec<(u32, String, GidType, Option<&str>)> = port
         .gids
         .iter()
@@ -179,8 +199,12 @@ fn rxe_device_from_sysfs() {
                 Some("eth0")
             ),
             (1, "::ffff:10.99.0.2".into(), GidType::RoceV2, Some("eth0")),
+            (12, "fe80::12".into(), GidType::IbRoceV1, None),
         ]
     );
+    // A clone keeps the snapshot; a table given whole is loaded from the start.
+    assert_eq!(d.clone().port(1).unwrap().gids, port.gids);
+    assert!(GidTable::from(Vec::new()).is_loaded());
     let live = d.query_gid(1, 1).unwrap().unwrap();
     assert_eq!(live.gid.to_string(), "::ffff:10.99.0.2");
     assert_eq!(d.query_gid(1, 2).unwrap(), None);

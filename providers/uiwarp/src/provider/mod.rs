@@ -53,7 +53,7 @@ pub fn device_info() -> DeviceInfo {
             phys_state: "5: LinkUp".to_string(),
             link_layer: "Ethernet".to_string(),
             rate: "10 Gb/sec (1X QDR)".to_string(),
-            gids: Vec::new(),
+            gids: Vec::new().into(),
         }],
     }
 }
