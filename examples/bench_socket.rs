@@ -1,11 +1,16 @@
 //! `bench_socket`: ping-pong latency and one-way streaming bandwidth of [`RdmaSocket`] or
-//! `std::net::TcpStream` between two threads of one process over `IP` (the address of an
-//! RDMA device's netdev, so both kinds use the same link). Used by tests/vm/bench-socket.sh.
+//! `std::net::TcpStream` over `IP` (the address of an RDMA device's netdev, so both kinds use
+//! the same link). Used by tests/vm/bench-socket.sh.
 //!
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
-//!                         [--spin MICROSECONDS] [--ring BYTES]
+//!                         [--spin MICROSECONDS] [--ring BYTES] [--listen PORT | --connect PORT]
 //! ```
+//!
+//! By default both ends run in this process, as two threads. `--listen PORT` runs only the
+//! passive end (echo, then sink) on `IP:PORT`; `--connect PORT` runs the active end against
+//! it and prints the results: two processes, as perftest and rstream run (or two hosts).
+//! Both must be given the same sizes, counts and options.
 //!
 //! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode) and `--ring` its send
 //! and receive ring sizes; the default for each is the library's default options.
@@ -36,6 +41,15 @@ struct Args {
     megabytes: usize,
     chunk: usize,
     opts: SocketOptions,
+    role: Role,
+}
+
+/// Which ends of each connection this process runs.
+#[derive(Clone, Copy)]
+enum Role {
+    Both,
+    Listen(u16),
+    Connect(u16),
 }
 
 fn args() -> Result<Args, String> {
@@ -57,6 +71,7 @@ fn args() -> Result<Args, String> {
         megabytes: 16,
         chunk: 65536,
         opts: SocketOptions::default(),
+        role: Role::Both,
     };
     let (mut spin, mut ring) = (None, None);
     while let Some(flag) = it.next() {
@@ -71,6 +86,16 @@ fn args() -> Result<Args, String> {
             "--chunk" => a.chunk = num(&value)?,
             "--spin" => spin = Some(num(&value)?),
             "--ring" => ring = Some(num(&value)?),
+            "--listen" | "--connect" => {
+                let port = value
+                    .parse::<u16>()
+                    .map_err(|e| format!("{flag} {value}: {e}"))?;
+                a.role = if flag == "--listen" {
+                    Role::Listen(port)
+                } else {
+                    Role::Connect(port)
+                };
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -91,16 +116,25 @@ fn args() -> Result<Args, String> {
 }
 
 /// (average, median) one-way microseconds over `iters` round trips of `size` bytes.
-fn pingpong<S: Stream>(mut client: S, server: S, size: usize, iters: usize) -> (f64, f64) {
+fn pingpong<S: Stream>(client: S, server: S, size: usize, iters: usize) -> (f64, f64) {
+    let echo = thread::spawn(move || echo(server, size, iters));
+    let result = ping(client, size, iters);
+    echo.join().expect("echo thread");
+    result
+}
+
+/// The passive end of [`pingpong`]: sends back every `size`-byte message.
+fn echo<S: Stream>(mut s: S, size: usize, iters: usize) {
+    let mut buf = vec![0u8; size];
+    for _ in 0..iters + iters / 10 {
+        s.read_exact(&mut buf).expect("server read");
+        s.write_all(&buf).expect("server write");
+    }
+}
+
+/// The active end of [`pingpong`]: `iters / 10` warm-up round trips, then `iters` timed.
+fn ping<S: Stream>(mut client: S, size: usize, iters: usize) -> (f64, f64) {
     let warm = iters / 10;
-    let echo = thread::spawn(move || {
-        let mut s = server;
-        let mut buf = vec![0u8; size];
-        for _ in 0..iters + warm {
-            s.read_exact(&mut buf).expect("server read");
-            s.write_all(&buf).expect("server write");
-        }
-    });
     let out: Vec<u8> = (0..size).map(|i| (i * 7) as u8).collect();
     let mut back = vec![0u8; size];
     let mut samples = Vec::with_capacity(iters);
@@ -113,27 +147,35 @@ fn pingpong<S: Stream>(mut client: S, server: S, size: usize, iters: usize) -> (
         }
         assert_eq!(back, out, "the echo differs from what was sent");
     }
-    echo.join().expect("echo thread");
     let avg = samples.iter().sum::<f64>() / samples.len() as f64;
     samples.sort_by(f64::total_cmp);
     (avg, samples[samples.len() / 2])
 }
 
 /// MiB/s of `total` bytes written in `chunk`-byte writes, until the reader's one-byte ack.
-fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f64 {
-    let sink = thread::spawn(move || {
-        let mut s = server;
-        let mut buf = vec![0u8; chunk.max(65536)];
-        let mut got = 0usize;
-        while got < total {
-            match s.read(&mut buf).expect("sink read") {
-                0 => break,
-                n => got += n,
-            }
+fn stream<S: Stream>(client: S, server: S, chunk: usize, total: usize) -> f64 {
+    let sink = thread::spawn(move || sink(server, chunk, total));
+    let bw = source(client, chunk, total);
+    assert_eq!(sink.join().expect("sink thread"), total, "bytes lost");
+    bw
+}
+
+/// The passive end of [`stream`]: reads `total` bytes, then acknowledges with one byte.
+fn sink<S: Stream>(mut s: S, chunk: usize, total: usize) -> usize {
+    let mut buf = vec![0u8; chunk.max(65536)];
+    let mut got = 0usize;
+    while got < total {
+        match s.read(&mut buf).expect("sink read") {
+            0 => break,
+            n => got += n,
         }
-        s.write_all(b"k").expect("ack");
-        got
-    });
+    }
+    s.write_all(b"k").expect("ack");
+    got
+}
+
+/// The active end of [`stream`]: MiB/s until the ack.
+fn source<S: Stream>(mut client: S, chunk: usize, total: usize) -> f64 {
     let buf = vec![0x5au8; chunk];
     let t = Instant::now();
     let mut sent = 0;
@@ -144,9 +186,7 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f6
     }
     let mut ack = [0u8; 1];
     client.read_exact(&mut ack).expect("ack");
-    let secs = t.elapsed().as_secs_f64();
-    assert_eq!(sink.join().expect("sink thread"), total, "bytes lost");
-    total as f64 / secs / f64::from(1u32 << 20)
+    total as f64 / t.elapsed().as_secs_f64() / f64::from(1u32 << 20)
 }
 
 fn tcp_pair(ip: IpAddr) -> (TcpStream, TcpStream) {
@@ -177,18 +217,85 @@ fn run<S: Stream>(a: &Args, pair: impl Fn(IpAddr) -> (S, S)) {
     println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
 }
 
+/// `--listen`: the passive end of each connection the active end makes, in its order.
+fn serve<S: Stream>(a: &Args, mut accept: impl FnMut() -> S) {
+    for &size in &a.sizes {
+        echo(accept(), size, a.iters);
+    }
+    sink(accept(), a.chunk, a.megabytes << 20);
+}
+
+/// `--connect`: the active end; prints the results.
+fn drive<S: Stream>(a: &Args, connect: impl Fn() -> S) {
+    for &size in &a.sizes {
+        let (avg, median) = ping(connect(), size, a.iters);
+        println!("RESULT lat {} {size} {avg:.2} {median:.2}", a.kind);
+    }
+    let bw = source(connect(), a.chunk, a.megabytes << 20);
+    println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
+}
+
+/// Connects with `f`, retrying for up to 30 s while the listener is not up yet.
+fn retry<S>(what: &str, f: impl Fn() -> std::io::Result<S>) -> S {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f() {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+fn rdma_ends(a: &Args) {
+    match a.role {
+        Role::Both => run(a, |ip| rdma_pair(ip, &a.opts)),
+        Role::Listen(port) => {
+            let l =
+                RdmaListener::bind_with(SocketAddr::new(a.ip, port), &a.opts).expect("RDMA bind");
+            serve(a, || l.accept().expect("RDMA accept").0);
+        }
+        Role::Connect(port) => drive(a, || {
+            retry("RDMA connect", || {
+                RdmaSocket::connect_with(SocketAddr::new(a.ip, port), &a.opts)
+            })
+        }),
+    }
+}
+
+fn tcp_ends(a: &Args) {
+    match a.role {
+        Role::Both => run(a, tcp_pair),
+        Role::Listen(port) => {
+            let l = TcpListener::bind(SocketAddr::new(a.ip, port)).expect("TCP bind");
+            serve(a, || {
+                let s = l.accept().expect("TCP accept").0;
+                s.set_nodelay(true).expect("TCP_NODELAY");
+                s
+            });
+        }
+        Role::Connect(port) => drive(a, || {
+            let s = retry("TCP connect", || {
+                TcpStream::connect(SocketAddr::new(a.ip, port))
+            });
+            s.set_nodelay(true).expect("TCP_NODELAY");
+            s
+        }),
+    }
+}
+
 fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES] [--listen PORT | --connect PORT]");
             return ExitCode::from(2);
         }
     };
     if a.kind == "rdma" {
-        run(&a, |ip| rdma_pair(ip, &a.opts));
+        rdma_ends(&a);
     } else {
-        run(&a, tcp_pair);
+        tcp_ends(&a);
     }
     ExitCode::SUCCESS
 }
