@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
-//!                         [--spin MICROSECONDS] [--ring BYTES] [--listen PORT | --connect PORT]
+//!                         [--spin MICROSECONDS] [--ring BYTES] [--signal N]
+//!                         [--listen PORT | --connect PORT]
 //! ```
 //!
 //! By default both ends run in this process, as two threads. `--listen PORT` runs only the
@@ -12,8 +13,9 @@
 //! it and prints the results: two processes, as perftest and rstream run (or two hosts).
 //! Both must be given the same sizes, counts and options.
 //!
-//! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode) and `--ring` its send
-//! and receive ring sizes; the default for each is the library's default options.
+//! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode), `--ring` its send
+//! and receive ring sizes and `--signal` its signalling interval (one send in N completes);
+//! the default for each is the library's default options.
 //!
 //! For each size: `N` ping-pongs after `N/10` warm-up ones; then `M` MiB written in `B`-byte
 //! writes (default 64 KiB) and acknowledged by the reader with one byte. Prints, per result:
@@ -73,7 +75,7 @@ fn args() -> Result<Args, String> {
         opts: SocketOptions::default(),
         role: Role::Both,
     };
-    let (mut spin, mut ring) = (None, None);
+    let (mut spin, mut ring, mut signal) = (None, None, None);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
@@ -86,6 +88,7 @@ fn args() -> Result<Args, String> {
             "--chunk" => a.chunk = num(&value)?,
             "--spin" => spin = Some(num(&value)?),
             "--ring" => ring = Some(num(&value)?),
+            "--signal" => signal = Some(num(&value)?),
             "--listen" | "--connect" => {
                 let port = value
                     .parse::<u16>()
@@ -108,7 +111,10 @@ fn args() -> Result<Args, String> {
     if let Some(bytes) = ring {
         b = b.send_ring(bytes).recv_ring(bytes);
     }
-    a.opts = b.build().map_err(|e| format!("--spin/--ring: {e}"))?;
+    if let Some(n) = signal {
+        b = b.signal_interval(u16::try_from(n).map_err(|e| format!("--signal {n}: {e}"))?);
+    }
+    a.opts = b.build().map_err(|e| format!("--spin/--ring/--signal: {e}"))?;
     if a.iters == 0 || a.chunk == 0 || a.sizes.contains(&0) {
         return Err("iterations, sizes and the chunk must be positive".into());
     }
@@ -288,7 +294,7 @@ fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES] [--listen PORT | --connect PORT]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES] [--signal N] [--listen PORT | --connect PORT]");
             return ExitCode::from(2);
         }
     };
