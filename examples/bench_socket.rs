@@ -114,7 +114,9 @@ fn args() -> Result<Args, String> {
     if let Some(n) = signal {
         b = b.signal_interval(u16::try_from(n).map_err(|e| format!("--signal {n}: {e}"))?);
     }
-    a.opts = b.build().map_err(|e| format!("--spin/--ring/--signal: {e}"))?;
+    a.opts = b
+        .build()
+        .map_err(|e| format!("--spin/--ring/--signal: {e}"))?;
     if a.iters == 0 || a.chunk == 0 || a.sizes.contains(&0) {
         return Err("iterations, sizes and the chunk must be positive".into());
     }

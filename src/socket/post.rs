@@ -11,7 +11,12 @@ use std::io;
 impl Connection {
     /// Posts the engine's queued work requests in order; consecutive sends go out as one
     /// chained list.
+    #[inline]
     pub(crate) fn post_ops(&mut self) -> io::Result<()> {
+        // Checked here, inlined into every progress pass: most find nothing to post.
+        if !self.engine.has_ops() {
+            return Ok(());
+        }
         self.post_ops_with(Lend::NONE)
     }
 
