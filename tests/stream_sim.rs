@@ -9,8 +9,8 @@ mod fabric;
 
 use fabric::{Fabric, Rng};
 use rdmasock::stream::{
-    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Received, StreamConfig,
-    StreamConfigBuilder, StreamEngine, StreamError, WrId, SGE_LEN,
+    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Message, Op, Payload, Received,
+    StreamConfig, StreamConfigBuilder, StreamEngine, StreamError, WrId, SGE_LEN, TARGET_LIST_LEN,
 };
 use std::net::Shutdown;
 
@@ -252,6 +252,33 @@ fn malformed_hello_and_protocol_violations_are_errors() {
 
 /// The bytes an rsocket peer sees: our hello, the buffer advertisement written into its
 /// target list, and the immediate data of data messages.
+#[test]
+fn the_target_list_is_read_only_for_a_buffer_update() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let local = LocalRegions {
+        recv_ring_addr: 0x1000,
+        recv_ring_rkey: 1,
+        target_list_addr: 0x9000,
+        target_list_rkey: 2,
+    };
+    let mut e = StreamEngine::new(cfg, local);
+    let peer = Hello::parse(&e.hello().to_bytes()).unwrap();
+    e.on_connected(&peer).unwrap();
+    let data = Received::Immediate(Message::Data(10).encode());
+    e.on_receive_with(WrId(1 << 63), data, |_| {
+        panic!("a data message read the target list")
+    });
+    assert_eq!(e.error(), None);
+    let mut reads = 0;
+    let update = Received::Immediate(Message::Sgl(5).encode());
+    e.on_receive_with(WrId(1 << 63), update, |list: &mut [u8; TARGET_LIST_LEN]| {
+        reads += 1;
+        list.fill(0);
+    });
+    assert_eq!(reads, 1);
+    assert_eq!(e.error(), None);
+}
+
 #[test]
 fn wire_bytes_match_rsocket() {
     for (peer_flags, order) in [(0x02u8, ByteOrder::Little), (0x03, ByteOrder::Big)] {

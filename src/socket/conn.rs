@@ -236,9 +236,12 @@ impl Connection {
                 }
                 Received::Message(word)
             };
-            let mut targets = [0u8; TARGET_LIST_LEN];
-            self.res.target_mr.read_at(0, &mut targets)?;
-            self.engine.on_receive(id, received, &targets);
+            let target_mr = &self.res.target_mr;
+            let mut read = Ok(());
+            self.engine.on_receive_with(id, received, |list| {
+                read = target_mr.read_at(0, list);
+            });
+            read?;
             if !self.first_receive_seen {
                 self.first_receive_seen = true;
                 if self.endpoint.nudge_after_first_receive() {

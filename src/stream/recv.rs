@@ -2,16 +2,31 @@
 #![forbid(unsafe_code)]
 
 use super::config::CONTROL_SLOTS;
-use super::engine::{Phase, StreamEngine, TARGET_ENTRIES};
+use super::engine::{Phase, StreamEngine, TARGET_ENTRIES, TARGET_LIST_LEN};
 use super::error::StreamError;
 use super::msg::{Control, Message, RemoteSge, SGE_LEN};
 use super::op::{CopySpan, Op, Payload, Received, WrId};
 
 impl StreamEngine {
     /// A receive completed successfully. `target_list` is the current content of our 32-byte
-    /// target list (read only when the message is a buffer update, whose entry the peer wrote
-    /// before the completion was generated).
+    /// target list (used only when the message is a buffer update, whose entry the peer wrote
+    /// before the completion was generated). See [`on_receive_with`](Self::on_receive_with),
+    /// which reads the list only then.
     pub fn on_receive(&mut self, wr_id: WrId, received: Received, target_list: &[u8]) {
+        self.on_receive_with(wr_id, received, |list| {
+            let n = list.len().min(target_list.len());
+            list[..n].copy_from_slice(&target_list[..n]);
+        })
+    }
+
+    /// [`on_receive`](Self::on_receive), with the target list read by `read_targets` only
+    /// for a buffer update (a data message, the common case, needs no read of that memory).
+    pub fn on_receive_with(
+        &mut self,
+        wr_id: WrId,
+        received: Received,
+        read_targets: impl FnOnce(&mut [u8; TARGET_LIST_LEN]),
+    ) {
         if !wr_id.is_receive() {
             self.fail(StreamError::Protocol(format!(
                 "the driver fed send work request {wr_id:?} as a receive"
@@ -35,7 +50,9 @@ impl StreamEngine {
             Message::Data(len) => self.on_data(len),
             Message::Sgl(limit) => {
                 self.sseq_comp = limit as u16;
-                self.refresh_targets(target_list);
+                let mut list = [0u8; TARGET_LIST_LEN];
+                read_targets(&mut list);
+                self.refresh_targets(&list);
             }
             Message::Control(Control::Disconnect) => self.on_peer_closed(),
             Message::Control(Control::Shutdown) => {
