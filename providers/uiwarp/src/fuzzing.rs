@@ -4,7 +4,7 @@
 //! Each function takes arbitrary bytes and must never panic; the invariants it checks are
 //! asserted (an assertion failure is a bug the fuzzer reports).
 
-use crate::core::{Config, Connection, Event, MemoryTable, RecvWork, RegionTable};
+use crate::core::{Config, Connection, Event, MemoryTable, RecvWork, RegionTable, Segments};
 use crate::wire::ddp::{Segment, SegmentRepr};
 use crate::wire::fpdu::Fpdu;
 use crate::wire::mpa::{MpaFrame, MpaRepr};
@@ -69,7 +69,7 @@ pub fn handshake(data: &[u8]) {
     let mut responder = Connection::responder(Config::default(), now);
     let _ = responder.post_recv(RecvWork {
         wr_id: 1,
-        segments: Vec::new(),
+        segments: Segments::new(),
     });
     drive(&mut responder, rest, cut, &table, true);
     let mut initiator = Connection::initiator(Config::default(), b"fuzz", now)

@@ -231,7 +231,7 @@ fn zero_length_operations_and_unsignaled_requests() {
                 remote_addr: 0,
                 rkey: RemoteKey(0xbeef),
             },
-            segments: vec![],
+            segments: Default::default(),
             signaled: false,
             fence: false,
         })

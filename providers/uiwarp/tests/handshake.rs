@@ -49,7 +49,7 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
             solicited: false,
             invalidate: None,
         },
-        segments: vec![],
+        segments: Default::default(),
         signaled: true,
         fence: false,
     })

@@ -3,6 +3,7 @@
 use super::config::Rtr;
 use super::connection::{Blame, Connection, Fault, OutstandingRead, Phase};
 use super::memory::{AccessError, MemoryTable};
+use super::segments::Segments;
 use super::txqueue::{TxQueue, COPY_BELOW};
 use super::work::{LocalSegment, SendOperation};
 use crate::wire::crc32c::Crc32c;
@@ -39,13 +40,13 @@ enum TxKind {
         opcode: Opcode,
         msn: u32,
         invalidate: u32,
-        segments: Vec<LocalSegment>,
+        segments: Segments,
     },
     Write {
         seq: u64,
         stag: u32,
         offset: u64,
-        segments: Vec<LocalSegment>,
+        segments: Segments,
     },
     /// The response to the READ request at the head of the IRQ.
     ReadResponse {

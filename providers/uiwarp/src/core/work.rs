@@ -1,7 +1,7 @@
 //! Work requests as the engine keeps them (owned, so a driver can queue them across calls),
 //! and the completions it gives back.
 
-use super::CoreError;
+use super::{CoreError, Segments};
 use rdmasock_verbs::{
     LocalKey, RecvRequest, RemoteKey, SendFlags, SendOp, SendRequest, WorkCompletion,
 };
@@ -51,7 +51,7 @@ pub struct SendWork {
     /// What to do.
     pub op: SendOperation,
     /// Gather list (SEND, WRITE) or the single scatter entry (READ).
-    pub segments: Vec<LocalSegment>,
+    pub segments: Segments,
     /// Give a completion on success too.
     pub signaled: bool,
     /// Wait until earlier READs have completed before starting.
@@ -106,7 +106,7 @@ pub struct RecvWork {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Where an incoming SEND is scattered.
-    pub segments: Vec<LocalSegment>,
+    pub segments: Segments,
 }
 
 impl RecvWork {

@@ -91,7 +91,8 @@ impl Side {
                     addr,
                     length: len,
                     lkey: LocalKey(key),
-                }],
+                }]
+                .into(),
             })
             .expect("post_recv");
     }
@@ -101,7 +102,7 @@ impl Side {
             .post_send(SendWork {
                 wr_id,
                 op,
-                segments,
+                segments: segments.into(),
                 signaled: true,
                 fence: false,
             })
