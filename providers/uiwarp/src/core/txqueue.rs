@@ -102,6 +102,12 @@ impl TxQueue {
         self.pieces.push_back(Piece::Sent(seq));
     }
 
+    /// How many pieces are queued (an upper bound on the slices [`TxQueue::io_slices`] fills;
+    /// bytes made since the last piece count as one more).
+    pub fn piece_count(&self) -> usize {
+        self.pieces.len() + usize::from(self.arena.len() > self.committed)
+    }
+
     /// Fills `slices` with the bytes to write next, in order; returns how many it filled.
     pub fn io_slices<'a>(&'a mut self, slices: &mut [IoSlice<'a>]) -> usize {
         self.commit();
@@ -216,6 +222,10 @@ mod tests {
         q.push_memory(&mem, 10, 7);
         q.bytes().extend_from_slice(b"-tail");
         assert_eq!(q.len(), 17);
+        // The uncommitted tail counts as a piece: no slice is ever left out of the bound.
+        assert_eq!(q.piece_count(), 3);
+        let mut bound = [IoSlice::new(&[]); 3];
+        assert_eq!(q.io_slices(&mut bound), 3);
         let mut all = Vec::new();
         q.copy_to(&mut all);
         assert_eq!(all, b"head-payload-tail");

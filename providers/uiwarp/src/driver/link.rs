@@ -16,6 +16,8 @@ const READ_CHUNK: usize = 256 * 1024;
 const TRANSMIT_CHUNK: usize = 256 * 1024;
 /// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
 const WRITE_SLICES: usize = 64;
+/// The slices of a short queue (up to two messages' frames, the common case).
+const FEW_SLICES: usize = 8;
 /// How long a closed connection may take to flush and see the peer's FIN.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -238,10 +240,11 @@ impl Link {
                     f.outbound(&bytes);
                 }
             }
-            let written = {
-                let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-                let n = self.out.io_slices(&mut slices);
-                self.socket.write_vectored(&slices[..n])
+            // A message's frames are a few pieces: a short array spares initialising 64.
+            let written = if self.out.piece_count() <= FEW_SLICES {
+                write_pieces::<FEW_SLICES>(&mut self.socket, &mut self.out)
+            } else {
+                write_pieces::<WRITE_SLICES>(&mut self.socket, &mut self.out)
             };
             match written {
                 Ok(n) => {
@@ -330,4 +333,11 @@ impl Link {
         }
         engine.remove(self.token);
     }
+}
+
+/// One writev of up to `N` of `out`'s pieces.
+fn write_pieces<const N: usize>(socket: &mut TcpStream, out: &mut TxQueue) -> io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); N];
+    let n = out.io_slices(&mut slices);
+    socket.write_vectored(&slices[..n])
 }
