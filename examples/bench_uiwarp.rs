@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
-//!              [--ring BYTES] [--side tcp|uiwarp]
+//!              [--ring BYTES] [--signal N] [--side tcp|uiwarp]
 //! ```
 //! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
 //! alternating, each round on fresh connections; the table gives each side's median and
@@ -33,6 +33,8 @@ struct Args {
     only: Option<String>,
     /// Send and receive ring bytes (rsocket's 128 KiB when `None`).
     ring: Option<usize>,
+    /// Signalling interval (the library's default when `None`).
+    signal: Option<usize>,
     /// Only this side: `tcp` or `uiwarp` (both when `None`), for counting one side's
     /// syscalls and switches with strace or perf.
     side: Option<String>,
@@ -46,6 +48,7 @@ fn args() -> Args {
         event: false,
         only: None,
         ring: None,
+        signal: None,
         side: None,
     };
     let mut it = std::env::args().skip(1);
@@ -62,10 +65,11 @@ fn args() -> Args {
             "--event" => a.event = true,
             "--only" => a.only = it.next(),
             "--ring" => a.ring = Some(num("--ring")),
+            "--signal" => a.signal = Some(num("--signal")),
             "--side" => a.side = it.next(),
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--side tcp|uiwarp] (not {other})"
+                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -156,6 +160,9 @@ fn main() {
     let mut builder = SocketOptions::builder();
     if a.event {
         builder = builder.event_mode();
+    }
+    if let Some(n) = a.signal {
+        builder = builder.signal_interval(u16::try_from(n).expect("--signal fits in 16 bits"));
     }
     if let Some(r) = a.ring {
         builder = builder.send_ring(r).recv_ring(r);
