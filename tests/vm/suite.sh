@@ -77,6 +77,14 @@ for s in "$HERE"/interop/*.sh; do [ -x "$s" ] && interop+=("$s"); done
 # ------------------------------------------------------------- test binaries ----
 log=$(mktemp)
 cd "$ROOT" || exit 2
+# kernel_log NAME: after NAME failed, the kernel's last messages (a WARN, an rxe or siw
+# error), which is often why: a failure seen once can then be read from its own log.
+kernel_log() {
+  echo "----- last kernel messages after $1 failed (dmesg) -----"
+  dmesg 2>/dev/null | tail -n 40
+  echo "-----"
+}
+
 # run_binary LABEL BINARY [VAR=VALUE...] [-- TEST_ARG...]: runs one test binary (with the
 # environment additions and libtest arguments given) and adds its counts to the summary
 # under LABEL.
@@ -103,6 +111,7 @@ run_binary() {
   passed=$((passed + p)); failed=$((failed + f))
   status=ok note=
   [ "$rc" -ne 0 ] || [ "$f" -ne 0 ] && status=FAILED
+  [ "$status" = FAILED ] && kernel_log "$name"
   if [ $((p + f)) -eq 0 ]; then   # a VM test binary whose tests are not #[ignore]d, or none
     status=FAILED note=" - ran no test"; failed=$((failed + 1))
   fi
@@ -151,7 +160,7 @@ for s in "${interop[@]}"; do
   timeout -k 10 "$per_test_timeout" "$s"
   rc=$?
   if [ $rc -eq 0 ]; then passed=$((passed + 1)); status=ok
-  else failed=$((failed + 1)); status=FAILED; fi
+  else failed=$((failed + 1)); status=FAILED; kernel_log "$name"; fi
   summary+=("$(printf '%-7s %-28s %ds (exit %d)' "$status" "$name" $((SECONDS - start)) "$rc")")
 done
 rm -f "$log"
