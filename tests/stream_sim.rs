@@ -211,12 +211,7 @@ fn keepalive_is_invisible_and_finds_a_dead_peer() {
 #[test]
 fn malformed_hello_and_protocol_violations_are_errors() {
     let cfg = StreamConfig::builder().build().unwrap();
-    let local = LocalRegions {
-        recv_ring_addr: 0x1000,
-        recv_ring_rkey: 1,
-        target_list_addr: 0x9000,
-        target_list_rkey: 2,
-    };
+    let local = local_regions();
     let mut e = StreamEngine::new(cfg.clone(), local);
     let good = e.hello().to_bytes();
     assert_eq!(
@@ -250,17 +245,20 @@ fn malformed_hello_and_protocol_violations_are_errors() {
     assert!(matches!(e.read(10, |_| {}), Err(StreamError::Protocol(_))));
 }
 
-/// The bytes an rsocket peer sees: our hello, the buffer advertisement written into its
-/// target list, and the immediate data of data messages.
-#[test]
-fn the_target_list_is_read_only_for_a_buffer_update() {
-    let cfg = StreamConfig::builder().build().unwrap();
-    let local = LocalRegions {
+/// Our regions as a test engine advertises them.
+fn local_regions() -> LocalRegions {
+    LocalRegions {
         recv_ring_addr: 0x1000,
         recv_ring_rkey: 1,
         target_list_addr: 0x9000,
         target_list_rkey: 2,
-    };
+    }
+}
+
+#[test]
+fn the_target_list_is_read_only_for_a_buffer_update() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let local = local_regions();
     let mut e = StreamEngine::new(cfg, local);
     let peer = Hello::parse(&e.hello().to_bytes()).unwrap();
     e.on_connected(&peer).unwrap();
@@ -279,6 +277,8 @@ fn the_target_list_is_read_only_for_a_buffer_update() {
     assert_eq!(e.error(), None);
 }
 
+/// The bytes an rsocket peer sees: our hello, the buffer advertisement written into its
+/// target list, and the immediate data of data messages.
 #[test]
 fn wire_bytes_match_rsocket() {
     for (peer_flags, order) in [(0x02u8, ByteOrder::Little), (0x03, ByteOrder::Big)] {
