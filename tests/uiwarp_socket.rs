@@ -4,26 +4,17 @@
 
 use rdmasock::socket::{AutoCm, UiwarpCm};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
-use std::collections::hash_map::DefaultHasher;
-use std::hash::Hasher;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A deterministic xorshift generator (no dependencies).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+#[path = "socket_support/mod.rs"]
+mod socket_support;
+use socket_support::both_ways;
+
+/// The largest piece one write or read of the random-size streams asks for.
+const MAX_PIECE: usize = 1 << 20;
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -69,69 +60,6 @@ fn connect_accept_echo_over_uiwarp() {
     let _s = server.join().unwrap();
 }
 
-/// Writes `total` pseudo-random bytes in pseudo-random pieces; returns their hash.
-fn send_random(mut s: &RdmaSocket, total: usize, seed: u64) -> u64 {
-    let mut rng = Rng(seed);
-    let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let mut hash = DefaultHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut sent = 0;
-    while sent < total {
-        let n = (1 + rng.below(buf.len())).min(total - sent);
-        for chunk in buf[..n].chunks_mut(8) {
-            let v = data.next().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-        s.write_all(&buf[..n]).expect("write");
-        hash.write(&buf[..n]);
-        sent += n;
-    }
-    s.flush().expect("flush");
-    s.shutdown(Shutdown::Write).expect("shutdown write");
-    hash.finish()
-}
-
-/// Reads to end of stream in pseudo-random pieces; returns (bytes, hash).
-fn receive_random(mut s: &RdmaSocket, seed: u64) -> (usize, u64) {
-    let mut rng = Rng(seed);
-    let mut hash = DefaultHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0;
-    loop {
-        let want = 1 + rng.below(buf.len());
-        let n = s.read(&mut buf[..want]).expect("read");
-        if n == 0 {
-            return (total, hash.finish());
-        }
-        hash.write(&buf[..n]);
-        total += n;
-    }
-}
-
-/// Both directions at once: each side writes `total` bytes from a writer thread (a clone)
-/// while reading on another.
-fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize) {
-    let start = Instant::now();
-    let run = move |s: RdmaSocket, seed: u64| {
-        let writer = s.try_clone().expect("try_clone");
-        let w = thread::spawn(move || send_random(&writer, total, seed));
-        let (n, h) = receive_random(&s, seed.wrapping_mul(31));
-        (w.join().expect("writer thread"), n, h, s)
-    };
-    let srv = thread::spawn(move || run(server, 1));
-    let (c_sent, c_got, c_hash, _c) = run(client, 2);
-    let (s_sent, s_got, s_hash, _s) = srv.join().expect("server thread");
-    let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "{total} bytes each way in {secs:.2} s: {:.1} MB/s total",
-        2.0 * total as f64 / secs / 1e6
-    );
-    assert_eq!(c_got, total, "the client received every byte");
-    assert_eq!(s_got, total, "the server received every byte");
-    assert_eq!(c_hash, s_sent, "the client received what the server sent");
-    assert_eq!(s_hash, c_sent, "the server received what the client sent");
-}
-
 /// Bytes each way: 1 GiB, or `UIWARP_TEST_BYTES` (a debug build moves it slowly).
 fn big_total() -> usize {
     std::env::var("UIWARP_TEST_BYTES")
@@ -143,7 +71,7 @@ fn big_total() -> usize {
 #[test]
 fn one_gib_each_way_random_sizes_checked_by_hash() {
     let (s, c) = pair_with(&SocketOptions::default());
-    both_ways(s, c, big_total());
+    both_ways(s, c, big_total(), MAX_PIECE);
 }
 
 /// Once hung intermittently: a flush waited for the completion of an unsignalled last write
@@ -161,7 +89,7 @@ fn small_rings_selective_signalling_and_event_mode() {
         .build()
         .unwrap();
     let (s, c) = pair_with(&opts);
-    both_ways(s, c, 4 << 20);
+    both_ways(s, c, 4 << 20, MAX_PIECE);
 }
 
 #[test]

@@ -1,0 +1,100 @@
+//! Stream checks shared by the host socket suite (`uiwarp_socket.rs`) and the VM one
+//! (`vm_socket.rs`): random write and read sizes, both directions at once, checked by hash.
+//!
+//! ```ignore
+//! #[path = "socket_support/mod.rs"]
+//! mod socket_support;
+//! socket_support::both_ways(server, client, 64 << 20, 300_000);
+//! ```
+#![allow(dead_code)] // each test binary uses a different part
+
+use rdmasock::RdmaSocket;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::thread;
+use std::time::Instant;
+
+/// A deterministic xorshift generator (no dependencies).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Writes `total` pseudo-random bytes in pseudo-random pieces of at most `max_piece`, then
+/// flushes and shuts down writing; returns their hash.
+pub fn send_random(mut s: &RdmaSocket, total: usize, seed: u64, max_piece: usize) -> u64 {
+    let mut rng = Rng(seed);
+    let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let mut hash = DefaultHasher::new();
+    let mut buf = vec![0u8; max_piece];
+    let mut sent = 0;
+    while sent < total {
+        let n = (1 + rng.below(buf.len())).min(total - sent);
+        for chunk in buf[..n].chunks_mut(8) {
+            let v = data.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        s.write_all(&buf[..n]).expect("write");
+        hash.write(&buf[..n]);
+        sent += n;
+    }
+    s.flush().expect("flush");
+    s.shutdown(Shutdown::Write).expect("shutdown write");
+    hash.finish()
+}
+
+/// Reads to end of stream in pseudo-random pieces of at most `max_piece`; returns (bytes,
+/// hash).
+pub fn receive_random(mut s: &RdmaSocket, seed: u64, max_piece: usize) -> (usize, u64) {
+    let mut rng = Rng(seed);
+    let mut hash = DefaultHasher::new();
+    let mut buf = vec![0u8; max_piece];
+    let mut total = 0;
+    loop {
+        let want = 1 + rng.below(buf.len());
+        let n = s.read(&mut buf[..want]).expect("read");
+        if n == 0 {
+            return (total, hash.finish());
+        }
+        hash.write(&buf[..n]);
+        total += n;
+    }
+}
+
+/// Both directions at once on one connection: each side writes `total` bytes from a writer
+/// thread (a clone) while reading on another, in pieces of at most `max_piece`.
+pub fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize, max_piece: usize) {
+    let start = Instant::now();
+    let run = move |s: RdmaSocket, seed: u64| {
+        let writer = s.try_clone().expect("try_clone");
+        let w = thread::spawn(move || send_random(&writer, total, seed, max_piece));
+        let (n, h) = receive_random(&s, seed.wrapping_mul(31), max_piece);
+        (w.join().expect("writer thread"), n, h, s)
+    };
+    let srv = thread::spawn(move || run(server, 1));
+    let (c_sent, c_got, c_hash, _c) = run(client, 2);
+    let (s_sent, s_got, s_hash, _s) = srv.join().expect("server thread");
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{total} bytes each way in {secs:.2} s: {:.1} MB/s total",
+        2.0 * total as f64 / secs / 1e6
+    );
+    assert_eq!(c_got, total, "the client received every byte");
+    assert_eq!(s_got, total, "the server received every byte");
+    assert_eq!(c_hash, s_sent, "the client received what the server sent");
+    assert_eq!(s_hash, c_sent, "the server received what the client sent");
+}
