@@ -5,7 +5,7 @@
 use rdmasock::socket::{AutoCm, UiwarpCm};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -95,44 +95,13 @@ fn small_rings_selective_signalling_and_event_mode() {
 #[test]
 fn half_close_client_first() {
     let (l, addr) = listener_with(&SocketOptions::default());
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().expect("accept");
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).expect("read to EOF");
-        assert_eq!(got, b"request");
-        s.write_all(b"reply after your EOF")
-            .expect("write after peer EOF");
-    });
-    let mut c = RdmaSocket::connect(addr).expect("connect");
-    c.write_all(b"request").unwrap();
-    c.shutdown(Shutdown::Write).unwrap();
-    let err = c.write(b"x").expect_err("writing after shutdown(Write)");
-    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
-    let mut reply = Vec::new();
-    c.read_to_end(&mut reply).expect("read reply to EOF");
-    assert_eq!(reply, b"reply after your EOF");
-    server.join().unwrap();
+    socket_support::half_close_client_first(l, addr);
 }
 
 #[test]
 fn half_close_server_first() {
     let (l, addr) = listener_with(&SocketOptions::default());
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().expect("accept");
-        s.write_all(b"banner").unwrap();
-        s.shutdown(Shutdown::Write).unwrap();
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).expect("read to EOF");
-        got
-    });
-    let mut c = RdmaSocket::connect(addr).expect("connect");
-    let mut banner = Vec::new();
-    c.read_to_end(&mut banner).expect("banner then EOF");
-    assert_eq!(banner, b"banner");
-    c.write_all(b"answer after your EOF")
-        .expect("write after peer EOF");
-    drop(c);
-    assert_eq!(server.join().unwrap(), b"answer after your EOF");
+    socket_support::half_close_server_first(l, addr);
 }
 
 fn open_fds() -> usize {

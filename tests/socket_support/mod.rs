@@ -8,11 +8,11 @@
 //! ```
 #![allow(dead_code)] // each test binary uses a different part
 
-use rdmasock::RdmaSocket;
+use rdmasock::{RdmaListener, RdmaSocket};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
-use std::io::{Read, Write};
-use std::net::Shutdown;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr};
 use std::thread;
 use std::time::Instant;
 
@@ -97,4 +97,49 @@ pub fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize, max_piece
     assert_eq!(s_got, total, "the server received every byte");
     assert_eq!(c_hash, s_sent, "the client received what the server sent");
     assert_eq!(s_hash, c_sent, "the server received what the client sent");
+}
+
+/// Half-close, client first: the client writes a request and shuts down writing (a later
+/// write is a broken pipe); the server reads to EOF and still replies; the client reads the
+/// reply to EOF. `l` listens on `addr`.
+pub fn half_close_client_first(l: RdmaListener, addr: SocketAddr) {
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read to EOF");
+        assert_eq!(got, b"request");
+        // The client closed its write side only: the reply still goes through.
+        s.write_all(b"reply after your EOF")
+            .expect("write after peer EOF");
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    c.write_all(b"request").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let err = c.write(b"x").expect_err("writing after shutdown(Write)");
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
+    let mut reply = Vec::new();
+    c.read_to_end(&mut reply).expect("read reply to EOF");
+    assert_eq!(reply, b"reply after your EOF");
+    server.join().unwrap();
+}
+
+/// Half-close, server first: the server sends a banner and shuts down writing; the client
+/// reads it to EOF and still answers; the server reads the answer to EOF.
+pub fn half_close_server_first(l: RdmaListener, addr: SocketAddr) {
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        s.write_all(b"banner").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read to EOF");
+        got
+    });
+    let mut c = RdmaSocket::connect(addr).expect("connect");
+    let mut banner = Vec::new();
+    c.read_to_end(&mut banner).expect("banner then EOF");
+    assert_eq!(banner, b"banner");
+    c.write_all(b"answer after your EOF")
+        .expect("write after peer EOF");
+    drop(c);
+    assert_eq!(server.join().unwrap(), b"answer after your EOF");
 }
