@@ -23,9 +23,6 @@ impl Connection {
     /// [`Connection::post_ops`], with the payloads of `lend`'s messages taken from the
     /// caller's buffer as borrowed inline sends.
     pub(crate) fn post_ops_with(&mut self, lend: Lend<'_>) -> io::Result<()> {
-        if !self.engine.has_ops() {
-            return Ok(());
-        }
         let mut result = Ok(());
         while let Some(op) = self.engine.pop_op() {
             result = match op {
