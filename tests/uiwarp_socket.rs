@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 #[path = "socket_support/mod.rs"]
 mod socket_support;
-use socket_support::both_ways;
+use socket_support::{both_ways, both_ways_with, Calls};
 
 /// The largest piece one write or read of the random-size streams asks for.
 const MAX_PIECE: usize = 1 << 20;
@@ -72,6 +72,13 @@ fn big_total() -> usize {
 fn one_gib_each_way_random_sizes_checked_by_hash() {
     let (s, c) = pair_with(&SocketOptions::default());
     both_ways(s, c, big_total(), MAX_PIECE);
+}
+
+/// Gathering writes and scattering reads, cut at random points, across the ring's wrap.
+#[test]
+fn vectored_reads_and_writes_each_way_checked_by_hash() {
+    let (s, c) = pair_with(&SocketOptions::default());
+    both_ways_with(s, c, big_total() / 8, MAX_PIECE, Calls::Vectored);
 }
 
 /// Once hung intermittently: a flush waited for the completion of an unsignalled last write

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 #[path = "socket_support/mod.rs"]
 mod socket_support;
-use socket_support::both_ways;
+use socket_support::{both_ways, both_ways_with, Calls};
 
 /// The largest piece one write or read of the random-size streams asks for.
 const MAX_PIECE: usize = 300_000;
@@ -105,6 +105,13 @@ fn pair_on(ip: IpAddr, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
 fn sixty_four_mib_each_way_at_once_checked_by_hash() {
     let (s, c) = pair_with(&SocketOptions::default());
     both_ways(s, c, 64 << 20, MAX_PIECE);
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn vectored_reads_and_writes_each_way_checked_by_hash() {
+    let (s, c) = pair_with(&SocketOptions::default());
+    both_ways_with(s, c, 8 << 20, MAX_PIECE, Calls::Vectored);
 }
 
 #[test]
@@ -546,6 +553,13 @@ fn siw_connect_accept_echo() {
 fn siw_sixty_four_mib_each_way_at_once_checked_by_hash() {
     let (s, c) = pair_on(siw_ip(), &SocketOptions::default());
     both_ways(s, c, 64 << 20, MAX_PIECE);
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_vectored_reads_and_writes_each_way_checked_by_hash() {
+    let (s, c) = pair_on(siw_ip(), &SocketOptions::default());
+    both_ways_with(s, c, 8 << 20, MAX_PIECE, Calls::Vectored);
 }
 
 #[test]

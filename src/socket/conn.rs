@@ -7,6 +7,7 @@ use super::cm::{CmEndpoint, CmNotice};
 use super::lend::Lend;
 use super::options::SocketOptions;
 use super::spin::SpinPolicy;
+use super::vectored;
 use crate::stream::{
     CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
     TARGET_LIST_LEN,
@@ -15,7 +16,7 @@ use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
     QpCapabilities, QpInitAttributes, QueuePair, Transport, WcOpcode, WcStatus, WorkCompletion,
 };
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -430,6 +431,31 @@ impl Connection {
     }
 
     /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
+    /// A gathering write: the bytes of `bufs` in order, as [`Connection::write`] takes one
+    /// buffer (one message for as much as fits one).
+    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize, StreamError> {
+        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (nonempty.next(), nonempty.next()) {
+            // One buffer after all: the plain write, which may lend it.
+            return self.write(only);
+        }
+        let mr = &self.res.send_mr;
+        let total = vectored::total_len(bufs.iter().map(|b| b.len()));
+        self.engine
+            .write(total, |s| vectored::gather_to_ring(mr, bufs, s))
+    }
+
+    /// A scattering read into `bufs` in order.
+    pub(crate) fn read_vectored(
+        &mut self,
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> Result<usize, StreamError> {
+        let mr = &self.res.recv_mr;
+        let total = vectored::total_len(bufs.iter().map(|b| b.len()));
+        self.engine
+            .read(total, |s| vectored::scatter_from_ring(mr, bufs, s))
+    }
+
     pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
         let mr = &self.res.recv_mr;
         let len = buf.len();

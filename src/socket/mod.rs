@@ -30,6 +30,7 @@ mod source;
 mod spin;
 mod stream;
 mod uiwarp;
+mod vectored;
 
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};

@@ -8,7 +8,7 @@ use super::shared::{Direction, Shared};
 use super::uiwarp::AutoCm;
 use crate::stream::{Hello, StreamError};
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,6 +202,25 @@ impl RdmaSocket {
         self.shared.run(Direction::Write, |c| c.write(buf))
     }
 
+    fn read_vectored_inner(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        self.shared
+            .run(Direction::Read, |c| match c.read_vectored(bufs) {
+                Err(StreamError::NotConnected) => Ok(0),
+                r => r,
+            })
+    }
+
+    fn write_vectored_inner(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        self.shared
+            .run(Direction::Write, |c| c.write_vectored(bufs))
+    }
+
     /// Waits until every byte written was placed in the peer's memory.
     fn flush_inner(&self) -> io::Result<()> {
         let timeout = self.shared.lock().write_timeout;
@@ -294,17 +313,26 @@ impl Read for RdmaSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_inner(buf)
     }
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored_inner(bufs)
+    }
 }
 
 impl Read for &RdmaSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_inner(buf)
     }
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored_inner(bufs)
+    }
 }
 
 impl Write for RdmaSocket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_inner(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_vectored_inner(bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.flush_inner()
@@ -314,6 +342,9 @@ impl Write for RdmaSocket {
 impl Write for &RdmaSocket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_inner(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_vectored_inner(bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.flush_inner()

@@ -11,7 +11,7 @@
 use rdmasock::{RdmaListener, RdmaSocket};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::thread;
 use std::time::Instant;
@@ -34,9 +34,63 @@ impl Rng {
     }
 }
 
+/// Which calls move the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Calls {
+    /// `write` and `read`.
+    Plain,
+    /// `write_vectored` and `read_vectored`, each piece cut into a few slices at random
+    /// points (empty slices included).
+    Vectored,
+}
+
+/// `buf` cut at up to three random points, in order.
+fn cut<'a>(rng: &mut Rng, buf: &'a [u8]) -> Vec<&'a [u8]> {
+    let mut points: Vec<usize> = (0..rng.below(4))
+        .map(|_| rng.below(buf.len() + 1))
+        .collect();
+    points.sort_unstable();
+    let mut parts = Vec::new();
+    let mut at = 0;
+    for p in points {
+        parts.push(&buf[at..p]);
+        at = p;
+    }
+    parts.push(&buf[at..]);
+    parts
+}
+
+/// Writes all of `parts` with `write_vectored`, advancing past what each call took.
+fn write_all_vectored(mut s: &RdmaSocket, mut parts: Vec<&[u8]>) {
+    while parts.iter().any(|p| !p.is_empty()) {
+        let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        let mut n = s.write_vectored(&slices).expect("write_vectored");
+        assert!(n > 0, "write_vectored took nothing");
+        while n > 0 {
+            let first = parts[0].len().min(n);
+            parts[0] = &parts[0][first..];
+            n -= first;
+            if parts[0].is_empty() {
+                parts.remove(0);
+            }
+        }
+    }
+}
+
 /// Writes `total` pseudo-random bytes in pseudo-random pieces of at most `max_piece`, then
 /// flushes and shuts down writing; returns their hash.
-pub fn send_random(mut s: &RdmaSocket, total: usize, seed: u64, max_piece: usize) -> u64 {
+pub fn send_random(s: &RdmaSocket, total: usize, seed: u64, max_piece: usize) -> u64 {
+    send_random_with(s, total, seed, max_piece, Calls::Plain)
+}
+
+/// [`send_random`] with the given calls.
+pub fn send_random_with(
+    mut s: &RdmaSocket,
+    total: usize,
+    seed: u64,
+    max_piece: usize,
+    calls: Calls,
+) -> u64 {
     let mut rng = Rng(seed);
     let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut hash = DefaultHasher::new();
@@ -48,7 +102,10 @@ pub fn send_random(mut s: &RdmaSocket, total: usize, seed: u64, max_piece: usize
             let v = data.next().to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }
-        s.write_all(&buf[..n]).expect("write");
+        match calls {
+            Calls::Plain => s.write_all(&buf[..n]).expect("write"),
+            Calls::Vectored => write_all_vectored(s, cut(&mut rng, &buf[..n])),
+        }
         hash.write(&buf[..n]);
         sent += n;
     }
@@ -59,14 +116,48 @@ pub fn send_random(mut s: &RdmaSocket, total: usize, seed: u64, max_piece: usize
 
 /// Reads to end of stream in pseudo-random pieces of at most `max_piece`; returns (bytes,
 /// hash).
-pub fn receive_random(mut s: &RdmaSocket, seed: u64, max_piece: usize) -> (usize, u64) {
+pub fn receive_random(s: &RdmaSocket, seed: u64, max_piece: usize) -> (usize, u64) {
+    receive_random_with(s, seed, max_piece, Calls::Plain)
+}
+
+/// [`receive_random`] with the given calls.
+pub fn receive_random_with(
+    mut s: &RdmaSocket,
+    seed: u64,
+    max_piece: usize,
+    calls: Calls,
+) -> (usize, u64) {
     let mut rng = Rng(seed);
     let mut hash = DefaultHasher::new();
     let mut buf = vec![0u8; max_piece];
     let mut total = 0;
     loop {
         let want = 1 + rng.below(buf.len());
-        let n = s.read(&mut buf[..want]).expect("read");
+        let n = match calls {
+            Calls::Plain => s.read(&mut buf[..want]).expect("read"),
+            Calls::Vectored => {
+                // The slices tile buf[..want] in order, so the bytes read are buf[..n].
+                let bounds: Vec<(usize, usize)> = {
+                    let parts = cut(&mut rng, &buf[..want]);
+                    let mut at = 0;
+                    parts
+                        .iter()
+                        .map(|p| {
+                            at += p.len();
+                            (at - p.len(), at)
+                        })
+                        .collect()
+                };
+                let mut rest = &mut buf[..want];
+                let mut slices = Vec::new();
+                for (a, b) in bounds {
+                    let (head, tail) = std::mem::take(&mut rest).split_at_mut(b - a);
+                    slices.push(IoSliceMut::new(head));
+                    rest = tail;
+                }
+                s.read_vectored(&mut slices).expect("read_vectored")
+            }
+        };
         if n == 0 {
             return (total, hash.finish());
         }
@@ -78,11 +169,22 @@ pub fn receive_random(mut s: &RdmaSocket, seed: u64, max_piece: usize) -> (usize
 /// Both directions at once on one connection: each side writes `total` bytes from a writer
 /// thread (a clone) while reading on another, in pieces of at most `max_piece`.
 pub fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize, max_piece: usize) {
+    both_ways_with(server, client, total, max_piece, Calls::Plain)
+}
+
+/// [`both_ways`] with the given calls.
+pub fn both_ways_with(
+    server: RdmaSocket,
+    client: RdmaSocket,
+    total: usize,
+    max_piece: usize,
+    calls: Calls,
+) {
     let start = Instant::now();
     let run = move |s: RdmaSocket, seed: u64| {
         let writer = s.try_clone().expect("try_clone");
-        let w = thread::spawn(move || send_random(&writer, total, seed, max_piece));
-        let (n, h) = receive_random(&s, seed.wrapping_mul(31), max_piece);
+        let w = thread::spawn(move || send_random_with(&writer, total, seed, max_piece, calls));
+        let (n, h) = receive_random_with(&s, seed.wrapping_mul(31), max_piece, calls);
         (w.join().expect("writer thread"), n, h, s)
     };
     let srv = thread::spawn(move || run(server, 1));
