@@ -74,6 +74,58 @@ fn one_gib_each_way_random_sizes_checked_by_hash() {
     both_ways(s, c, big_total(), MAX_PIECE);
 }
 
+/// `try_clone`: the clones share nonblocking mode, and two threads accepting from one port
+/// take each request exactly once.
+#[test]
+fn a_cloned_listener_accepts_from_two_threads() {
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let l2 = l.try_clone().expect("try_clone");
+    l2.set_nonblocking(true).unwrap();
+    let err = l
+        .accept()
+        .expect_err("nothing waits, and the clone made both nonblocking");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock, "{err}");
+    l.set_nonblocking(false).unwrap();
+    // Each thread echoes one byte per connection and stops at the byte 0xff.
+    let serve = |l: RdmaListener| {
+        thread::spawn(move || {
+            let mut served = Vec::new();
+            loop {
+                let (mut s, _) = l.accept().expect("accept");
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).expect("read the client's byte");
+                if b[0] == 0xff {
+                    return served;
+                }
+                s.write_all(&b).expect("echo");
+                served.push(b[0]);
+            }
+        })
+    };
+    let (a, b) = (serve(l), serve(l2));
+    for i in 0..8u8 {
+        let mut c = RdmaSocket::connect(addr).expect("connect");
+        c.write_all(&[i]).unwrap();
+        let mut back = [0u8; 1];
+        c.read_exact(&mut back).expect("echo back");
+        assert_eq!(back, [i]);
+    }
+    // One stop each: a thread that stopped accepts no more, so the second goes to the other.
+    for _ in 0..2 {
+        let mut c = RdmaSocket::connect(addr).expect("connect");
+        c.write_all(&[0xff]).unwrap();
+        c.flush().unwrap();
+    }
+    let mut all = a.join().expect("first acceptor");
+    all.extend(b.join().expect("second acceptor"));
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..8).collect::<Vec<u8>>(),
+        "each request accepted exactly once"
+    );
+}
+
 /// Gathering writes and scattering reads, cut at random points, across the ring's wrap.
 #[test]
 fn vectored_reads_and_writes_each_way_checked_by_hash() {

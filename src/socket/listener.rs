@@ -22,11 +22,13 @@ use std::time::{Duration, Instant};
 /// queued frames go (see [`await_first_frame`]).
 const FIRST_FRAME_WAIT: Duration = Duration::from_secs(2);
 
-/// Listens for RDMA stream connections (rsocket peers and rdmasock alike).
+/// Listens for RDMA stream connections (rsocket peers and rdmasock alike). Clones
+/// ([`try_clone`](Self::try_clone)) share the listening id and its nonblocking mode, so
+/// several threads can accept from one port; the last one dropped stops listening.
 pub struct RdmaListener {
-    pub(crate) cm: Box<dyn CmListener>,
+    pub(crate) cm: Arc<dyn CmListener>,
     opts: SocketOptions,
-    nonblocking: AtomicBool,
+    nonblocking: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for RdmaListener {
@@ -61,9 +63,9 @@ impl RdmaListener {
             match cm.listen(a, opts.backlog) {
                 Ok(l) => {
                     return Ok(RdmaListener {
-                        cm: l,
+                        cm: Arc::from(l),
                         opts: opts.clone(),
-                        nonblocking: AtomicBool::new(false),
+                        nonblocking: Arc::new(AtomicBool::new(false)),
                     })
                 }
                 Err(e) => last = Some(e),
@@ -82,7 +84,17 @@ impl RdmaListener {
         self.cm.local_addr()
     }
 
-    /// Moves the listener into or out of nonblocking mode: `accept` then returns
+    /// Another handle to this listener, like `TcpListener::try_clone`: each request is
+    /// accepted by exactly one of the handles that call `accept`.
+    pub fn try_clone(&self) -> io::Result<RdmaListener> {
+        Ok(RdmaListener {
+            cm: Arc::clone(&self.cm),
+            opts: self.opts.clone(),
+            nonblocking: Arc::clone(&self.nonblocking),
+        })
+    }
+
+    /// Moves the listener (and its clones) into or out of nonblocking mode: `accept` then returns
     /// `WouldBlock` when no request waits.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.nonblocking.store(nonblocking, Ordering::Relaxed);
