@@ -6,7 +6,7 @@
 use super::cm::{CmEndpoint, CmNotice};
 use super::lend::Lend;
 use super::options::SocketOptions;
-use super::spin::SpinPolicy;
+use super::spin::{SpinPolicy, WaitPlan};
 use super::vectored;
 use crate::stream::{
     CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
@@ -390,13 +390,18 @@ impl Connection {
     }
 
     /// How long a blocking wait may busy-poll before it sleeps, by the progress mode.
-    pub(crate) fn spin_budget(&self) -> Duration {
-        self.spin.budget()
+    pub(crate) fn wait_plan(&self) -> WaitPlan {
+        self.spin.plan()
     }
 
     /// A blocking wait ended after `waited` (the adaptive mode learns from it).
     pub(crate) fn record_wait(&mut self, waited: Duration) {
         self.spin.record(waited);
+    }
+
+    /// A blocking wait found its progress right after its nap of `nap`.
+    pub(crate) fn record_overslept(&mut self, nap: Duration) {
+        self.spin.record_overslept(nap);
     }
 
     /// Copies up to `buf.len()` bytes into the send ring.

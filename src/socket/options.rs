@@ -143,7 +143,9 @@ impl SocketOptionsBuilder {
         self
     }
     /// Busy-poll as long as this connection's recent waits lasted, up to `max_spin` per wait,
-    /// and sleep at once when waits run longer (the default, with 1 ms).
+    /// and sleep when waits run longer (on a timer for the first half of a steady wait under
+    /// 20 ms, on the completion channel otherwise); the default, with 1 ms. See
+    /// [`ProgressMode::Adaptive`](crate::stream::ProgressMode::Adaptive).
     pub fn adaptive(mut self, max_spin: Duration) -> Self {
         self.stream = self.stream.progress(ProgressMode::Adaptive { max_spin });
         self

@@ -107,6 +107,8 @@ impl Shared {
         let mut waiting: Option<(Instant, Instant)> = None;
         // Set after a sleep (see `Connection::take_events_after_wake`).
         let mut woke = false;
+        // The nap just taken, until the attempt after it has told whether it came too late.
+        let mut napped = None;
         loop {
             let took = woke && g.take_events_after_wake()?;
             woke = false;
@@ -114,10 +116,15 @@ impl Shared {
             // stream in flight), the completions wait for the progress after it, and the
             // call makes one pass over the queue instead of two.
             match attempt(&mut g) {
-                Err(StreamError::WouldBlock) => {}
+                Err(StreamError::WouldBlock) => napped = None,
                 result => {
-                    if let Some((start, _)) = waiting {
-                        g.record_wait(start.elapsed());
+                    match (waiting, napped) {
+                        // Ready at the first look after the nap: it came during the nap, at
+                        // a time unknown, so the time waited says only that the nap was
+                        // too long.
+                        (Some(_), Some(nap)) => g.record_overslept(nap),
+                        (Some((start, _)), None) => g.record_wait(start.elapsed()),
+                        _ => {}
                     }
                     let pumped = g.progress();
                     self.wake_others(&g);
@@ -129,10 +136,31 @@ impl Shared {
             }
             let mut progress = g.progress()? || took;
             if !nonblocking && !progress {
-                let (_, spin_end) = *waiting.get_or_insert_with(|| {
-                    let now = Instant::now();
-                    (now, now + g.spin_budget())
-                });
+                let spin_end = match waiting {
+                    Some((_, end)) => end,
+                    None => {
+                        let start = Instant::now();
+                        let plan = g.wait_plan();
+                        let nap = deadline.map_or(plan.nap, |d| {
+                            plan.nap.min(d.saturating_duration_since(start))
+                        });
+                        let napping = !nap.is_zero();
+                        if napping {
+                            g = self.nap(g, nap);
+                            napped = Some(nap);
+                        }
+                        let end = Instant::now() + plan.spin;
+                        waiting = Some((start, end));
+                        if napping {
+                            // What came during the nap is for the attempt to find first.
+                            if g.progress()? {
+                                self.wake_others(&g);
+                            }
+                            continue;
+                        }
+                        end
+                    }
+                };
                 progress = spin_until(&mut g, spin_end, &self.contenders)?;
             }
             if !progress {
@@ -172,6 +200,17 @@ impl Shared {
             g = self.sleep(g, left)?;
             woke = true;
         }
+    }
+
+    /// Sleeps `nap` on a timer, outside the lock (a clone may go on meanwhile).
+    fn nap<'a>(
+        &'a self,
+        g: MutexGuard<'a, Connection>,
+        nap: Duration,
+    ) -> MutexGuard<'a, Connection> {
+        drop(g);
+        std::thread::sleep(nap);
+        self.lock()
     }
 
     /// Sleeps until a completion, a connection-manager event, the keepalive timer or `left`.
