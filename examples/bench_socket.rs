@@ -5,7 +5,7 @@
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
 //!                         [--spin MICROSECONDS] [--ring BYTES] [--signal N]
-//!                         [--listen PORT | --connect PORT]
+//!                         [--max-transfer BYTES] [--listen PORT | --connect PORT]
 //! ```
 //!
 //! By default both ends run in this process, as two threads. `--listen PORT` runs only the
@@ -14,8 +14,9 @@
 //! Both must be given the same sizes, counts and options.
 //!
 //! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode), `--ring` its send
-//! and receive ring sizes and `--signal` its signalling interval (one send in N completes);
-//! the default for each is the library's default options.
+//! and receive ring sizes, `--signal` its signalling interval (one send in N completes) and
+//! `--max-transfer` its largest message; the default for each is the library's default
+//! options.
 //!
 //! For each size: `N` ping-pongs after `N/10` warm-up ones; then `M` MiB written in `B`-byte
 //! writes (default 64 KiB) and acknowledged by the reader with one byte. Prints, per result:
@@ -75,7 +76,7 @@ fn args() -> Result<Args, String> {
         opts: SocketOptions::default(),
         role: Role::Both,
     };
-    let (mut spin, mut ring, mut signal) = (None, None, None);
+    let (mut spin, mut ring, mut signal, mut max_transfer) = (None, None, None, None);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
@@ -89,6 +90,7 @@ fn args() -> Result<Args, String> {
             "--spin" => spin = Some(num(&value)?),
             "--ring" => ring = Some(num(&value)?),
             "--signal" => signal = Some(num(&value)?),
+            "--max-transfer" => max_transfer = Some(num(&value)?),
             "--listen" | "--connect" => {
                 let port = value
                     .parse::<u16>()
@@ -114,9 +116,12 @@ fn args() -> Result<Args, String> {
     if let Some(n) = signal {
         b = b.signal_interval(u16::try_from(n).map_err(|e| format!("--signal {n}: {e}"))?);
     }
+    if let Some(n) = max_transfer {
+        b = b.max_transfer(u32::try_from(n).map_err(|e| format!("--max-transfer {n}: {e}"))?);
+    }
     a.opts = b
         .build()
-        .map_err(|e| format!("--spin/--ring/--signal: {e}"))?;
+        .map_err(|e| format!("--spin/--ring/--signal/--max-transfer: {e}"))?;
     if a.iters == 0 || a.chunk == 0 || a.sizes.contains(&0) {
         return Err("iterations, sizes and the chunk must be positive".into());
     }
@@ -296,7 +301,7 @@ fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES] [--signal N] [--listen PORT | --connect PORT]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES] [--signal N] [--max-transfer BYTES] [--listen PORT | --connect PORT]");
             return ExitCode::from(2);
         }
     };
