@@ -143,8 +143,8 @@ impl SocketOptionsBuilder {
         self
     }
     /// Busy-poll as long as this connection's recent waits lasted, up to `max_spin` per wait,
-    /// and sleep when waits run longer (on a timer for the first half of a steady wait under
-    /// 20 ms, on the completion channel otherwise); the default, with 1 ms. See
+    /// and sleep when waits run longer (on a timer through most of a steady wait under 20 ms,
+    /// then spin; on the completion channel otherwise); the default, with 1 ms. See
     /// [`ProgressMode::Adaptive`](crate::stream::ProgressMode::Adaptive).
     pub fn adaptive(mut self, max_spin: Duration) -> Self {
         self.stream = self.stream.progress(ProgressMode::Adaptive { max_spin });

@@ -31,9 +31,9 @@ pub enum ProgressMode {
     /// Busy-poll as long as this connection's recent waits lasted (twice their decaying
     /// maximum, at least [`MIN_ADAPTIVE_SPIN`]), but never longer than `max_spin`. Once waits
     /// run longer than `max_spin`: when they are all alike and under 20 ms (large messages
-    /// on a slow device), sleep on a timer through the first half of the shortest recent
-    /// wait, then poll; otherwise (an idle peer) poll only the minimum and sleep on the
-    /// completion channel. The default: a ping-pong spins through its round trip, an idle
+    /// on a slow device), sleep on a timer until shortly before the shortest recent wait
+    /// would end, then poll for up to `max_spin`; otherwise (an idle peer) poll only the
+    /// minimum and sleep on the completion channel. The default: a ping-pong spins through its round trip, an idle
     /// connection sleeps at once.
     Adaptive {
         /// The longest spin per wait.
