@@ -126,6 +126,62 @@ fn a_cloned_listener_accepts_from_two_threads() {
     );
 }
 
+/// Steady waits of a few milliseconds (a peer that answers 3 ms after each request) put the
+/// default adaptive wait into its nap-then-spin plan: every answer still arrives, a
+/// clone writes while the reader naps, and a read timeout shorter than the nap still ends the
+/// read (the nap is cut to the deadline).
+#[test]
+fn steady_slow_answers_nap_without_losing_data_or_timeouts() {
+    let (server, client) = pair_with(&SocketOptions::default());
+    const ROUNDS: u8 = 40;
+    let answering = thread::spawn(move || {
+        let mut s = server;
+        for i in 0..ROUNDS {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).expect("request");
+            assert_eq!(b, [i]);
+            thread::sleep(Duration::from_millis(3));
+            s.write_all(&[i ^ 0xff]).expect("answer");
+        }
+        // The clone below writes once while the client naps.
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).expect("the clone's byte");
+        assert_eq!(b, [0xab]);
+        s
+    });
+    let mut c = client;
+    for i in 0..ROUNDS {
+        c.write_all(&[i]).unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).expect("answer");
+        assert_eq!(b, [i ^ 0xff]);
+    }
+    let clone = c.try_clone().unwrap();
+    let writer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(1));
+        (&clone)
+            .write_all(&[0xab])
+            .expect("write from a clone while the reader waits");
+        (&clone).flush().unwrap();
+    });
+    // No answer comes now: the read must end at its timeout, well before a second passes.
+    c.set_read_timeout(Some(Duration::from_millis(2))).unwrap();
+    let started = Instant::now();
+    let mut b = [0u8; 1];
+    let err = c.read(&mut b).expect_err("nothing to read");
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    writer.join().unwrap();
+    let _s = answering.join().unwrap();
+}
+
 /// Gathering writes and scattering reads, cut at random points, across the ring's wrap.
 #[test]
 fn vectored_reads_and_writes_each_way_checked_by_hash() {
