@@ -45,31 +45,43 @@ pub(crate) fn pieces<T>(
     }
 }
 
+/// [`pieces`] of the bytes `span` names, with each piece's offset in the ring.
+fn ring_pieces<T>(
+    items: impl IntoIterator<Item = T>,
+    len_of: impl Fn(&T) -> usize,
+    span: CopySpan,
+    mut f: impl FnMut(T, std::ops::Range<usize>, usize),
+) {
+    pieces(
+        items,
+        len_of,
+        span.data_offset,
+        span.len,
+        |item, start, at, n| f(item, start..start + n, span.ring_offset + at),
+    );
+}
+
 /// Copies the bytes `span` names from `bufs` into the send ring `mr`.
 pub(crate) fn gather_to_ring(mr: &MemoryRegion, bufs: &[IoSlice<'_>], span: CopySpan) {
-    let (ring, offset, len) = (span.ring_offset, span.data_offset, span.len);
-    pieces(
+    ring_pieces(
         bufs,
         |b| b.len(),
-        offset,
-        len,
-        |b, start, at, n| {
+        span,
+        |b, range, ring_at| {
             // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-            let _ = mr.write_at(ring + at, &b[start..start + n]);
+            let _ = mr.write_at(ring_at, &b[range]);
         },
     );
 }
 
 /// Copies the bytes `span` names from the receive ring `mr` into `bufs`.
 pub(crate) fn scatter_from_ring(mr: &MemoryRegion, bufs: &mut [IoSliceMut<'_>], span: CopySpan) {
-    let (ring, offset, len) = (span.ring_offset, span.data_offset, span.len);
-    pieces(
+    ring_pieces(
         bufs,
         |b| b.len(),
-        offset,
-        len,
-        |b, start, at, n| {
-            let _ = mr.read_at(ring + at, &mut b[start..start + n]);
+        span,
+        |b, range, ring_at| {
+            let _ = mr.read_at(ring_at, &mut b[range]);
         },
     );
 }
