@@ -22,12 +22,15 @@
 # and ib_write_bw (its "BW average[MB/sec]", MB = 2^20); rstream sends the block and gets it
 # back, and its Gb/sec counts both directions, converted to MiB/s the same way.
 # --spin sets RdmaSocket's busy-poll budget per wait (0: event mode; default: the library's
-# default, rsocket's 10 us; perftest polls without end); --ring its send and receive ring
+# default, the adaptive wait; perftest polls without end); --ring its send and receive ring
 # sizes (default: the library's).
 # With --reps R (default 1) the whole sequence runs R times and each cell is the best
 # round's (the lowest latency, the highest bandwidth): TCG's noise only ever slows a run.
 # Then it prints one table per device with the ratios RdmaSocket / other: for latency
-# <= 1.00 means RdmaSocket is no slower; for bandwidth >= 1.00 means no slower.
+# <= 1.00 means RdmaSocket is no slower; for bandwidth >= 1.00 means no slower. With R > 1
+# each table is followed by the same ratios taken within each round (every round runs all
+# tools back to back, so a slow spell of the VM slows both sides of a ratio) and reduced to
+# their median over the rounds: one lucky round of a peer cannot decide it.
 #
 # The VM runs under TCG: absolute numbers are far from hardware and noisy when the host is
 # loaded; read the ratios. Exit status: 0 when every run finished, 1 when one failed, 125
@@ -56,7 +59,7 @@ if [ "${1:-}" = --guest ]; then
   port=19100
   log() { echo "  $*" >&2; }
   # record DEVICE KIND TOOL SIZE VALUE
-  record() { echo "$*" >> "$results"; log "$*"; }
+  record() { echo "$* ${rep:-1}" >> "$results"; log "$*"; }
 
   # server_client NAME SERVER_CMD... -- CLIENT_CMD... : starts the server, runs the client
   # (retried while the server is still coming up), prints the client's output.
@@ -169,6 +172,17 @@ if [ "${1:-}" = --guest ]; then
         if (!n++ || (k == "lat" && $5 < best) || (k == "bw" && $5 > best)) best = $5 }
       END { if (n) print best }' "$results"
   }
+  # round_ratio DEVICE KIND TOOL_A TOOL_B SIZE: the median over rounds of A / B within a
+  # round (each round runs every tool back to back, so a slow spell of the VM hits both)
+  round_ratio() {
+    awk -v d="$1" -v k="$2" -v a="$3" -v b="$4" -v s="$5" '$1 == d && $2 == k && $4 == s {
+        if ($3 == a) A[$6] = $5; if ($3 == b) B[$6] = $5 }
+      END {
+        for (r in A) if ((r in B) && B[r] > 0) v[++n] = A[r] / B[r]
+        if (!n) { print "-"; exit }
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+        printf "%.2f", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }' "$results"
+  }
   ratio() { # ratio A B: A / B, or "-" when either is missing
     if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; else echo -; fi
   }
@@ -197,6 +211,16 @@ if [ "${1:-}" = --guest ]; then
     for o in "${others[@]}"; do v=$(value "$dev" bw "$(bw_tool "$o")" 65536); printf ' %13s' "${v:--}"; done
     for o in "${others[@]}"; do printf ' %9s' "$(ratio "$ours_v" "$(value "$dev" bw "$(bw_tool "$o")" 65536)")"; done
     echo
+    [ "$reps" -gt 1 ] || return 0
+    echo "the same ratios as the median over rounds of each round's ratio:"
+    for size in $sizes; do
+      printf '%-10s' "lat $size"
+      for o in "${others[@]}"; do printf ' %9s' "$(round_ratio "$dev" lat RdmaSocket "$o" "$size")"; done
+      echo
+    done
+    printf '%-10s' "bw 64KiB"
+    for o in "${others[@]}"; do printf ' %9s' "$(round_ratio "$dev" bw RdmaSocket "$(bw_tool "$o")" 65536)"; done
+    echo
   }
   echo
   echo "bench: results (the ib_send_lat column's bandwidth row is ib_write_bw -R)"
@@ -212,8 +236,15 @@ if [ "${1:-}" = --guest ]; then
   done
   u=$(value siw0 bw uiwarp 65536) n=$(value siw0 bw uiwarp-nocrc 65536) k=$(value siw0 bw RdmaSocket 65536)
   printf '%-10s %10s %13s %10s %9s %13s\n' "bw 64KiB" "${u:--}" "${n:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")"
+  if [ "$reps" -gt 1 ]; then
+    echo "the same ratios as the median over rounds of each round's ratio:"
+    for size in $sizes; do
+      printf '%-10s %37s %9s %13s\n' "lat $size" "" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")"
+    done
+    printf '%-10s %37s %9s %13s\n' "bw 64KiB" "" "$(round_ratio siw0 bw uiwarp RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket 65536)"
+  fi
   echo
-  echo "raw results (device kind tool size value):"
+  echo "raw results (device kind tool size value round):"
   cat "$results"
   exit $status
 fi
