@@ -69,6 +69,12 @@ impl ReadyFds {
         self.write_waiting.store(true, Ordering::SeqCst);
     }
 
+    /// Whether a direction waits for its edge (only after a `WouldBlock` or a registration):
+    /// when none does, there is nothing to report and the readiness need not be computed.
+    pub(crate) fn waiting(&self) -> bool {
+        self.read_waiting.load(Ordering::SeqCst) || self.write_waiting.load(Ordering::SeqCst)
+    }
+
     /// Raises the fd of each waited-for direction that `readable`/`writable` now allow.
     pub(crate) fn update(&self, readable: bool, writable: bool) {
         // Called after every successful read and write: a plain load first keeps the

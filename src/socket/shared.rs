@@ -265,6 +265,11 @@ impl Shared {
 
     /// Tells the mio registration which waited-for directions can go on now.
     fn report(&self, g: &Connection) {
+        // A flag is set under the connection's lock (a `WouldBlock`) or by a registration,
+        // which reports under the lock after setting it: a flag missed here is reported then.
+        if !self.ready.waiting() {
+            return;
+        }
         let r = g.readiness();
         self.ready.update(r.readable, r.writable);
     }
