@@ -435,7 +435,6 @@ impl Connection {
             && self.res.qp.send_backlog() == Some(0)
     }
 
-    /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
     /// A gathering write: the bytes of `bufs` in order, as [`Connection::write`] takes one
     /// buffer (one message for as much as fits one).
     pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize, StreamError> {
@@ -461,6 +460,7 @@ impl Connection {
             .read(total, |s| vectored::scatter_from_ring(mr, bufs, s))
     }
 
+    /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
     pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
         let mr = &self.res.recv_mr;
         let len = buf.len();

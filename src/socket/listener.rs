@@ -94,8 +94,8 @@ impl RdmaListener {
         })
     }
 
-    /// Moves the listener (and its clones) into or out of nonblocking mode: `accept` then returns
-    /// `WouldBlock` when no request waits.
+    /// Moves the listener (and its clones) into or out of nonblocking mode: `accept` then
+    /// returns `WouldBlock` when no request waits.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.nonblocking.store(nonblocking, Ordering::Relaxed);
         Ok(())

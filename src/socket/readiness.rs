@@ -77,20 +77,11 @@ impl ReadyFds {
 
     /// Raises the fd of each waited-for direction that `readable`/`writable` now allow.
     pub(crate) fn update(&self, readable: bool, writable: bool) {
-        // Called after every successful read and write: a plain load first keeps the
-        // locked exchange to the calls after a `WouldBlock` (both run under the connection's
-        // lock, so nothing sets a flag between the load and the swap).
-        if readable
-            && self.read_waiting.load(Ordering::SeqCst)
-            && self.read_waiting.swap(false, Ordering::SeqCst)
-        {
+        if readable && self.read_waiting.swap(false, Ordering::SeqCst) {
             // Overflow is impossible: the count is 0 or small.
             let _ = self.read.write(1);
         }
-        if writable
-            && self.write_waiting.load(Ordering::SeqCst)
-            && self.write_waiting.swap(false, Ordering::SeqCst)
-        {
+        if writable && self.write_waiting.swap(false, Ordering::SeqCst) {
             // Back to zero: writable, one edge.
             let _ = self.write.read();
         }

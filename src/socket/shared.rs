@@ -144,21 +144,20 @@ impl Shared {
                         let nap = deadline.map_or(plan.nap, |d| {
                             plan.nap.min(d.saturating_duration_since(start))
                         });
-                        let napping = !nap.is_zero();
-                        if napping {
+                        if nap.is_zero() {
+                            let end = start + plan.spin;
+                            waiting = Some((start, end));
+                            end
+                        } else {
                             g = self.nap(g, nap);
                             napped = Some(nap);
-                        }
-                        let end = Instant::now() + plan.spin;
-                        waiting = Some((start, end));
-                        if napping {
+                            waiting = Some((start, Instant::now() + plan.spin));
                             // What came during the nap is for the attempt to find first.
                             if g.progress()? {
                                 self.wake_others(&g);
                             }
                             continue;
                         }
-                        end
                     }
                 };
                 progress = spin_until(&mut g, spin_end, &self.contenders)?;

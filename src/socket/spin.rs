@@ -77,8 +77,7 @@ impl SpinPolicy {
         let ProgressMode::Adaptive { max_spin } = self.mode else {
             return;
         };
-        let decayed = self.estimate - self.estimate / 32;
-        self.estimate = decayed.max(nap.min(max_spin * 2));
+        self.raise_estimate(nap, max_spin);
         self.shortest = Some(nap / 2);
     }
 
@@ -90,14 +89,20 @@ impl SpinPolicy {
         let ProgressMode::Adaptive { max_spin } = self.mode else {
             return;
         };
-        let decayed = self.estimate - self.estimate / 32;
-        self.estimate = decayed.max(waited.min(max_spin * 2));
+        self.raise_estimate(waited, max_spin);
         // The decaying minimum takes a shorter wait at once and moves an eighth of the way
         // towards a longer one: one idle spell (seconds) lifts it past the nap's limit.
         self.shortest = Some(match self.shortest {
             Some(s) if waited > s => s + (waited - s) / 8,
             _ => waited,
         });
+    }
+
+    /// The decaying maximum after a wait of `waited`: forgets 1/32, takes a longer wait at
+    /// once, and counts a wait past the cap as twice the cap.
+    fn raise_estimate(&mut self, waited: Duration, max_spin: Duration) {
+        let decayed = self.estimate - self.estimate / 32;
+        self.estimate = decayed.max(waited.min(max_spin * 2));
     }
 }
 

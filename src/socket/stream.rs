@@ -207,10 +207,7 @@ impl RdmaSocket {
             return Ok(0);
         }
         self.shared
-            .run(Direction::Read, |c| match c.read_vectored(bufs) {
-                Err(StreamError::NotConnected) => Ok(0),
-                r => r,
-            })
+            .run(Direction::Read, |c| or_eof(c.read_vectored(bufs)))
     }
 
     fn write_vectored_inner(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -231,7 +228,12 @@ impl RdmaSocket {
 
 /// A read that ends with 0 once the stream is closed for reading, whatever the reason.
 fn read_or_eof(c: &mut Connection, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
-    match c.read(buf, peek) {
+    or_eof(c.read(buf, peek))
+}
+
+/// A read's result, with "not connected" (closed for reading) as end-of-stream.
+fn or_eof(read: Result<usize, StreamError>) -> Result<usize, StreamError> {
+    match read {
         Err(StreamError::NotConnected) => Ok(0),
         r => r,
     }

@@ -18,7 +18,7 @@ pub(crate) fn total_len(lens: impl Iterator<Item = usize>) -> usize {
 /// the concatenation of `items` (each `len_of(item)` bytes long): `n` bytes of `item` from
 /// `start`, which are bytes `at..at + n` of the range. Bytes past the last item are
 /// skipped; empty items are never passed.
-pub(crate) fn pieces<T>(
+fn pieces<T>(
     items: impl IntoIterator<Item = T>,
     len_of: impl Fn(&T) -> usize,
     offset: usize,
