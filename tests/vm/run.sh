@@ -29,6 +29,8 @@
 #
 # The kernel is the newest /boot/vmlinuz-* with modules (RDMASOCK_VM_KERNEL overrides it).
 # It runs under TCG: KVM on these (nested-virtualisation) hosts cannot run a stock kernel.
+# RDMASOCK_VM_CPU sets QEMU's -cpu (default max); e.g. "max,-erms,-fsrm" makes the guest's
+# kernel and glibc copy with wide moves instead of rep movsb, which TCG runs byte by byte.
 # The first run extracts vmlinux for a fast PVH boot and builds a busybox initramfs, both
 # kept in ${XDG_CACHE_HOME:-~/.cache}/rdmasock-vm (RDMASOCK_VM_CACHE).
 # Needs: qemu-system-x86 linux-image-amd64 busybox-static kmod cpio xz-utils iproute2 rdma-core.
@@ -200,7 +202,7 @@ fi
 # guest's setup log (kept in console.log).  Each NIC sits alone on its own qemu hub.
 t0=$(date +%s.%N)
 timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \
-  -accel "${RDMASOCK_VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu max -m "$mem" -smp "$cpus" \
+  -accel "${RDMASOCK_VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu "${RDMASOCK_VM_CPU:-max}" -m "$mem" -smp "$cpus" \
   -kernel "$boot_image" -initrd "$INITRD" \
   -append "console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable" \
   -chardev stdio,id=out,signal=off -serial chardev:out -serial "file:$CTL/console.log" \
