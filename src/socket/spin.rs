@@ -95,9 +95,8 @@ impl SpinPolicy {
 
     /// A blocking wait ended after `waited`. The estimate is a decaying maximum: it takes a
     /// longer wait at once and forgets 1/32 per wait, so the spin covers the slow tail of a
-    /// round trip, not just its mean. A wait past the cap counts as twice the cap, and lifts
-    /// the decaying minimum an eighth of the way: an idle spell stops the spinning, and the
-    /// next short wait brings it back (see [`SpinPolicy::plan`]).
+    /// round trip, not just its mean. A wait past the cap counts as twice the cap: an idle
+    /// spell stops the spinning, and about twenty short waits bring it back.
     pub(crate) fn record(&mut self, waited: Duration) {
         let ProgressMode::Adaptive { max_spin } = self.mode else {
             return;
