@@ -9,6 +9,10 @@ use std::time::Duration;
 /// [`SpinPolicy::plan`]); waits longer than this are an idle peer, not a slow round trip.
 pub(crate) const MAX_NAPPED_WAIT: Duration = Duration::from_millis(20);
 
+/// How many times the shortest recent wait an adaptive wait spins when an outlier has lifted
+/// the slowest recent wait past the cap (see [`SpinPolicy::plan`]).
+const SHORT_WAIT_MARGIN: u32 = 4;
+
 /// How one blocking wait goes: sleep `nap` on a timer (nothing wakes it earlier), then
 /// busy-poll for up to `spin`, then arm the queue and sleep until an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +47,11 @@ impl SpinPolicy {
     /// quarter of it for a short one), then spins for up to the cap, instead of sleeping
     /// until the completion channel wakes it: the wake-up latency is gone (rxe0's 64 KiB
     /// ping-pong under QEMU: faster in 5 of 6 interleaved rounds), and no wait spins longer
-    /// than the cap, as before.
+    /// than the cap, as before. When the slowest recent wait ran past the cap but the shortest
+    /// did not (short waits with an outlier among them), the wait spins four times the
+    /// shortest, up to the cap: spinning only the floor there made each of the next twenty or
+    /// so waits sleep on the channel and pay its wake-up (rxe0's 4 KiB ping-pong under QEMU,
+    /// where one round trip in a few dozen stalls past 1 ms, slept in a fifth of its waits).
     pub(crate) fn plan(&self) -> WaitPlan {
         let spin_only = |spin| WaitPlan {
             nap: Duration::ZERO,
@@ -58,12 +66,16 @@ impl SpinPolicy {
                     return spin_only((self.estimate * 2).clamp(floor, max_spin));
                 }
                 match self.shortest {
-                    Some(s) if s > max_spin && s <= MAX_NAPPED_WAIT && !max_spin.is_zero() => {
-                        WaitPlan {
-                            nap: s - (s / 4).min(max_spin / 2),
-                            spin: max_spin,
-                        }
+                    // Typical waits are short, a recent one was long (a stall of the peer or
+                    // of the machine): spin as the short ones need, not the floor, or every
+                    // wait would sleep until the outlier is forgotten (about twenty waits).
+                    Some(s) if s <= max_spin => {
+                        spin_only((s * SHORT_WAIT_MARGIN).clamp(floor, max_spin))
                     }
+                    Some(s) if s <= MAX_NAPPED_WAIT && !max_spin.is_zero() => WaitPlan {
+                        nap: s - (s / 4).min(max_spin / 2),
+                        spin: max_spin,
+                    },
                     _ => spin_only(floor),
                 }
             }
@@ -83,8 +95,9 @@ impl SpinPolicy {
 
     /// A blocking wait ended after `waited`. The estimate is a decaying maximum: it takes a
     /// longer wait at once and forgets 1/32 per wait, so the spin covers the slow tail of a
-    /// round trip, not just its mean. A wait past the cap counts as twice the cap: an idle
-    /// spell stops the spinning, and about twenty short waits bring it back.
+    /// round trip, not just its mean. A wait past the cap counts as twice the cap, and lifts
+    /// the decaying minimum an eighth of the way: an idle spell stops the spinning, and the
+    /// next short wait brings it back (see [`SpinPolicy::plan`]).
     pub(crate) fn record(&mut self, waited: Duration) {
         let ProgressMode::Adaptive { max_spin } = self.mode else {
             return;
@@ -216,14 +229,33 @@ mod tests {
             MIN_ADAPTIVE_SPIN,
             "an idle peer: sleep at once"
         );
-        // Busy again: a few short waits still sleep, about twenty bring the spin back.
-        for _ in 0..5 {
-            p.record(100 * US);
-        }
-        assert_eq!(p.plan().spin, MIN_ADAPTIVE_SPIN);
+        // Busy again: the first short wait brings the spin back, sized by the short waits
+        // while the idle spell still counts as the slowest one.
+        p.record(100 * US);
+        assert_eq!(p.plan().spin, 400 * US);
         for _ in 0..25 {
             p.record(100 * US);
         }
         assert!(p.plan().spin >= 200 * US, "{:?}", p.plan().spin);
+    }
+
+    #[test]
+    fn one_stall_among_short_waits_keeps_the_spin() {
+        let mut p = adaptive();
+        for _ in 0..50 {
+            p.record(300 * US);
+        }
+        assert_eq!(p.plan().spin, 600 * US);
+        // One wait stalls past the cap: the next waits still spin through a short one.
+        p.record(Duration::from_millis(3));
+        for _ in 0..5 {
+            assert_eq!(p.plan().nap, Duration::ZERO);
+            assert!(p.plan().spin >= 600 * US, "{:?}", p.plan());
+            assert!(p.plan().spin <= Duration::from_millis(1), "{:?}", p.plan());
+            p.record(300 * US);
+        }
+        // Short waits that spread out (150 to 400 us) stay covered.
+        p.record(150 * US);
+        assert_eq!(p.plan().spin, 600 * US, "four times the shortest, 150 us");
     }
 }

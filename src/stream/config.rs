@@ -32,9 +32,10 @@ pub enum ProgressMode {
     /// maximum, at least [`MIN_ADAPTIVE_SPIN`]), but never longer than `max_spin`. Once waits
     /// run longer than `max_spin`: when they are all alike and under 20 ms (large messages
     /// on a slow device), sleep on a timer until shortly before the shortest recent wait
-    /// would end, then poll for up to `max_spin`; otherwise (an idle peer) poll only the
-    /// minimum and sleep on the completion channel. The default: a ping-pong spins through its round trip, an idle
-    /// connection sleeps at once.
+    /// would end, then poll for up to `max_spin`; when only an outlier ran longer, poll four
+    /// times the shortest recent wait (up to `max_spin`); otherwise (an idle peer) poll only
+    /// the minimum and sleep on the completion channel. The default: a ping-pong spins
+    /// through its round trip, an idle connection sleeps at once.
     Adaptive {
         /// The longest spin per wait.
         max_spin: Duration,
