@@ -62,16 +62,13 @@ impl SpinPolicy {
             ProgressMode::BusyPoll { spin } => spin_only(spin),
             ProgressMode::Adaptive { max_spin } => {
                 let floor = MIN_ADAPTIVE_SPIN.min(max_spin);
+                let spin_within = |spin: Duration| spin_only(spin.clamp(floor, max_spin));
                 if self.estimate <= max_spin {
-                    return spin_only((self.estimate * 2).clamp(floor, max_spin));
+                    return spin_within(self.estimate * 2);
                 }
                 match self.shortest {
-                    // Typical waits are short, a recent one was long (a stall of the peer or
-                    // of the machine): spin as the short ones need, not the floor, or every
-                    // wait would sleep until the outlier is forgotten (about twenty waits).
-                    Some(s) if s <= max_spin => {
-                        spin_only((s * SHORT_WAIT_MARGIN).clamp(floor, max_spin))
-                    }
+                    // Short waits with a stall among them: spin as the short ones need.
+                    Some(s) if s <= max_spin => spin_within(s * SHORT_WAIT_MARGIN),
                     Some(s) if s <= MAX_NAPPED_WAIT && !max_spin.is_zero() => WaitPlan {
                         nap: s - (s / 4).min(max_spin / 2),
                         spin: max_spin,
