@@ -4,16 +4,17 @@
 //!
 //! ```text
 //! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
-//!              [--ring BYTES] [--signal N] [--side tcp|uiwarp]
+//!              [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits]
 //! ```
 //! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
 //! alternating, each round on fresh connections; the table gives each side's median and
 //! range and the ratio of the medians (one round can be off by 2x on a virtualised host,
 //! where waking a thread on the other core costs a few or tens of microseconds). `--event`
 //! uses event mode (sleep on the completion channel) instead of the library's adaptive
-//! busy-poll.
+//! busy-poll. `--waits` prints each uiwarp round's result and both ends' `WaitStats` (how
+//! often the blocking calls waited, napped, overslept a nap and slept on the channel).
 
-use rdmasock::socket::UiwarpCm;
+use rdmasock::socket::{UiwarpCm, WaitStats};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,8 +22,25 @@ use std::thread;
 use std::time::Instant;
 
 /// A stream both sides use.
-trait Stream: Read + Write + Send + 'static {}
-impl<T: Read + Write + Send + 'static> Stream for T {}
+trait Stream: Read + Write + Send + 'static {
+    /// The socket's wait counters (an RdmaSocket's only).
+    fn waits(&self) -> Option<WaitStats>;
+}
+
+impl Stream for TcpStream {
+    fn waits(&self) -> Option<WaitStats> {
+        None
+    }
+}
+
+impl Stream for RdmaSocket {
+    fn waits(&self) -> Option<WaitStats> {
+        Some(self.wait_stats())
+    }
+}
+
+/// One round's result, with its client's and server's wait counters.
+type Round = (f64, Option<WaitStats>, Option<WaitStats>);
 
 struct Args {
     rounds: usize,
@@ -38,6 +56,8 @@ struct Args {
     /// Only this side: `tcp` or `uiwarp` (both when `None`), for counting one side's
     /// syscalls and switches with strace or perf.
     side: Option<String>,
+    /// Print each uiwarp round and its ends' wait counters to stderr.
+    waits: bool,
 }
 
 fn args() -> Args {
@@ -50,6 +70,7 @@ fn args() -> Args {
         ring: None,
         signal: None,
         side: None,
+        waits: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -67,9 +88,10 @@ fn args() -> Args {
             "--ring" => a.ring = Some(num("--ring")),
             "--signal" => a.signal = Some(num("--signal")),
             "--side" => a.side = it.next(),
+            "--waits" => a.waits = true,
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] (not {other})"
+                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -79,7 +101,7 @@ fn args() -> Args {
 }
 
 /// Median microseconds per 64-byte round trip (after a warm-up).
-fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> f64 {
+fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> Round {
     let echo = thread::spawn(move || {
         let mut s = server;
         let mut buf = [0u8; 64];
@@ -88,6 +110,7 @@ fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> f64 {
                 break;
             }
         }
+        s.waits()
     });
     let mut buf = [7u8; 64];
     let mut samples = Vec::with_capacity(iters);
@@ -99,14 +122,15 @@ fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> f64 {
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
+    let client_waits = client.waits();
     drop(client);
-    let _ = echo.join();
+    let server_waits = echo.join().ok().flatten();
     samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    samples[samples.len() / 2]
+    (samples[samples.len() / 2], client_waits, server_waits)
 }
 
 /// MB/s of a one-way stream of `total` bytes in `chunk`-byte writes.
-fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f64 {
+fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Round {
     let sink = thread::spawn(move || {
         let mut s = server;
         let mut buf = vec![0u8; chunk.max(65536)];
@@ -119,7 +143,7 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f6
             }
         }
         s.write_all(b"k").expect("ack");
-        got
+        (got, s.waits())
     });
     let buf = vec![0x5au8; chunk];
     let t = Instant::now();
@@ -132,8 +156,9 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> f6
     let mut ack = [0u8; 1];
     client.read_exact(&mut ack).expect("ack");
     let secs = t.elapsed().as_secs_f64();
-    assert_eq!(sink.join().expect("sink"), total);
-    total as f64 / secs / 1e6
+    let (got, server_waits) = sink.join().expect("sink");
+    assert_eq!(got, total);
+    (total as f64 / secs / 1e6, client.waits(), server_waits)
 }
 
 fn tcp_pair() -> (TcpStream, TcpStream) {
@@ -178,7 +203,7 @@ fn main() {
             return None;
         }
         let chunk = if key == "4k" { 4096 } else { 1 << 20 };
-        Some(match (key, on_tcp) {
+        let (value, client, server) = match (key, on_tcp) {
             ("latency", true) => {
                 let (c, s) = tcp_pair();
                 pingpong(c, s, a.iters)
@@ -195,7 +220,11 @@ fn main() {
                 let (c, s) = rdma_pair(&opts);
                 stream(c, s, chunk, total)
             }
-        })
+        };
+        if let (true, Some(c), Some(s)) = (a.waits, client, server) {
+            eprintln!("{key} {value:.1}: client {c:?}; server {s:?}");
+        }
+        Some(value)
     };
     let mut rows = Vec::new();
     for (name, key, target) in [

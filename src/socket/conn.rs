@@ -6,7 +6,7 @@
 use super::cm::{CmEndpoint, CmNotice};
 use super::lend::Lend;
 use super::options::SocketOptions;
-use super::spin::{SpinPolicy, WaitPlan};
+use super::spin::{SpinPolicy, WaitPlan, WaitStats};
 use super::vectored;
 use crate::stream::{
     CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
@@ -161,6 +161,8 @@ pub(crate) struct Connection {
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
     /// How long blocking waits busy-poll.
     spin: SpinPolicy,
+    /// What blocking calls did when they had to wait.
+    pub(crate) wait_stats: WaitStats,
     /// Where a lending write's messages went in the send ring (kept: no allocation a write).
     lent_spans: Vec<CopySpan>,
 }
@@ -195,6 +197,7 @@ impl Connection {
             first_receive_seen: false,
             wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
             spin,
+            wait_stats: WaitStats::default(),
             lent_spans: Vec::new(),
         };
         c.post_ops()?;
@@ -362,6 +365,21 @@ impl Connection {
         Ok(self.pump()? || took)
     }
 
+    /// Before a nap (see `SpinPolicy::plan`), on a provider whose channel events move the
+    /// data (uiwarp): arms the queue, so that what arrives during the nap raises an event
+    /// that the first look after it takes (`take_events_after_wake` reads the socket). Without
+    /// it, bytes that came during the nap wait in the socket until a spinning poll checks it,
+    /// the look after the nap finds nothing, and the nap is never judged too long. True when
+    /// arming found progress (no nap then). A kernel provider's completions are in the queue
+    /// at the first look: nothing to do.
+    pub(crate) fn arm_for_nap(&mut self) -> io::Result<bool> {
+        if self.res.cq_channel.events_make_progress() {
+            self.arm()
+        } else {
+            Ok(false)
+        }
+    }
+
     /// Takes and acknowledges the completion channel's events, leaving the queue unarmed;
     /// true when there were any.
     fn take_events(&mut self) -> io::Result<bool> {
@@ -401,6 +419,7 @@ impl Connection {
 
     /// A blocking wait found its progress right after its nap of `nap`.
     pub(crate) fn record_overslept(&mut self, nap: Duration) {
+        self.wait_stats.overslept_naps += 1;
         self.spin.record_overslept(nap);
     }
 

@@ -35,5 +35,6 @@ mod vectored;
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING};
+pub use spin::WaitStats;
 pub use stream::RdmaSocket;
 pub use uiwarp::{AutoCm, UiwarpCm};

@@ -109,6 +109,8 @@ impl Shared {
         let mut woke = false;
         // The nap just taken, until the attempt after it has told whether it came too late.
         let mut napped = None;
+        // This call's wait is counted in the connection's `WaitStats`.
+        let mut counted = false;
         loop {
             let took = woke && g.take_events_after_wake()?;
             woke = false;
@@ -141,6 +143,10 @@ impl Shared {
                     None => {
                         let start = Instant::now();
                         let plan = g.wait_plan();
+                        if !counted {
+                            counted = true;
+                            g.wait_stats.waits += 1;
+                        }
                         let nap = deadline.map_or(plan.nap, |d| {
                             plan.nap.min(d.saturating_duration_since(start))
                         });
@@ -149,11 +155,18 @@ impl Shared {
                             waiting = Some((start, end));
                             end
                         } else {
+                            if g.arm_for_nap()? {
+                                // A completion came while arming (perhaps not the one
+                                // awaited): look again before planning the wait.
+                                continue;
+                            }
+                            g.wait_stats.naps += 1;
                             g = self.nap(g, nap);
                             napped = Some(nap);
                             waiting = Some((start, Instant::now() + plan.spin));
                             // What came during the nap is for the attempt to find first.
-                            if g.progress()? {
+                            let took = g.take_events_after_wake()?;
+                            if g.progress()? || took {
                                 self.wake_others(&g);
                             }
                             continue;
@@ -226,6 +239,7 @@ impl Shared {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        g.wait_stats.channel_sleeps += 1;
         if g.poller_active {
             g.cond_waiters += 1;
             let mut g = match wait {

@@ -13,6 +13,26 @@ pub(crate) const MAX_NAPPED_WAIT: Duration = Duration::from_millis(20);
 /// the slowest recent wait past the cap (see [`SpinPolicy::plan`]).
 const SHORT_WAIT_MARGIN: u32 = 4;
 
+/// What a socket's blocking calls did when they had to wait (see
+/// [`RdmaSocket::wait_stats`](crate::RdmaSocket::wait_stats)): a diagnostic for choosing a
+/// progress mode, like the counters of `TCP_INFO`. Counted over the connection's life, for all
+/// its handles.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Blocking calls that found no progress at once and waited.
+    pub waits: u64,
+    /// Waits that began with a nap: a timed sleep before spinning, taken when recent waits
+    /// all ran past the spin cap (see
+    /// [`SocketOptionsBuilder::adaptive`](crate::socket::SocketOptionsBuilder::adaptive)).
+    pub naps: u64,
+    /// Naps after which the progress was already there: the nap was too long, and the next
+    /// ones are shortened.
+    pub overslept_naps: u64,
+    /// Sleeps on the completion channel, after a spin (or instead of one, in event mode)
+    /// found nothing.
+    pub channel_sleeps: u64,
+}
+
 /// How one blocking wait goes: sleep `nap` on a timer (nothing wakes it earlier), then
 /// busy-poll for up to `spin`, then arm the queue and sleep until an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

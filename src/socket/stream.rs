@@ -5,6 +5,7 @@ use super::cm::{CmEndpoint, ConnectionManager};
 use super::conn::{Connection, Resources};
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
+use super::spin::WaitStats;
 use super::uiwarp::AutoCm;
 use crate::stream::{Hello, StreamError};
 use std::fmt;
@@ -180,6 +181,13 @@ impl RdmaSocket {
     /// Always true (see [`set_nodelay`](Self::set_nodelay)).
     pub fn nodelay(&self) -> io::Result<bool> {
         Ok(true)
+    }
+
+    /// What this connection's blocking calls did when they had to wait: how many waits,
+    /// naps, naps that overslept and sleeps on the completion channel. For tuning the
+    /// progress mode (see [`SocketOptionsBuilder::adaptive`](super::SocketOptionsBuilder::adaptive)).
+    pub fn wait_stats(&self) -> WaitStats {
+        self.shared.lock().wait_stats
     }
 
     /// Whether the peer announced itself as rdmasock (otherwise it is plain rsocket).
