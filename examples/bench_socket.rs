@@ -5,13 +5,15 @@
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
 //!                         [--spin MICROSECONDS] [--ring BYTES] [--signal N]
-//!                         [--max-transfer BYTES] [--listen PORT | --connect PORT]
+//!                         [--max-transfer BYTES] [--listen PORT | --connect PORT] [--waits]
 //! ```
 //!
 //! By default both ends run in this process, as two threads. `--listen PORT` runs only the
 //! passive end (echo, then sink) on `IP:PORT`; `--connect PORT` runs the active end against
 //! it and prints the results: two processes, as perftest and rstream run (or two hosts).
-//! Both must be given the same sizes, counts and options.
+//! Both must be given the same sizes, counts and options. `--waits` prints each latency's
+//! spread (a `SPREAD` line: percentiles of the one-way time) and, with both ends in one
+//! process and `rdma`, a `WAITS` line per connection with both ends' `WaitStats`.
 //!
 //! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode), `--ring` its send
 //! and receive ring sizes, `--signal` its signalling interval (one send in N completes) and
@@ -25,6 +27,7 @@
 //! RESULT lat rdma 64 AVG_USEC MEDIAN_USEC      one-way: half the round trip, as perftest
 //! RESULT bw rdma 65536 MIB_PER_SEC
 //! ```
+use rdmasock::socket::WaitStats;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -33,8 +36,29 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// A stream both kinds provide.
-trait Stream: Read + Write + Send + 'static {}
-impl<T: Read + Write + Send + 'static> Stream for T {}
+trait Stream: Read + Write + Send + 'static {
+    /// The socket's wait counters (an RdmaSocket's only).
+    fn waits(&self) -> Option<WaitStats>;
+}
+
+impl Stream for TcpStream {
+    fn waits(&self) -> Option<WaitStats> {
+        None
+    }
+}
+
+impl Stream for RdmaSocket {
+    fn waits(&self) -> Option<WaitStats> {
+        Some(self.wait_stats())
+    }
+}
+
+/// With `--waits`: a `WAITS` line with both ends' wait counters.
+fn print_waits(on: bool, what: &str, client: Option<WaitStats>, server: Option<WaitStats>) {
+    if let (true, Some(c), Some(s)) = (on, client, server) {
+        println!("WAITS {what} client {c:?} server {s:?}");
+    }
+}
 
 struct Args {
     kind: String,
@@ -45,6 +69,8 @@ struct Args {
     chunk: usize,
     opts: SocketOptions,
     role: Role,
+    /// Print each connection's wait counters (`--waits`, both ends in this process).
+    waits: bool,
 }
 
 /// Which ends of each connection this process runs.
@@ -75,9 +101,14 @@ fn args() -> Result<Args, String> {
         chunk: 65536,
         opts: SocketOptions::default(),
         role: Role::Both,
+        waits: false,
     };
     let (mut spin, mut ring, mut signal, mut max_transfer) = (None, None, None, None);
     while let Some(flag) = it.next() {
+        if flag == "--waits" {
+            a.waits = true;
+            continue;
+        }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
@@ -129,24 +160,32 @@ fn args() -> Result<Args, String> {
 }
 
 /// (average, median) one-way microseconds over `iters` round trips of `size` bytes.
-fn pingpong<S: Stream>(client: S, server: S, size: usize, iters: usize) -> (f64, f64) {
+/// With `waits`, prints both ends' wait counters.
+fn pingpong<S: Stream>(client: S, server: S, size: usize, iters: usize, waits: bool) -> (f64, f64) {
     let echo = thread::spawn(move || echo(server, size, iters));
-    let result = ping(client, size, iters);
-    echo.join().expect("echo thread");
+    let (result, client) = ping(client, size, iters, waits);
+    let server = echo.join().expect("echo thread");
+    print_waits(
+        waits,
+        &format!("lat {size}"),
+        client.waits(),
+        server.waits(),
+    );
     result
 }
 
 /// The passive end of [`pingpong`]: sends back every `size`-byte message.
-fn echo<S: Stream>(mut s: S, size: usize, iters: usize) {
+fn echo<S: Stream>(mut s: S, size: usize, iters: usize) -> S {
     let mut buf = vec![0u8; size];
     for _ in 0..iters + iters / 10 {
         s.read_exact(&mut buf).expect("server read");
         s.write_all(&buf).expect("server write");
     }
+    s
 }
 
 /// The active end of [`pingpong`]: `iters / 10` warm-up round trips, then `iters` timed.
-fn ping<S: Stream>(mut client: S, size: usize, iters: usize) -> (f64, f64) {
+fn ping<S: Stream>(mut client: S, size: usize, iters: usize, spread: bool) -> ((f64, f64), S) {
     let warm = iters / 10;
     let out: Vec<u8> = (0..size).map(|i| (i * 7) as u8).collect();
     let mut back = vec![0u8; size];
@@ -162,19 +201,38 @@ fn ping<S: Stream>(mut client: S, size: usize, iters: usize) -> (f64, f64) {
     }
     let avg = samples.iter().sum::<f64>() / samples.len() as f64;
     samples.sort_by(f64::total_cmp);
-    (avg, samples[samples.len() / 2])
+    if spread {
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+        println!(
+            "SPREAD lat {size} p10 {:.0} p50 {:.0} p90 {:.0} p99 {:.0} max {:.0}",
+            at(0.1),
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            at(1.0)
+        );
+    }
+    ((avg, samples[samples.len() / 2]), client)
 }
 
 /// MiB/s of `total` bytes written in `chunk`-byte writes, until the reader's one-byte ack.
-fn stream<S: Stream>(client: S, server: S, chunk: usize, total: usize) -> f64 {
-    let sink = thread::spawn(move || sink(server, chunk, total));
-    let bw = source(client, chunk, total);
-    assert_eq!(sink.join().expect("sink thread"), total, "bytes lost");
+/// With `waits`, prints both ends' wait counters.
+fn stream<S: Stream>(client: S, server: S, chunk: usize, total: usize, waits: bool) -> f64 {
+    let sink = thread::spawn(move || {
+        let mut server = server;
+        let got = sink(&mut server, chunk, total);
+        (got, server.waits())
+    });
+    let mut client = client;
+    let bw = source(&mut client, chunk, total);
+    let (got, server) = sink.join().expect("sink thread");
+    assert_eq!(got, total, "bytes lost");
+    print_waits(waits, &format!("bw {chunk}"), client.waits(), server);
     bw
 }
 
 /// The passive end of [`stream`]: reads `total` bytes, then acknowledges with one byte.
-fn sink<S: Stream>(mut s: S, chunk: usize, total: usize) -> usize {
+fn sink<S: Stream>(s: &mut S, chunk: usize, total: usize) -> usize {
     let mut buf = vec![0u8; chunk.max(65536)];
     let mut got = 0usize;
     while got < total {
@@ -188,7 +246,7 @@ fn sink<S: Stream>(mut s: S, chunk: usize, total: usize) -> usize {
 }
 
 /// The active end of [`stream`]: MiB/s until the ack.
-fn source<S: Stream>(mut client: S, chunk: usize, total: usize) -> f64 {
+fn source<S: Stream>(client: &mut S, chunk: usize, total: usize) -> f64 {
     let buf = vec![0x5au8; chunk];
     let t = Instant::now();
     let mut sent = 0;
@@ -222,11 +280,11 @@ fn rdma_pair(ip: IpAddr, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
 fn run<S: Stream>(a: &Args, pair: impl Fn(IpAddr) -> (S, S)) {
     for &size in &a.sizes {
         let (c, s) = pair(a.ip);
-        let (avg, median) = pingpong(c, s, size, a.iters);
+        let (avg, median) = pingpong(c, s, size, a.iters, a.waits);
         println!("RESULT lat {} {size} {avg:.2} {median:.2}", a.kind);
     }
     let (c, s) = pair(a.ip);
-    let bw = stream(c, s, a.chunk, a.megabytes << 20);
+    let bw = stream(c, s, a.chunk, a.megabytes << 20, a.waits);
     println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
 }
 
@@ -235,16 +293,16 @@ fn serve<S: Stream>(a: &Args, mut accept: impl FnMut() -> S) {
     for &size in &a.sizes {
         echo(accept(), size, a.iters);
     }
-    sink(accept(), a.chunk, a.megabytes << 20);
+    sink(&mut accept(), a.chunk, a.megabytes << 20);
 }
 
 /// `--connect`: the active end; prints the results.
 fn drive<S: Stream>(a: &Args, connect: impl Fn() -> S) {
     for &size in &a.sizes {
-        let (avg, median) = ping(connect(), size, a.iters);
+        let ((avg, median), _) = ping(connect(), size, a.iters, a.waits);
         println!("RESULT lat {} {size} {avg:.2} {median:.2}", a.kind);
     }
-    let bw = source(connect(), a.chunk, a.megabytes << 20);
+    let bw = source(&mut connect(), a.chunk, a.megabytes << 20);
     println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
 }
 
