@@ -182,6 +182,56 @@ fn steady_slow_answers_nap_without_losing_data_or_timeouts() {
     let _s = answering.join().unwrap();
 }
 
+/// `wait_stats` counts what the blocking calls did: with answers 1 ms after each request,
+/// every read waits; in event mode each wait sleeps on the channel, busy-polling for up to
+/// 500 ms never does, and neither naps.
+#[test]
+fn wait_stats_count_each_mode_s_waits() {
+    const ROUNDS: u64 = 30;
+    let event = SocketOptions::builder().event_mode().build().unwrap();
+    let busy = SocketOptions::builder()
+        .busy_poll(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for (mode, opts) in [("event", event), ("busy-poll", busy)] {
+        let (server, client) = pair_with(&opts);
+        let answering = thread::spawn(move || {
+            let mut s = server;
+            for _ in 0..ROUNDS {
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).expect("request");
+                thread::sleep(Duration::from_millis(1));
+                s.write_all(&b).expect("answer");
+            }
+            s
+        });
+        let mut c = client;
+        let before = c.wait_stats();
+        for i in 0..ROUNDS {
+            c.write_all(&[i as u8]).unwrap();
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).expect("answer");
+            assert_eq!(b, [i as u8]);
+        }
+        let w = c.wait_stats();
+        let _s = answering.join().unwrap();
+        let waits = w.waits - before.waits;
+        let sleeps = w.channel_sleeps - before.channel_sleeps;
+        // A write may wait too (for its completion), and a woken read may sleep again: at
+        // least one wait and one sleep per round in event mode, none in busy-poll mode.
+        assert!(
+            waits >= ROUNDS,
+            "{mode}: {waits} waits in {ROUNDS} rounds: {w:?}"
+        );
+        assert_eq!(w.naps, 0, "{mode}: only the adaptive mode naps: {w:?}");
+        if mode == "event" {
+            assert!(sleeps >= ROUNDS, "{mode}: {sleeps} channel sleeps: {w:?}");
+        } else {
+            assert_eq!(sleeps, 0, "{mode}: a 500 ms spin slept: {w:?}");
+        }
+    }
+}
+
 /// A nap that overslept is seen as one, so a stream does not nap through its run. On uiwarp
 /// what arrives during a nap waits in the TCP socket until a thread reads it: within 2 ms of
 /// a spin the engine leaves the socket to the application. The look after a nap used to poll
