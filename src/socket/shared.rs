@@ -157,14 +157,17 @@ impl Shared {
                         } else {
                             if g.arm_for_nap()? {
                                 // A completion came while arming (perhaps not the one
-                                // awaited): look again before planning the wait.
+                                // awaited, perhaps one a sleeping caller waits for): look
+                                // again before planning the wait.
+                                self.wake_others(&g);
                                 continue;
                             }
                             g.wait_stats.naps += 1;
                             g = self.nap(g, nap);
                             napped = Some(nap);
                             waiting = Some((start, Instant::now() + plan.spin));
-                            // What came during the nap is for the attempt to find first.
+                            // What came during the nap is for the attempt to find first
+                            // (on uiwarp the armed channel's events read the socket).
                             let took = g.take_events_after_wake()?;
                             if g.progress()? || took {
                                 self.wake_others(&g);
