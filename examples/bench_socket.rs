@@ -27,31 +27,15 @@
 //! RESULT lat rdma 64 AVG_USEC MEDIAN_USEC      one-way: half the round trip, as perftest
 //! RESULT bw rdma 65536 MIB_PER_SEC
 //! ```
+mod common;
+
+use common::bench::Stream;
 use rdmasock::socket::WaitStats;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
-use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// A stream both kinds provide.
-trait Stream: Read + Write + Send + 'static {
-    /// The socket's wait counters (an RdmaSocket's only).
-    fn waits(&self) -> Option<WaitStats>;
-}
-
-impl Stream for TcpStream {
-    fn waits(&self) -> Option<WaitStats> {
-        None
-    }
-}
-
-impl Stream for RdmaSocket {
-    fn waits(&self) -> Option<WaitStats> {
-        Some(self.wait_stats())
-    }
-}
 
 /// With `--waits`: a `WAITS` line with both ends' wait counters.
 fn print_waits(on: bool, what: &str, client: Option<WaitStats>, server: Option<WaitStats>) {

@@ -14,30 +14,14 @@
 //! busy-poll. `--waits` prints each uiwarp round's result and both ends' `WaitStats` (how
 //! often the blocking calls waited, napped, overslept a nap and slept on the channel).
 
+mod common;
+
+use common::bench::Stream;
 use rdmasock::socket::{UiwarpCm, WaitStats};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
 use std::time::Instant;
-
-/// A stream both sides use.
-trait Stream: Read + Write + Send + 'static {
-    /// The socket's wait counters (an RdmaSocket's only).
-    fn waits(&self) -> Option<WaitStats>;
-}
-
-impl Stream for TcpStream {
-    fn waits(&self) -> Option<WaitStats> {
-        None
-    }
-}
-
-impl Stream for RdmaSocket {
-    fn waits(&self) -> Option<WaitStats> {
-        Some(self.wait_stats())
-    }
-}
 
 /// One round's result, with its client's and server's wait counters.
 type Round = (f64, Option<WaitStats>, Option<WaitStats>);

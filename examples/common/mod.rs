@@ -1,7 +1,8 @@
-//! What the rdma-core twin examples share: getopt-style option parsing (std only) and C-style
-//! number parsing (`strtol(s, NULL, 0)`).
+//! What the examples share: getopt-style option parsing (std only) and C-style number parsing
+//! (`strtol(s, NULL, 0)`) for the rdma-core twins, and the benchmarks' stream trait.
 #![allow(dead_code)] // each example uses a different part
 
+pub mod bench;
 pub mod cm_endpoint;
 pub mod pingpong;
 
