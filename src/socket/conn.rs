@@ -419,7 +419,6 @@ impl Connection {
 
     /// A blocking wait found its progress right after its nap of `nap`.
     pub(crate) fn record_overslept(&mut self, nap: Duration) {
-        self.wait_stats.overslept_naps += 1;
         self.spin.record_overslept(nap);
     }
 

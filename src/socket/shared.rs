@@ -124,7 +124,10 @@ impl Shared {
                         // Ready at the first look after the nap: it came during the nap, at
                         // a time unknown, so the time waited says only that the nap was
                         // too long.
-                        (Some(_), Some(nap)) => g.record_overslept(nap),
+                        (Some(_), Some(nap)) => {
+                            g.wait_stats.overslept_naps += 1;
+                            g.record_overslept(nap)
+                        }
                         (Some((start, _)), None) => g.record_wait(start.elapsed()),
                         _ => {}
                     }
