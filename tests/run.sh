@@ -2,7 +2,8 @@
 # tests/run.sh - rdmasock's one test command: the host suite, then the VM suite.
 #
 #   tests/run.sh             cargo test --workspace --no-fail-fast, then the VM suite
-#                            (tests/vm/run.sh --both: rxe0 and siw0 in a qemu VM)
+#                            (tests/vm/run.sh --both: rxe0 and siw0 in a qemu VM), then
+#                            tests/vm/two-hosts.sh (two such VMs wired together)
 #   tests/run.sh --host      the host suite only (for quick iterations; CI runs both)
 #   tests/run.sh --vm        the VM suite only
 #   tests/run.sh --release   build and test the release profile
@@ -62,6 +63,17 @@ if [ $run_vm = 1 ]; then
   # no summary from the suite (the VM never got that far): count the run as one failure
   if [ -z "$vm_line" ]; then vm_line="0 passed, 1 failed"
   elif [ "$vm_rc" -ne 0 ] && [[ $vm_line == *" 0 failed" ]]; then vm_line="${vm_line% 0 failed} 1 failed"; fi
+  echo "=== VM suite across two hosts: tests/vm/two-hosts.sh (two wired VMs)"
+  tests/vm/two-hosts.sh 2>&1 | tee "$output"
+  two_rc=${PIPESTATUS[0]}
+  two_line=$(tr -d '\r' < "$output" | sed -n 's/^two-hosts: \([0-9]* passed, [0-9]* failed\)$/\1/p' | tail -1)
+  if [ -z "$two_line" ]; then two_line="0 passed, 1 failed"
+  elif [ "$two_rc" -ne 0 ] && [[ $two_line == *" 0 failed" ]]; then two_line="${two_line% 0 failed} 1 failed"; fi
+  if [ "$two_rc" -ne 0 ] && [ "$vm_status" = ok ]; then vm_status="FAILED (two hosts, exit $two_rc)"; fi
+  # one line for both: the sums
+  read -r p1 _ f1 _ <<< "${vm_line//,/}"
+  read -r p2 _ f2 _ <<< "${two_line//,/}"
+  vm_line="$((p1 + p2)) passed, $((f1 + f2)) failed"
 fi
 
 echo

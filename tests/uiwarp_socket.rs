@@ -666,3 +666,27 @@ fn a_spinning_read_lets_a_clone_write() {
         "the write waited for the read's spin: the echo took {took:?}"
     );
 }
+
+/// IPv6: a listener on `[::1]` accepts a connection addressed to it; both ends report IPv6
+/// addresses, and 8 MiB each way arrive intact.
+#[test]
+fn ipv6_loopback_connect_accept_and_stream() {
+    let opts = SocketOptions::default();
+    let l = RdmaListener::bind_with("[::1]:0", &opts).expect("bind on [::1]");
+    let addr = l.local_addr().expect("listener address");
+    assert!(addr.is_ipv6() && addr.ip().is_loopback(), "{addr}");
+    assert_ne!(addr.port(), 0);
+    let t = thread::spawn(move || l.accept().expect("accept on [::1]"));
+    let c = RdmaSocket::connect_with(addr, &opts).expect("connect to [::1]");
+    let (s, peer) = t.join().expect("accept thread");
+    assert_eq!(c.peer_addr().unwrap(), addr);
+    assert!(c.local_addr().unwrap().is_ipv6());
+    assert_eq!(
+        peer,
+        c.local_addr().unwrap(),
+        "the server sees the client's address"
+    );
+    assert_eq!(s.local_addr().unwrap().ip(), addr.ip());
+    assert_eq!(s.peer_addr().unwrap(), peer);
+    both_ways(s, c, 8 << 20, 64 << 10);
+}

@@ -287,8 +287,12 @@ fn listener_and_connector_establish_with_private_data_both_ways() {
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn ipv6_listener_and_connector_establish() {
     device_ip("rxe0");
-    sh("ip -6 addr show dev eth0 | grep -q fd99::2 || ip -6 addr add fd99::2/64 dev eth0 nodad");
-    connect_round_trip("[fd99::2]:7109".parse().unwrap());
+    let ip: IpAddr = std::env::var("RDMA_VM_RXE_IP6")
+        .expect("RDMA_VM_RXE_IP6 is unset: run in the VM (tests/vm/run.sh gives eth0 fd99::2)")
+        .parse()
+        .expect("an IP address");
+    assert!(ip.is_ipv6(), "{ip}");
+    connect_round_trip(at(ip, 7109));
 }
 
 #[test]

@@ -39,6 +39,17 @@ fn siw_ip() -> IpAddr {
     ip.parse().expect("RDMA_VM_SIW_IP is an IP address")
 }
 
+/// The IPv6 address the VM gives a device's NIC (`RDMA_VM_RXE_IP6`, `RDMA_VM_SIW_IP6`);
+/// panics (loudly) when the VM did not set it.
+fn vm_ip6(var: &str) -> IpAddr {
+    let ip: IpAddr = std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is unset: these tests run in the VM (tests/vm/run.sh)"))
+        .parse()
+        .expect("an IP address");
+    assert!(ip.is_ipv6(), "{var}={ip} is not IPv6");
+    ip
+}
+
 fn listener() -> (RdmaListener, SocketAddr) {
     listener_on(vm_ip())
 }
@@ -86,6 +97,22 @@ fn echo_on(ip: IpAddr) {
         .expect("EOF after the server closes");
     assert!(rest.is_empty());
     server.join().expect("server thread");
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn ipv6_connect_accept_echo_and_stream() {
+    vm_ip();
+    ipv6_on(vm_ip6("RDMA_VM_RXE_IP6"));
+}
+
+/// Over an IPv6 address: the echo (which checks both ends' addresses), then 8 MiB each way.
+fn ipv6_on(ip: IpAddr) {
+    echo_on(ip);
+    let (s, c) = pair_on(ip, &SocketOptions::default());
+    assert_eq!(c.local_addr().unwrap().ip(), ip);
+    assert_eq!(s.peer_addr().unwrap(), c.local_addr().unwrap());
+    both_ways(s, c, 8 << 20, MAX_PIECE);
 }
 
 fn pair_with(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
@@ -546,6 +573,13 @@ fn mio_event_follows_would_block() {
 #[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
 fn siw_connect_accept_echo() {
     echo_on(siw_ip());
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_ipv6_connect_accept_echo_and_stream() {
+    siw_ip();
+    ipv6_on(vm_ip6("RDMA_VM_SIW_IP6"));
 }
 
 #[test]

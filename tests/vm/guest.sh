@@ -31,9 +31,12 @@ ulimit -n 65536
 log "stage 2 started"
 ip link set lo up
 modprobe virtio_net || setup_failed "modprobe virtio_net"
-RDMA_VM_RXE_IP=10.99.0.2 RDMA_VM_SIW_IP=
+N=${VM_HOST:-2}   # this guest's number on its subnets (run.sh --host)
+RDMA_VM_RXE_IP=10.99.0.$N RDMA_VM_SIW_IP= RDMA_VM_RXE_IP6=fd99::$N RDMA_VM_SIW_IP6=
 wait_for /sys/class/net/eth0 || setup_failed "no eth0"
 ip addr add "$RDMA_VM_RXE_IP/24" dev eth0 && ip link set eth0 up || setup_failed "eth0 address"
+# An IPv6 address too (nodad: usable at once), for the IPv6 tests.
+ip -6 addr add "$RDMA_VM_RXE_IP6/64" dev eth0 nodad || setup_failed "eth0 IPv6 address"
 
 modprobe ib_uverbs && modprobe rdma_ucm && modprobe rdma_rxe || setup_failed "modprobe ib_uverbs rdma_ucm rdma_rxe"
 rdma link add rxe0 type rxe netdev eth0 || setup_failed "rdma link add rxe0"
@@ -41,9 +44,10 @@ log "rxe0 on eth0 ($RDMA_VM_RXE_IP)"
 
 if [[ " $VM_DEVICES " == *" siw "* ]]; then
   # rdma_cm maps an IP address to one device, so siw0 gets its own NIC and address.
-  RDMA_VM_SIW_IP=10.99.1.2
+  RDMA_VM_SIW_IP=10.99.1.$N RDMA_VM_SIW_IP6=fd99:1::$N
   wait_for /sys/class/net/eth1 || setup_failed "no eth1 for siw0"
   ip addr add "$RDMA_VM_SIW_IP/24" dev eth1 && ip link set eth1 up || setup_failed "eth1 address"
+  ip -6 addr add "$RDMA_VM_SIW_IP6/64" dev eth1 nodad || setup_failed "eth1 IPv6 address"
   if ! modprobe siw 2>/dev/null; then   # Debian's kernel has no siw: use tests/vm/build-siw.sh's
     for dep in $(modinfo -F depends "$VM_SIW_DIR/siw.ko" | tr , ' '); do modprobe "$dep"; done
     insmod "$VM_SIW_DIR/siw.ko" || setup_failed "insmod $VM_SIW_DIR/siw.ko"
@@ -56,6 +60,13 @@ rdma link show
 
 # For the tests: which devices exist and which address reaches each through rdma_cm.
 export RDMA_VM=1 RDMA_VM_IP=$RDMA_VM_RXE_IP RDMA_VM_NETDEV=eth0 RDMA_VM_RXE_IP RDMA_VM_SIW_IP
+export RDMA_VM_RXE_IP6 RDMA_VM_SIW_IP6
+if [ -n "${VM_PEER:-}" ]; then   # the other VM on the wire (run.sh --wire, --peer)
+  export RDMA_VM_PEER_RXE_IP=10.99.0.$VM_PEER RDMA_VM_PEER_RXE_IP6=fd99::$VM_PEER
+  if [ -n "$RDMA_VM_SIW_IP" ]; then
+    export RDMA_VM_PEER_SIW_IP=10.99.1.$VM_PEER RDMA_VM_PEER_SIW_IP6=fd99:1::$VM_PEER
+  fi
+fi
 RDMA_VM_DEVICES=$(ls /sys/class/infiniband | tr '\n' ' ')
 export RDMA_VM_DEVICES=${RDMA_VM_DEVICES% }
 

@@ -14,6 +14,15 @@
 #                which `cargo test` on the host has already built)
 #   --timeout S  kill the VM after S seconds, exit 124 (default 2400, RDMASOCK_VM_TIMEOUT)
 #   --mem SIZE   guest memory (default 2G);  --cpus N  guest vCPUs (default: nproc)
+#   --host N     the guest's number on its subnets (default 2): eth0 10.99.0.N and fd99::N,
+#                eth1 10.99.1.N and fd99:1::N, MACs ending in N
+#   --wire listen|connect
+#                wire eth0 and eth1 to another VM's, started with the other value, through
+#                qemu socket netdevs on the host's 127.0.0.1:PORT and PORT+1 (PORT:
+#                RDMASOCK_VM_WIRE_PORT, default 15790); start the listening one first
+#                (tests/vm/two-hosts.sh does). Without it each NIC sits alone on a qemu hub.
+#   --peer M     the other VM's --host number: the guest gets RDMA_VM_PEER_RXE_IP,
+#                RDMA_VM_PEER_SIW_IP, RDMA_VM_PEER_RXE_IP6 and RDMA_VM_PEER_SIW_IP6
 #   -v           print the guest's console log even when all went well
 #
 # The guest sees the host's root filesystem read-only (writes go to a tmpfs overlay and
@@ -21,7 +30,8 @@
 # directory read-write, all at their host paths, so host-built binaries run unchanged.
 # The command runs as root in the current directory with `ulimit -l unlimited`,
 # /dev/infiniband/* mode 666, and RDMA_VM=1, RDMA_VM_DEVICES ("rxe0 siw0"),
-# RDMA_VM_IP / RDMA_VM_RXE_IP (10.99.0.2) and RDMA_VM_SIW_IP (10.99.1.2) set.
+# RDMA_VM_IP / RDMA_VM_RXE_IP (10.99.0.2) and RDMA_VM_SIW_IP (10.99.1.2) set, and the
+# same NICs' IPv6 addresses in RDMA_VM_RXE_IP6 (fd99::2) and RDMA_VM_SIW_IP6 (fd99:1::2).
 # Its stdout and stderr come out on this script's stdout.
 #
 # Exit status: the command's; 124 when it timed out; 125 when the VM or the RDMA setup
@@ -47,6 +57,9 @@ timeout_s=${RDMASOCK_VM_TIMEOUT:-2400}
 mem=2G
 cpus=$(nproc)
 verbose=0
+host_n=2
+wire=
+peer_n=
 while [ $# -gt 0 ]; do
   case $1 in
     --both) devices="rxe siw"; shift ;;
@@ -55,6 +68,9 @@ while [ $# -gt 0 ]; do
     --timeout) timeout_s=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
+    --host) host_n=$2; shift 2 ;;
+    --wire) wire=$2; shift 2 ;;
+    --peer) peer_n=$2; shift 2 ;;
     -v) verbose=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
     --) shift; break ;;
@@ -62,6 +78,11 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
+
+[[ $host_n =~ ^[0-9]+$ ]] && [ "$host_n" -ge 1 ] && [ "$host_n" -le 254 ] || die "--host $host_n: a number from 1 to 254"
+[ -z "$peer_n" ] || { [[ $peer_n =~ ^[0-9]+$ ]] && [ "$peer_n" -ge 1 ] && [ "$peer_n" -le 254 ]; } \
+  || die "--peer $peer_n: a number from 1 to 254"
+case $wire in ''|listen|connect) ;; *) die "--wire $wire: listen or connect" ;; esac
 
 # ------------------------------------------------------------------ host checks ----
 command -v qemu-system-x86_64 >/dev/null || die "qemu missing: apt-get install qemu-system-x86"
@@ -170,7 +191,8 @@ trap 'exit 143' TERM
 cp "$HERE/guest.sh" "$CTL/guest.sh"
 printf '%s\n' "$CMD" > "$CTL/cmd.sh"
 {
-  printf 'export VM_CWD=%q VM_DEVICES=%q VM_SIW_DIR=%q\n' "$PWD" "$devices" "$SIW_DIR"
+  printf 'export VM_CWD=%q VM_DEVICES=%q VM_SIW_DIR=%q VM_HOST=%q VM_PEER=%q\n' \
+    "$PWD" "$devices" "$SIW_DIR" "$host_n" "$peer_n"
   for v in RUST_BACKTRACE RUST_LOG RUST_TEST_THREADS RUST_MIN_STACK CARGO_TERM_COLOR NO_COLOR TERM \
            $(compgen -v RDMASOCK_ || true); do
     [ -n "${!v+x}" ] && printf 'export %s=%q\n' "$v" "${!v}"
@@ -192,14 +214,24 @@ for p in "${rw_paths[@]}"; do
   i=$((i + 1))
 done
 
-nics=(-netdev "hubport,id=n0,hubid=0" -device "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56")
+# netdev N: NIC N's backend, alone on a qemu hub or wired to the other VM's NIC N.
+netdev() {
+  if [ -n "$wire" ]; then
+    echo "socket,id=n$1,$wire=127.0.0.1:$((${RDMASOCK_VM_WIRE_PORT:-15790} + $1))"
+  else
+    echo "hubport,id=n$1,hubid=$1"
+  fi
+}
+mac() { printf '52:54:00:12:%02x:%02x' "$1" "$host_n"; }
+nics=(-netdev "$(netdev 0)" -device "virtio-net-pci,netdev=n0,mac=$(mac 0)")
 if [[ " $devices " == *" siw "* ]]; then
-  nics+=(-netdev "hubport,id=n1,hubid=1" -device "virtio-net-pci,netdev=n1,mac=52:54:00:12:34:57")
+  nics+=(-netdev "$(netdev 1)" -device "virtio-net-pci,netdev=n1,mac=$(mac 1)")
 fi
 
 # ----------------------------------------------------------------------- boot ----
 # ttyS0 carries the command's output (our stdout); ttyS1 the kernel console and the
-# guest's setup log (kept in console.log).  Each NIC sits alone on its own qemu hub.
+# guest's setup log (kept in console.log).  Each NIC sits alone on its own qemu hub, or
+# (--wire) on a socket to the other VM's.
 t0=$(date +%s.%N)
 timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \
   -accel "${RDMASOCK_VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu "${RDMASOCK_VM_CPU:-max}" -m "$mem" -smp "$cpus" \

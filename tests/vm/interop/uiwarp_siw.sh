@@ -51,6 +51,22 @@ RDMASOCK_PROVIDER=siw timeout 90 "$E/socket_echo" client "$IP:7484" 4000000; c=$
 kill $S 2>/dev/null; wait $S 2>/dev/null
 check $c "RdmaSocket uiwarp server <- siw client, 4 MB echoed"
 
+# The same two directions over IPv6 (the VM gives eth1 RDMA_VM_SIW_IP6).
+IP6=${RDMA_VM_SIW_IP6:?run in the VM (tests/vm/run.sh sets RDMA_VM_SIW_IP6)}
+echo "=== RdmaSocket over IPv6: kernel path on siw0 (server) <- uiwarp (client)"
+RDMASOCK_PROVIDER=siw timeout 120 "$E/socket_echo" server "[$IP6]:7487" & S=$!
+wait_cm_listen
+RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/5.pcap timeout 90 "$E/socket_echo" client "[$IP6]:7487" 1000000; c=$?
+kill $S 2>/dev/null; wait $S 2>/dev/null
+check $c "RdmaSocket siw server <- uiwarp client over IPv6, 1 MB echoed"
+
+echo "=== RdmaSocket over IPv6: uiwarp (server) <- kernel path on siw0 (client)"
+RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/6.pcap timeout 120 "$E/socket_echo" server "[$IP6]:7488" & S=$!
+wait_tcp_listen 7488
+RDMASOCK_PROVIDER=siw timeout 90 "$E/socket_echo" client "[$IP6]:7488" 1000000; c=$?
+kill $S 2>/dev/null; wait $S 2>/dev/null
+check $c "RdmaSocket uiwarp server <- siw client over IPv6, 1 MB echoed"
+
 echo "=== same workload, same VM: RdmaSocket siw<->siw against uiwarp<->uiwarp (16 MB echo)"
 RDMASOCK_PROVIDER=siw timeout 120 "$E/socket_echo" server "$IP:7485" & S=$!
 wait_cm_listen

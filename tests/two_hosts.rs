@@ -1,0 +1,387 @@
+//! RdmaSocket across two hosts: two VMs wired together (`tests/vm/two-hosts.sh`), one in the
+//! server role, one in the client role, each running these tests in the same order
+//! (`--ignored --test-threads=1`). Within one VM a connection never leaves the device (rxe
+//! loops it back inside the driver, siw over the loopback interface); here the bytes cross
+//! the wire between the two guests, which each test checks on the NIC's counters.
+//!
+//! Each test panics when the role, the peer's address or the device is missing.
+
+use rdmasock::socket::UiwarpCm;
+use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[path = "vm_support/mod.rs"]
+mod vm_support;
+
+/// Bytes the client sends (and gets back) per test.
+const TOTAL: usize = 8 << 20;
+/// How long the server waits for its client, and the client for its server's listener.
+const MEET: Duration = Duration::from_secs(180);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Role {
+    Server,
+    Client,
+}
+
+fn role() -> Role {
+    match std::env::var("RDMA_VM_ROLE").as_deref() {
+        Ok("server") => Role::Server,
+        Ok("client") => Role::Client,
+        other => panic!(
+            "RDMA_VM_ROLE is {other:?}: these tests run in two wired VMs, one server and one \
+             client (tests/vm/two-hosts.sh)"
+        ),
+    }
+}
+
+/// An address the VM set (`RDMA_VM_RXE_IP`, `RDMA_VM_PEER_SIW_IP6`, ...).
+fn ip(var: &str) -> IpAddr {
+    std::env::var(var)
+        .unwrap_or_else(|_| {
+            panic!("{var} is unset: these tests run in two wired VMs (tests/vm/two-hosts.sh)")
+        })
+        .parse()
+        .unwrap_or_else(|e| panic!("{var}: {e}"))
+}
+
+fn device(name: &str) {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband")
+            .join(name)
+            .exists(),
+        "{name} is missing: tests/vm/two-hosts.sh creates rxe0 on eth0 and siw0 on eth1"
+    );
+}
+
+/// A NIC's byte counter (`tx_bytes` or `rx_bytes`).
+fn nic_bytes(netdev: &str, counter: &str) -> u64 {
+    let path = format!("/sys/class/net/{netdev}/statistics/{counter}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The bytes of the client's stream: deterministic, so the server needs no copy to check.
+fn pattern(at: usize, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        let x = (at + i) as u64;
+        *b = (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8;
+    }
+}
+
+/// Server: accepts one connection on `addr` (through `cm` when given), checks the stream
+/// against the pattern while echoing it back, until the client's end-of-stream.
+fn serve(addr: SocketAddr, cm: Option<&'static UiwarpCm>) {
+    let opts = SocketOptions::default();
+    let l = match cm {
+        Some(cm) => RdmaListener::bind_via(cm, addr, &opts),
+        None => RdmaListener::bind_with(addr, &opts),
+    }
+    .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(l.accept());
+    });
+    let (mut s, peer) = rx
+        .recv_timeout(MEET)
+        .unwrap_or_else(|_| panic!("no client connected to {addr} within {MEET:?}"))
+        .unwrap_or_else(|e| panic!("accept on {addr}: {e}"));
+    assert_ne!(peer.ip(), addr.ip(), "the client is on the other host");
+    assert_eq!(s.local_addr().unwrap(), addr);
+    let mut buf = vec![0u8; 256 << 10];
+    let mut want = vec![0u8; buf.len()];
+    let mut got = 0usize;
+    loop {
+        let n = s.read(&mut buf).expect("server read");
+        if n == 0 {
+            break;
+        }
+        pattern(got, &mut want[..n]);
+        assert!(buf[..n] == want[..n], "bytes {got}..{} differ", got + n);
+        got += n;
+        s.write_all(&buf[..n]).expect("server write");
+    }
+    assert_eq!(got, TOTAL, "the server got the whole stream");
+}
+
+/// Client: connects to `addr` (retrying while the server's listener is not up yet), sends
+/// the pattern in random pieces while reading the echo, checks it by hash, and checks that
+/// `netdev` carried at least that much each way.
+fn call(addr: SocketAddr, netdev: &str, cm: Option<&'static UiwarpCm>) {
+    let opts = SocketOptions::default();
+    let end = Instant::now() + MEET;
+    let c = loop {
+        let r = match cm {
+            Some(cm) => RdmaSocket::connect_via(cm, addr, &opts),
+            None => RdmaSocket::connect_with(addr, &opts),
+        };
+        match r {
+            Ok(c) => break c,
+            // The server's listener is not up yet (refused), or its address not yet known.
+            Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(200)),
+            Err(e) => panic!("connect to {addr} for {MEET:?}: {e}"),
+        }
+    };
+    assert_eq!(c.peer_addr().unwrap(), addr);
+    assert_ne!(c.local_addr().unwrap().ip(), addr.ip());
+    let (tx0, rx0) = (nic_bytes(netdev, "tx_bytes"), nic_bytes(netdev, "rx_bytes"));
+    let mut w = c.try_clone().expect("try_clone");
+    let writer = thread::spawn(move || {
+        let mut h = DefaultHasher::new();
+        let mut at = 0usize;
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut buf = vec![0u8; 300_000];
+        while at < TOTAL {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let n = (1 + (seed % buf.len() as u64) as usize).min(TOTAL - at);
+            pattern(at, &mut buf[..n]);
+            w.write_all(&buf[..n]).expect("client write");
+            h.write(&buf[..n]);
+            at += n;
+        }
+        w.shutdown(Shutdown::Write).expect("shutdown write");
+        h.finish()
+    });
+    let mut r = c;
+    let mut h = DefaultHasher::new();
+    let mut buf = vec![0u8; 200_000];
+    let mut got = 0usize;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                h.write(&buf[..n]);
+                got += n;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => panic!("client read after {got} bytes: {e}"),
+        }
+    }
+    let sent = writer.join().expect("writer thread");
+    assert_eq!(got, TOTAL, "the whole echo came back");
+    assert_eq!(h.finish(), sent, "the echo matches what was sent");
+    let (tx, rx) = (
+        nic_bytes(netdev, "tx_bytes") - tx0,
+        nic_bytes(netdev, "rx_bytes") - rx0,
+    );
+    assert!(
+        tx >= TOTAL as u64 && rx >= TOTAL as u64,
+        "{netdev} carried {tx} bytes out and {rx} in for {TOTAL} each way: the stream did not \
+         cross the wire"
+    );
+}
+
+/// Runs this VM's side of one connection: `own` and `peer` are the address variables of the
+/// server's NIC as each side sees it.
+fn across(
+    dev: &str,
+    netdev: &str,
+    own: &str,
+    peer: &str,
+    port: u16,
+    cm: Option<&'static UiwarpCm>,
+) {
+    device(dev);
+    match role() {
+        Role::Server => serve(SocketAddr::new(ip(own), port), cm),
+        Role::Client => call(SocketAddr::new(ip(peer), port), netdev, cm),
+    }
+}
+
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn rxe_ipv4_stream_across_hosts() {
+    across(
+        "rxe0",
+        "eth0",
+        "RDMA_VM_RXE_IP",
+        "RDMA_VM_PEER_RXE_IP",
+        7601,
+        None,
+    );
+}
+
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn rxe_ipv6_stream_across_hosts() {
+    across(
+        "rxe0",
+        "eth0",
+        "RDMA_VM_RXE_IP6",
+        "RDMA_VM_PEER_RXE_IP6",
+        7602,
+        None,
+    );
+}
+
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn siw_ipv4_stream_across_hosts() {
+    across(
+        "siw0",
+        "eth1",
+        "RDMA_VM_SIW_IP",
+        "RDMA_VM_PEER_SIW_IP",
+        7603,
+        None,
+    );
+}
+
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn siw_ipv6_stream_across_hosts() {
+    across(
+        "siw0",
+        "eth1",
+        "RDMA_VM_SIW_IP6",
+        "RDMA_VM_PEER_SIW_IP6",
+        7604,
+        None,
+    );
+}
+
+/// The userspace provider on the client's side against the kernel's siw on the server's
+/// (issue #5: uiwarp talks to a real iWARP peer on another host).
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn uiwarp_client_to_siw_server_across_hosts() {
+    let cm = match role() {
+        Role::Server => None,
+        Role::Client => Some(&UiwarpCm),
+    };
+    across(
+        "siw0",
+        "eth1",
+        "RDMA_VM_SIW_IP",
+        "RDMA_VM_PEER_SIW_IP",
+        7605,
+        cm,
+    );
+}
+
+/// The kernel's siw on the client's side against the userspace provider on the server's.
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn siw_client_to_uiwarp_server_across_hosts() {
+    let cm = match role() {
+        Role::Server => Some(&UiwarpCm),
+        Role::Client => None,
+    };
+    across(
+        "siw0",
+        "eth1",
+        "RDMA_VM_SIW_IP",
+        "RDMA_VM_PEER_SIW_IP",
+        7606,
+        cm,
+    );
+}
+
+/// The index of rxe0's RoCE v2 GID for this VM's IPv4 address (`::ffff:a.b.c.d`).
+fn roce_v2_gid_index() -> String {
+    let own = match ip("RDMA_VM_RXE_IP") {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        other => panic!("RDMA_VM_RXE_IP={other} is not IPv4"),
+    };
+    let port = "/sys/class/infiniband/rxe0/ports/1";
+    for i in 0..64 {
+        let Ok(gid) = std::fs::read_to_string(format!("{port}/gids/{i}")) else {
+            break;
+        };
+        let kind =
+            std::fs::read_to_string(format!("{port}/gid_attrs/types/{i}")).unwrap_or_default();
+        if gid.trim().parse::<std::net::Ipv6Addr>().ok() == Some(own) && kind.trim() == "RoCE v2" {
+            return i.to_string();
+        }
+    }
+    panic!("rxe0 has no RoCE v2 GID for {own} in {port}/gids")
+}
+
+/// Runs a ping-pong program (ours or rdma-core's) with rdma-core's flags; `peer`: the
+/// client's server. A client retries while the server's port is not open yet.
+fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
+    let what = format!(
+        "{} {}",
+        program.display(),
+        if peer.is_some() { "client" } else { "server" }
+    );
+    let end = Instant::now() + MEET;
+    loop {
+        let mut cmd = Command::new(&program);
+        cmd.args([
+            "-d",
+            "rxe0",
+            "-g",
+            &roce_v2_gid_index(),
+            "-n",
+            "300",
+            "-c",
+            "-p",
+        ])
+        .arg(port.to_string());
+        if let Some(peer) = peer {
+            cmd.arg(peer.to_string());
+        }
+        let out: Output = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            // 300 iterations of 4096 bytes each way.
+            assert!(
+                stdout.lines().any(|l| l.starts_with("2457600 bytes in ")),
+                "{what}: no closing line:\n{stdout}"
+            );
+            assert!(stdout.contains("300 iters in "), "{what}:\n{stdout}");
+            return stdout;
+        }
+        if peer.is_some() && stderr.contains("Couldn't connect to") && Instant::now() < end {
+            thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        panic!("{what} failed ({}):\n{stdout}\n{stderr}", out.status);
+    }
+}
+
+/// Our `rc_pingpong` and rdma-core's `ibv_rc_pingpong` across the wire on rxe0, each as the
+/// server once, checking the data (`-c`); the client checks the NIC carried it.
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn rc_pingpong_and_ibv_rc_pingpong_across_hosts() {
+    device("rxe0");
+    let ours = vm_support::example("rc_pingpong");
+    let theirs = PathBuf::from("ibv_rc_pingpong");
+    match role() {
+        Role::Server => {
+            pingpong(ours, 18611, None);
+            pingpong(theirs, 18612, None);
+        }
+        Role::Client => {
+            let peer = ip("RDMA_VM_PEER_RXE_IP");
+            let tx0 = nic_bytes("eth0", "tx_bytes");
+            let out = pingpong(theirs, 18611, Some(peer));
+            assert!(out.contains(&format!("GID ::ffff:{peer}")), "{out}");
+            pingpong(ours, 18612, Some(peer));
+            // 2 x 300 messages of 4096 bytes went out.
+            let tx = nic_bytes("eth0", "tx_bytes") - tx0;
+            assert!(
+                tx >= 2 * 300 * 4096,
+                "eth0 sent only {tx} bytes for two ping-pongs"
+            );
+        }
+    }
+}

@@ -1,0 +1,72 @@
+#!/bin/bash
+# two-hosts.sh - RdmaSocket across two hosts: two VMs (tests/vm/run.sh --both, one vCPU
+# each) wired NIC to NIC through qemu socket netdevs on the host's loopback, so that the
+# bytes leave one guest's rxe0/siw0 on its wire and enter the other's.
+#
+#   tests/vm/two-hosts.sh [--timeout S]
+#
+# Builds tests/two_hosts.rs and the rc_pingpong example (dev profile), starts VM A (host 2, the server role, listening
+# wire), then VM B (host 3, the client role, connecting wire); each runs that binary with
+# --ignored --test-threads=1, in the same order, and each test pairs with the same test on
+# the other VM. The client's tests check that the NIC carried the stream (its counters).
+# Prints both VMs' output and "two-hosts: N passed, N failed"; exits 0 when both sides
+# passed every test, 1 when a test failed, 125 when a VM could not be set up.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+timeout_s=900
+while [ $# -gt 0 ]; do
+  case $1 in
+    --timeout) timeout_s=$2; shift 2 ;;
+    *) echo "usage: $0 [--timeout S]" >&2; exit 2 ;;
+  esac
+done
+cd "$ROOT"
+
+echo "two-hosts: building tests/two_hosts.rs and the rc_pingpong example" >&2
+cargo build --example rc_pingpong || { echo "two-hosts: cargo build --example rc_pingpong failed" >&2; exit 125; }
+bin=$(cargo test --no-run --test two_hosts --message-format=json-render-diagnostics \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+[ -n "$bin" ] && [ -x "$bin" ] || { echo "two-hosts: the test binary was not built" >&2; exit 125; }
+
+# A free pair of host ports for the two wires (eth0, eth1).
+port=${RDMASOCK_VM_WIRE_PORT:-15790}
+while ss -ltn | awk '{ print $4 }' | grep -qE ":($port|$((port + 1)))\$"; do port=$((port + 2)); done
+export RDMASOCK_VM_WIRE_PORT=$port
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+run_side() {   # run_side ROLE HOST PEER WIRE
+  "$HERE/run.sh" --both --cpus 1 --mem 1G --host "$2" --peer "$3" --wire "$4" --timeout "$timeout_s" \
+    -- "RDMA_VM_ROLE=$1 $bin --ignored --test-threads=1" > "$logs/$1.log" 2>&1
+  echo $? > "$logs/$1.rc"
+}
+run_side server 2 3 listen &
+server=$!
+# qemu's connecting side needs the listening socket up at its start.
+for _ in $(seq 600); do
+  ss -ltn | awk '{ print $4 }' | grep -qE ":$((port + 1))\$" && break
+  kill -0 $server 2>/dev/null || break
+  sleep 0.1
+done
+run_side client 3 2 connect
+wait $server
+
+status=0
+passed=0 failed=0
+for side in server client; do
+  echo "===== VM ${side} ====="
+  cat "$logs/$side.log"
+  rc=$(cat "$logs/$side.rc" 2>/dev/null || echo 125)
+  p=$(grep -c '^test .* \.\.\. ok$' "$logs/$side.log")
+  f=$(grep -c '^test .* \.\.\. FAILED$' "$logs/$side.log")
+  passed=$((passed + p)) failed=$((failed + f))
+  if [ "$rc" = 125 ] || [ "$rc" = 124 ]; then
+    status=125
+  elif [ "$rc" != 0 ] || [ "$p" = 0 ]; then
+    [ $status = 0 ] && status=1
+  fi
+done
+[ $status = 125 ] && echo "two-hosts: a VM failed to start or timed out (see its log above)"
+echo "two-hosts: $passed passed, $failed failed"
+exit $status
