@@ -182,9 +182,11 @@ fn steady_slow_answers_nap_without_losing_data_or_timeouts() {
     let _s = answering.join().unwrap();
 }
 
-/// `wait_stats` counts what the blocking calls did: with answers 1 ms after each request,
-/// every read waits; in event mode each wait sleeps on the channel, busy-polling for up to
-/// 500 ms never does, and neither naps.
+/// `wait_stats` counts what the blocking calls did: with answers 20 ms after each request,
+/// the reads wait; in event mode the waits sleep on the channel, busy-polling for up to
+/// 500 ms never does, and neither naps. A read whose thread was held off the CPU until the
+/// answer was there does not wait (a loaded CI machine did that to one read in 30 with a
+/// 1 ms delay): the counts must reach half the rounds, which a missing count cannot.
 #[test]
 fn wait_stats_count_each_mode_s_waits() {
     const ROUNDS: u64 = 30;
@@ -200,7 +202,7 @@ fn wait_stats_count_each_mode_s_waits() {
             for _ in 0..ROUNDS {
                 let mut b = [0u8; 1];
                 s.read_exact(&mut b).expect("request");
-                thread::sleep(Duration::from_millis(1));
+                thread::sleep(Duration::from_millis(20));
                 s.write_all(&b).expect("answer");
             }
             s
@@ -217,15 +219,17 @@ fn wait_stats_count_each_mode_s_waits() {
         let _s = answering.join().unwrap();
         let waits = w.waits - before.waits;
         let sleeps = w.channel_sleeps - before.channel_sleeps;
-        // A write may wait too (for its completion), and a woken read may sleep again: at
-        // least one wait and one sleep per round in event mode, none in busy-poll mode.
+        // A write may wait too (for its completion), and a woken read may sleep again.
         assert!(
-            waits >= ROUNDS,
+            waits >= ROUNDS / 2,
             "{mode}: {waits} waits in {ROUNDS} rounds: {w:?}"
         );
         assert_eq!(w.naps, 0, "{mode}: only the adaptive mode naps: {w:?}");
         if mode == "event" {
-            assert!(sleeps >= ROUNDS, "{mode}: {sleeps} channel sleeps: {w:?}");
+            assert!(
+                sleeps >= ROUNDS / 2,
+                "{mode}: {sleeps} channel sleeps: {w:?}"
+            );
         } else {
             assert_eq!(sleeps, 0, "{mode}: a 500 ms spin slept: {w:?}");
         }
