@@ -37,35 +37,27 @@ timeout 30 rdma_client -s "$IP" -p 7482; c=$?
 wait $S; s=$?
 check $((c | s)) "uiwarp server <- rdma-core client (siw) (client $c, server $s)"
 
-echo "=== RdmaSocket: kernel path on siw0 (server) <- uiwarp (client)"
-RDMASOCK_PROVIDER=siw timeout 120 "$E/socket_echo" server "$IP:7483" & S=$!
-wait_cm_listen
-RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/3.pcap timeout 90 "$E/socket_echo" client "$IP:7483" 4000000; c=$?
-kill $S 2>/dev/null; wait $S 2>/dev/null
-check $c "RdmaSocket siw server <- uiwarp client, 4 MB echoed"
-
-echo "=== RdmaSocket: uiwarp (server) <- kernel path on siw0 (client)"
-RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/4.pcap timeout 120 "$E/socket_echo" server "$IP:7484" & S=$!
-wait_tcp_listen 7484
-RDMASOCK_PROVIDER=siw timeout 90 "$E/socket_echo" client "$IP:7484" 4000000; c=$?
-kill $S 2>/dev/null; wait $S 2>/dev/null
-check $c "RdmaSocket uiwarp server <- siw client, 4 MB echoed"
-
+# echo_case SERVER CLIENT HOST PORT BYTES PCAP LABEL: RdmaSocket's socket_echo, the server
+# on provider SERVER and the client on CLIENT (siw or uiwarp), HOST:PORT; the uiwarp end
+# writes PCAP. The siw server is up once rdma_cm lists a listener, uiwarp's once TCP does.
+echo_case() {
+  local server=$1 client=$2 host=$3 port=$4 bytes=$5 pcap=$6 label=$7 c
+  echo "=== RdmaSocket$label: $server (server) <- $client (client)"
+  local spcap=() cpcap=()
+  [ "$server" = uiwarp ] && spcap=("RDMASOCK_PCAP=$pcap")
+  [ "$client" = uiwarp ] && cpcap=("RDMASOCK_PCAP=$pcap")
+  env RDMASOCK_PROVIDER="$server" "${spcap[@]}" timeout 120 "$E/socket_echo" server "$host:$port" & S=$!
+  if [ "$server" = siw ]; then wait_cm_listen; else wait_tcp_listen "$port"; fi
+  env RDMASOCK_PROVIDER="$client" "${cpcap[@]}" timeout 90 "$E/socket_echo" client "$host:$port" "$bytes"; c=$?
+  kill $S 2>/dev/null; wait $S 2>/dev/null
+  check $c "RdmaSocket $server server <- $client client$label, $bytes bytes echoed"
+}
+echo_case siw uiwarp "$IP" 7483 4000000 "$PCAP/3.pcap" ""
+echo_case uiwarp siw "$IP" 7484 4000000 "$PCAP/4.pcap" ""
 # The same two directions over IPv6 (the VM gives eth1 RDMA_VM_SIW_IP6).
 IP6=${RDMA_VM_SIW_IP6:?run in the VM (tests/vm/run.sh sets RDMA_VM_SIW_IP6)}
-echo "=== RdmaSocket over IPv6: kernel path on siw0 (server) <- uiwarp (client)"
-RDMASOCK_PROVIDER=siw timeout 120 "$E/socket_echo" server "[$IP6]:7487" & S=$!
-wait_cm_listen
-RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/5.pcap timeout 90 "$E/socket_echo" client "[$IP6]:7487" 1000000; c=$?
-kill $S 2>/dev/null; wait $S 2>/dev/null
-check $c "RdmaSocket siw server <- uiwarp client over IPv6, 1 MB echoed"
-
-echo "=== RdmaSocket over IPv6: uiwarp (server) <- kernel path on siw0 (client)"
-RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/6.pcap timeout 120 "$E/socket_echo" server "[$IP6]:7488" & S=$!
-wait_tcp_listen 7488
-RDMASOCK_PROVIDER=siw timeout 90 "$E/socket_echo" client "[$IP6]:7488" 1000000; c=$?
-kill $S 2>/dev/null; wait $S 2>/dev/null
-check $c "RdmaSocket uiwarp server <- siw client over IPv6, 1 MB echoed"
+echo_case siw uiwarp "[$IP6]" 7487 1000000 "$PCAP/5.pcap" " over IPv6"
+echo_case uiwarp siw "[$IP6]" 7488 1000000 "$PCAP/6.pcap" " over IPv6"
 
 echo "=== same workload, same VM: RdmaSocket siw<->siw against uiwarp<->uiwarp (16 MB echo)"
 RDMASOCK_PROVIDER=siw timeout 120 "$E/socket_echo" server "$IP:7485" & S=$!
