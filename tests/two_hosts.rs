@@ -7,10 +7,11 @@
 //! Each test panics when the role, the peer's address or the device is missing.
 
 use rdmasock::socket::UiwarpCm;
+use rdmasock::verbs::{DeviceList, GidType};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -18,6 +19,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "socket_support/mod.rs"]
+mod socket_support;
 #[path = "vm_support/mod.rs"]
 mod vm_support;
 
@@ -41,16 +44,6 @@ fn role() -> Role {
              client (tests/vm/two-hosts.sh)"
         ),
     }
-}
-
-/// An address the VM set (`RDMA_VM_RXE_IP`, `RDMA_VM_PEER_SIW_IP6`, ...).
-fn ip(var: &str) -> IpAddr {
-    std::env::var(var)
-        .unwrap_or_else(|_| {
-            panic!("{var} is unset: these tests run in two wired VMs (tests/vm/two-hosts.sh)")
-        })
-        .parse()
-        .unwrap_or_else(|e| panic!("{var}: {e}"))
 }
 
 fn device(name: &str) {
@@ -140,13 +133,10 @@ fn call(addr: SocketAddr, netdev: &str, cm: Option<&'static UiwarpCm>) {
     let writer = thread::spawn(move || {
         let mut h = DefaultHasher::new();
         let mut at = 0usize;
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = socket_support::Rng(0x2545_F491_4F6C_DD1D);
         let mut buf = vec![0u8; 300_000];
         while at < TOTAL {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let n = (1 + (seed % buf.len() as u64) as usize).min(TOTAL - at);
+            let n = (1 + rng.below(buf.len())).min(TOTAL - at);
             pattern(at, &mut buf[..n]);
             w.write_all(&buf[..n]).expect("client write");
             h.write(&buf[..n]);
@@ -155,24 +145,10 @@ fn call(addr: SocketAddr, netdev: &str, cm: Option<&'static UiwarpCm>) {
         w.shutdown(Shutdown::Write).expect("shutdown write");
         h.finish()
     });
-    let mut r = c;
-    let mut h = DefaultHasher::new();
-    let mut buf = vec![0u8; 200_000];
-    let mut got = 0usize;
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                h.write(&buf[..n]);
-                got += n;
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => panic!("client read after {got} bytes: {e}"),
-        }
-    }
+    let (got, echoed) = socket_support::receive_random(&c, 0x9E37_79B9, 200_000);
     let sent = writer.join().expect("writer thread");
     assert_eq!(got, TOTAL, "the whole echo came back");
-    assert_eq!(h.finish(), sent, "the echo matches what was sent");
+    assert_eq!(echoed, sent, "the echo matches what was sent");
     let (tx, rx) = (
         nic_bytes(netdev, "tx_bytes") - tx0,
         nic_bytes(netdev, "rx_bytes") - rx0,
@@ -196,8 +172,8 @@ fn across(
 ) {
     device(dev);
     match role() {
-        Role::Server => serve(SocketAddr::new(ip(own), port), cm),
-        Role::Client => call(SocketAddr::new(ip(peer), port), netdev, cm),
+        Role::Server => serve(SocketAddr::new(vm_support::env_ip(own), port), cm),
+        Role::Client => call(SocketAddr::new(vm_support::env_ip(peer), port), netdev, cm),
     }
 }
 
@@ -290,24 +266,22 @@ fn siw_client_to_uiwarp_server_across_hosts() {
     );
 }
 
-/// The index of rxe0's RoCE v2 GID for this VM's IPv4 address (`::ffff:a.b.c.d`).
+/// The index of rxe0's RoCE v2 GID for this VM's IPv4 address (`::ffff:a.b.c.d`), from the
+/// library's device discovery.
 fn roce_v2_gid_index() -> String {
-    let own = match ip("RDMA_VM_RXE_IP") {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        other => panic!("RDMA_VM_RXE_IP={other} is not IPv4"),
-    };
-    let port = "/sys/class/infiniband/rxe0/ports/1";
-    for i in 0..64 {
-        let Ok(gid) = std::fs::read_to_string(format!("{port}/gids/{i}")) else {
-            break;
-        };
-        let kind =
-            std::fs::read_to_string(format!("{port}/gid_attrs/types/{i}")).unwrap_or_default();
-        if gid.trim().parse::<std::net::Ipv6Addr>().ok() == Some(own) && kind.trim() == "RoCE v2" {
-            return i.to_string();
-        }
-    }
-    panic!("rxe0 has no RoCE v2 GID for {own} in {port}/gids")
+    let mapped = format!("::ffff:{}", vm_support::env_ip("RDMA_VM_RXE_IP"));
+    let list = DeviceList::discover().expect("discover the RDMA devices");
+    let port = list
+        .pick(Some("rxe0"))
+        .expect("rxe0 listed")
+        .port(1)
+        .expect("rxe0 port 1");
+    let gid = port
+        .gids
+        .iter()
+        .find(|g| g.gid.to_string() == mapped && g.gid_type == GidType::RoceV2)
+        .unwrap_or_else(|| panic!("rxe0 has no RoCE v2 GID {mapped}: {:?}", port.gids));
+    gid.index.to_string()
 }
 
 /// Runs a ping-pong program (ours or rdma-core's) with rdma-core's flags; `peer`: the
@@ -318,20 +292,12 @@ fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
         program.display(),
         if peer.is_some() { "client" } else { "server" }
     );
+    let gid_index = roce_v2_gid_index();
     let end = Instant::now() + MEET;
     loop {
         let mut cmd = Command::new(&program);
-        cmd.args([
-            "-d",
-            "rxe0",
-            "-g",
-            &roce_v2_gid_index(),
-            "-n",
-            "300",
-            "-c",
-            "-p",
-        ])
-        .arg(port.to_string());
+        cmd.args(["-d", "rxe0", "-g", &gid_index, "-n", "300", "-c", "-p"])
+            .arg(port.to_string());
         if let Some(peer) = peer {
             cmd.arg(peer.to_string());
         }
@@ -371,7 +337,7 @@ fn rc_pingpong_and_ibv_rc_pingpong_across_hosts() {
             pingpong(theirs, 18612, None);
         }
         Role::Client => {
-            let peer = ip("RDMA_VM_PEER_RXE_IP");
+            let peer = vm_support::env_ip("RDMA_VM_PEER_RXE_IP");
             let tx0 = nic_bytes("eth0", "tx_bytes");
             let out = pingpong(theirs, 18611, Some(peer));
             assert!(out.contains(&format!("GID ::ffff:{peer}")), "{out}");

@@ -287,10 +287,7 @@ fn listener_and_connector_establish_with_private_data_both_ways() {
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn ipv6_listener_and_connector_establish() {
     device_ip("rxe0");
-    let ip: IpAddr = std::env::var("RDMA_VM_RXE_IP6")
-        .expect("RDMA_VM_RXE_IP6 is unset: run in the VM (tests/vm/run.sh gives eth0 fd99::2)")
-        .parse()
-        .expect("an IP address");
+    let ip = vm_support::env_ip("RDMA_VM_RXE_IP6");
     assert!(ip.is_ipv6(), "{ip}");
     connect_round_trip(at(ip, 7109));
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 #[path = "socket_support/mod.rs"]
 mod socket_support;
 use socket_support::{both_ways, both_ways_with, Calls};
+#[path = "vm_support/mod.rs"]
+mod vm_support;
 
 /// The largest piece one write or read of the random-size streams asks for.
 const MAX_PIECE: usize = 300_000;
@@ -42,10 +44,7 @@ fn siw_ip() -> IpAddr {
 /// The IPv6 address the VM gives a device's NIC (`RDMA_VM_RXE_IP6`, `RDMA_VM_SIW_IP6`);
 /// panics (loudly) when the VM did not set it.
 fn vm_ip6(var: &str) -> IpAddr {
-    let ip: IpAddr = std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is unset: these tests run in the VM (tests/vm/run.sh)"))
-        .parse()
-        .expect("an IP address");
+    let ip = vm_support::env_ip(var);
     assert!(ip.is_ipv6(), "{var}={ip} is not IPv6");
     ip
 }

@@ -37,9 +37,8 @@ wait_for /sys/class/net/eth0 || setup_failed "no eth0"
 ip addr add "$RDMA_VM_RXE_IP/24" dev eth0 && ip link set eth0 up || setup_failed "eth0 address"
 # An IPv6 address too (nodad: usable at once), for the IPv6 tests. Kept when a test takes
 # the link down and up (tests/vm_bridge.rs does; by default the kernel drops IPv6 addresses
-# on link down).
+# on link down; "all" covers every NIC).
 echo 1 > /proc/sys/net/ipv6/conf/all/keep_addr_on_down || setup_failed "keep_addr_on_down"
-echo 1 > /proc/sys/net/ipv6/conf/eth0/keep_addr_on_down || setup_failed "keep_addr_on_down (eth0)"
 ip -6 addr add "$RDMA_VM_RXE_IP6/64" dev eth0 nodad || setup_failed "eth0 IPv6 address"
 
 modprobe ib_uverbs && modprobe rdma_ucm && modprobe rdma_rxe || setup_failed "modprobe ib_uverbs rdma_ucm rdma_rxe"
@@ -51,7 +50,6 @@ if [[ " $VM_DEVICES " == *" siw "* ]]; then
   RDMA_VM_SIW_IP=10.99.1.$N RDMA_VM_SIW_IP6=fd99:1::$N
   wait_for /sys/class/net/eth1 || setup_failed "no eth1 for siw0"
   ip addr add "$RDMA_VM_SIW_IP/24" dev eth1 && ip link set eth1 up || setup_failed "eth1 address"
-  echo 1 > /proc/sys/net/ipv6/conf/eth1/keep_addr_on_down || setup_failed "keep_addr_on_down (eth1)"
   ip -6 addr add "$RDMA_VM_SIW_IP6/64" dev eth1 nodad || setup_failed "eth1 IPv6 address"
   if ! modprobe siw 2>/dev/null; then   # Debian's kernel has no siw: use tests/vm/build-siw.sh's
     for dep in $(modinfo -F depends "$VM_SIW_DIR/siw.ko" | tr , ' '); do modprobe "$dep"; done

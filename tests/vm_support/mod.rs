@@ -56,6 +56,16 @@ pub fn device_ip(name: &str) -> IpAddr {
         .unwrap_or_else(|e| panic!("{}={value:?} is not an IP address: {e}", vars[0]))
 }
 
+/// The address in environment variable `var`, which the VM sets (`RDMA_VM_RXE_IP6`,
+/// `RDMA_VM_PEER_SIW_IP`, ...); panics (loudly) outside the VM or when it is not an address.
+pub fn env_ip(var: &str) -> IpAddr {
+    let value = std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is unset: these tests run in the VM (tests/vm/run.sh)"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{var}={value:?} is not an IP address: {e}"))
+}
+
 /// How each side of a [`CmPair`] is built.
 #[derive(Clone, Debug)]
 pub struct SideOptions {
