@@ -538,6 +538,29 @@ fn rejected_hello_and_refused_port_say_why() {
         "{err}"
     );
     t.join().unwrap();
+    // Another service on the port (a web server): the error quotes what it answered.
+    let tcp = std::net::TcpListener::bind(loopback()).unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let t = thread::spawn(move || {
+        let (mut s, _) = tcp.accept().unwrap();
+        let mut request = [0u8; 16];
+        s.read_exact(&mut request).unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+        // Open until the client gives up: closing with its request unread would reset the
+        // connection, which may reach the client before the answer.
+        let _ = s.read_to_end(&mut Vec::new());
+        request
+    });
+    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
+        .expect_err("not an iWARP peer");
+    eprintln!("error text: {err}");
+    assert_eq!(&t.join().unwrap(), b"MPA ID Req Frame");
+    let text = err.to_string();
+    assert!(
+        text.contains(r#"it sent "HTTP/1.1 400 Bad Request\r\n\r\n""#),
+        "{err}"
+    );
+    assert!(text.contains(&addr.to_string()), "{err}");
 }
 
 /// What mio reported for `token` within `wait`: (readable, writable).

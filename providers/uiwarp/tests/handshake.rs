@@ -388,6 +388,24 @@ fn responder_refuses_markers_bad_keys_and_revisions() {
 }
 
 #[test]
+fn a_peer_that_is_not_mpa_is_quoted_in_the_failure() {
+    // What a web server or proxy answers an MPA request with.
+    let t = RegionTable::new();
+    let mut a = Side::new(Connection::initiator(Config::default(), b"", Instant::now()).unwrap());
+    transmit(&mut a.conn, &t);
+    a.conn
+        .handle_input(b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n", &t);
+    let out = a.expect_terminate(TerminateCode::LLP_INVALID_REQUEST_REPLY);
+    assert!(!out.is_empty());
+    let reason = a.terminated().expect("terminated").reason.clone();
+    assert!(
+        reason.contains(r#"it sent "HTTP/1.1 400 Bad Request\r\nconnec";"#),
+        "{reason}"
+    );
+    assert!(reason.contains("other than an iWARP peer"), "{reason}");
+}
+
+#[test]
 fn initiator_checks_the_rtr_choice() {
     let t = RegionTable::new();
     let now = Instant::now();

@@ -19,6 +19,9 @@ pub const SIW_MAX_USER_PRIVATE_DATA: usize = SIW_MAX_PRIVATE_DATA - ENHANCED_LEN
 /// The MPA revision we speak.
 const REVISION: u8 = 2;
 
+/// How many of a non-MPA peer's first bytes a handshake failure quotes.
+const PREVIEW_LEN: usize = 32;
+
 /// A parsed request kept while the application decides.
 #[derive(Clone, Debug)]
 pub(crate) struct PendingRequest {
@@ -192,7 +195,13 @@ impl Connection {
         // Judge the key and PD_Length as soon as they are here, before buffering a body.
         let have = rx.len().min(expected.len());
         if rx[..have] != expected[..have] {
-            self.handshake_failed("the peer's first bytes are not an MPA frame key");
+            // Another service on the port is the usual cause: its first words say which.
+            let why = format!(
+                "the peer's first bytes are not an MPA frame key: it sent \"{}\"; is \
+                 something other than an iWARP peer listening there?",
+                rx[..rx.len().min(PREVIEW_LEN)].escape_ascii()
+            );
+            self.handshake_failed(&why);
             return 0;
         }
         let Some(len) = MpaFrame::<&[u8]>::frame_len(rx) else {
