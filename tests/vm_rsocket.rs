@@ -7,6 +7,8 @@
 //! * a plain TCP program under `LD_PRELOAD=librspreload.so` in both roles: `rstream -T s`
 //!   (sockets mode: socket/bind/listen/accept/connect/send/recv from libc) with the preload
 //!   library turning its sockets into rsockets;
+//! * on siw0: a capture of rsocket's own iWARP frames next to ours, and rstream (on the
+//!   kernel's siw) against our socket on the userspace iWARP provider, in both roles;
 //! * every exchange is proven to have crossed the RDMA device: rxe0's `sent_pkts` and
 //!   `rcvd_pkts` must grow by at least the bytes moved divided by the path MTU. A control
 //!   test runs the same TCP program without the preload and shows the check then fails
@@ -385,6 +387,66 @@ fn preloaded_tcp_client_rdmalistener_server() {
         true,
         "TCP rstream -T s under librspreload, client",
     );
+}
+
+/// rsocket on the kernel's siw0 against our socket on the userspace iWARP provider (issue
+/// #5's wire compatibility, issue #3's rsocket interop): rstream (the rsocket API, which has
+/// no TCP fallback) serves on siw0's address and a uiwarp `RdmaSocket` connects, then the
+/// roles swap, rstream's rdma_cm connecting siw0 to a uiwarp `RdmaListener`. Both sides run
+/// rsocket's iWARP mode (RDMA WRITE plus a SEND with the message word); the plain rsocket
+/// peer gets no rdmasock extensions.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rstream_on_siw_with_uiwarp_both_roles() {
+    use rdmasock::socket::UiwarpCm;
+    use rdmasock::SocketOptions;
+    let ip = vm_support::env_ip("RDMA_VM_SIW_IP");
+    let ip_text = ip.to_string();
+    let small = Exchange {
+        size: 37,
+        count: 300,
+    };
+    for (i, exchange) in [EXCHANGE, small].into_iter().enumerate() {
+        let what = format!("rstream server on siw0, uiwarp client, {} B", exchange.size);
+        let port = 18483 + i as u16;
+        let addr = SocketAddr::new(ip, port);
+        let mut server = rstream(port, exchange, &["-b", &ip_text], false);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let s = loop {
+            match RdmaSocket::connect_via(&UiwarpCm, addr, &SocketOptions::default()) {
+                Ok(s) => break s,
+                Err(e) => {
+                    if let Some(status) = server.try_wait().expect("poll rstream") {
+                        panic!("{what}: rstream exited ({status}) before accepting: {e}");
+                    }
+                    assert!(Instant::now() < deadline, "{what}: connect to {addr}: {e}");
+                    thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        assert!(!s.peer_is_rdmasock(), "{what}: rstream is plain rsocket");
+        assert_eq!(s.peer_addr().expect("peer address"), addr, "{what}");
+        play_client(s, exchange, &what);
+        finish(server, &what);
+
+        let what = format!(
+            "rstream client on siw0, uiwarp listener, {} B",
+            exchange.size
+        );
+        let (port, addr) = (port + 2, SocketAddr::new(ip, port + 2));
+        let listener = RdmaListener::bind_via(&UiwarpCm, addr, &SocketOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: bind {addr}: {e}"));
+        let client = rstream(port, exchange, &["-s", &ip_text], false);
+        let (s, peer) = listener.accept().expect("accept rstream's connection");
+        assert_eq!(
+            peer.ip(),
+            ip,
+            "{what}: rstream connects from siw0's address"
+        );
+        assert!(!s.peer_is_rdmasock(), "{what}: rstream is plain rsocket");
+        play_server(s, exchange, &what);
+        finish(client, &what);
+    }
 }
 
 /// The proof can fail: the same TCP program pair without the preload runs over kernel TCP,
