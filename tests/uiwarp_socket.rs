@@ -617,6 +617,7 @@ fn a_listener_goes_on_after_hostile_clients() {
     let reason = String::from_utf8_lossy(&reason).into_owned();
     eprintln!("a bad hello is rejected with {reason:?}");
     assert!(reason.starts_with("rdmasock: "), "{reason:?}");
+    assert!(reason.len() <= 148, "fits IB's REJECT too: {reason:?}");
     let mut good = RdmaSocket::connect(addr).expect("a good client still gets in");
     good.write_all(b"ping").unwrap();
     let mut echo = [0u8; 4];

@@ -142,9 +142,11 @@ impl RdmaListener {
         let hello = match Hello::parse(&private_data) {
             Ok(h) => h,
             Err(e) => {
-                let mut reason = format!("rdmasock: {e}").into_bytes();
-                reason.truncate(crate::cm::id::IB_REJECT_PRIVATE_DATA_MAX);
-                let _ = endpoint.reject(&reason);
+                let reason = reject_reason(
+                    &format!("rdmasock: {e}"),
+                    crate::cm::id::IB_REJECT_PRIVATE_DATA_MAX,
+                );
+                let _ = endpoint.reject(reason.as_bytes());
                 return Ok(None);
             }
         };
@@ -168,6 +170,24 @@ impl RdmaListener {
         };
         Ok(Some((socket, peer)))
     }
+}
+
+/// `text` cut to `max` bytes for a reject's private data: at a word boundary, with "…" in
+/// place of what is left out (IB's REJECT carries only 148 bytes).
+fn reject_reason(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    const MORE: &str = "…";
+    let mut end = max - MORE.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text[..end].rfind(' ').unwrap_or(end);
+    format!(
+        "{}{MORE}",
+        text[..cut].trim_end_matches([' ', ',', ':', '('])
+    )
 }
 
 /// iWARP responder: waits until the initiator's first frame has arrived (a completion on
@@ -231,5 +251,24 @@ impl Iterator for Incoming<'_> {
     type Item = io::Result<RdmaSocket>;
     fn next(&mut self) -> Option<io::Result<RdmaSocket>> {
         Some(self.listener.accept().map(|(s, _)| s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reject_reason;
+
+    #[test]
+    fn a_reject_reason_is_cut_at_a_word_within_the_limit() {
+        assert_eq!(reject_reason("rdmasock: short", 148), "rdmasock: short");
+        let long = "rdmasock: connection private data is 18 bytes, shorter than the 40-byte \
+                    rsocket hello: the peer is not an rsocket/rdmasock stream endpoint (reject \
+                    the connection)";
+        let cut = reject_reason(long, 148);
+        assert!(cut.len() <= 148, "{} bytes", cut.len());
+        assert!(cut.ends_with("endpoint…"), "{cut}");
+        // A limit inside a multi-byte character, and text without spaces.
+        assert_eq!(reject_reason("ééééé", 6), "é…");
+        assert_eq!(reject_reason("abcdefgh", 6), "abc…");
     }
 }
