@@ -17,9 +17,9 @@
 
 mod common;
 
-use common::cm_endpoint::{step, Endpoint, RECV_WR_ID, SEND_WR_ID};
+use common::cm_endpoint::{open_channel, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
 use common::{parse_args, OptSpec};
-use rdmasock::cm::{CmId, ConnectionParameters, EventChannel};
+use rdmasock::cm::{CmId, ConnectionParameters};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -86,7 +86,7 @@ fn run(server: &str, port: u16) -> Result<(), String> {
         .map_err(step("rdma_getaddrinfo"))?
         .next()
         .ok_or_else(|| format!("rdma_getaddrinfo: no address for {server}"))?;
-    let channel = EventChannel::open().map_err(step("rdma_create_event_channel"))?;
+    let channel = open_channel("rdma_client", "client")?;
     let id = CmId::new(&channel).map_err(step("rdma_create_id"))?;
     id.resolve(None, dst, RESOLVE_TIMEOUT)
         .map_err(step("rdma_create_ep"))?;

@@ -14,9 +14,9 @@
 
 mod common;
 
-use common::cm_endpoint::{step, Endpoint, RECV_WR_ID, SEND_WR_ID};
+use common::cm_endpoint::{open_channel, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
 use common::{parse_args, OptSpec};
-use rdmasock::cm::{CmId, ConnectionParameters, EventChannel};
+use rdmasock::cm::{CmId, ConnectionParameters};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ fn main() {
 }
 
 fn run(port: u16) -> Result<(), String> {
-    let channel = EventChannel::open().map_err(step("rdma_create_event_channel"))?;
+    let channel = open_channel("rdma_server", "server")?;
     let listener = CmId::new(&channel).map_err(step("rdma_create_id"))?;
     let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
     listener.bind(any).map_err(step("rdma_bind_addr"))?;

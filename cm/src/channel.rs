@@ -314,10 +314,17 @@ fn check_abi_version() -> Result<()> {
     }
 }
 
+/// Whether the kernel has RDMA loaded: its core module, or any device in sysfs.
+fn kernel_has_rdma() -> bool {
+    Path::new("/sys/module/ib_core").exists()
+        || std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
 fn open_error(path: &Path, e: io::Error) -> Error {
     match e.kind() {
         io::ErrorKind::NotFound => Error::NotLoaded {
             path: path.to_path_buf(),
+            kernel_has_rdma: kernel_has_rdma(),
         },
         io::ErrorKind::PermissionDenied => match std::fs::metadata(path) {
             Ok(m) => Error::Verbs(rdmasock_verbs::Error::PermissionDenied {
@@ -377,11 +384,38 @@ mod tests {
     fn missing_node_says_modprobe() {
         let e = EventChannel::open_path(Path::new("/nonexistent/rdma_cm")).unwrap_err();
         let text = e.to_string();
-        assert!(
-            text.contains("rdma_ucm not loaded: modprobe rdma_ucm"),
-            "{text}"
-        );
+        // Which advice depends on this kernel: RDMA loaded (the VM) or not (the host).
+        let advice = if kernel_has_rdma() {
+            "rdma_ucm not loaded: modprobe rdma_ucm"
+        } else {
+            "this kernel has no RDMA loaded"
+        };
+        assert!(text.contains(advice), "{text}");
         assert!(text.contains("/nonexistent/rdma_cm"), "{text}");
+    }
+
+    #[test]
+    fn a_kernel_without_rdma_is_told_apart_from_a_missing_module() {
+        let error = |kernel_has_rdma| {
+            Error::NotLoaded {
+                path: PathBuf::from("/dev/infiniband/rdma_cm"),
+                kernel_has_rdma,
+            }
+            .to_string()
+        };
+        let missing_module = error(true);
+        assert!(
+            missing_module.contains("modprobe rdma_ucm (as root"),
+            "{missing_module}"
+        );
+        assert!(!missing_module.contains("userspace"), "{missing_module}");
+        let no_rdma = error(false);
+        assert!(
+            no_rdma.contains("this kernel has no RDMA loaded"),
+            "{no_rdma}"
+        );
+        assert!(no_rdma.contains("rdma link add rxe0"), "{no_rdma}");
+        assert!(no_rdma.contains("userspace iWARP provider"), "{no_rdma}");
     }
 
     #[test]

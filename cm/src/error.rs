@@ -16,13 +16,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// `/dev/infiniband/rdma_cm` does not exist.
-    #[error(
-        "{} does not exist: rdma_ucm not loaded: modprobe rdma_ucm (as root; rdma-core's udev \
-         rules load it at boot)", path.display()
-    )]
+    #[error("{} does not exist: {}", path.display(), not_loaded_advice(*kernel_has_rdma))]
     NotLoaded {
         /// The device node looked for.
         path: PathBuf,
+        /// Whether the kernel has RDMA loaded at all (`ib_core`, or a device in sysfs): then
+        /// only rdma_ucm is missing.
+        kernel_has_rdma: bool,
     },
 
     /// The kernel speaks an rdma_cm ABI this crate does not.
@@ -215,6 +215,18 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// What to do when the rdma_cm node is missing.
+fn not_loaded_advice(kernel_has_rdma: bool) -> &'static str {
+    if kernel_has_rdma {
+        "rdma_ucm not loaded: modprobe rdma_ucm (as root; rdma-core's udev rules load it at boot)"
+    } else {
+        "this kernel has no RDMA loaded (no ib_core module, no device in /sys/class/infiniband). \
+         Where the kernel ships it: modprobe rdma_ucm, and create a soft device \
+         (`modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0`, or siw). Without \
+         kernel RDMA, RdmaSocket and RdmaListener use the userspace iWARP provider instead"
+    }
 }
 
 fn command_hint(command: &str, e: &io::Error) -> &'static str {

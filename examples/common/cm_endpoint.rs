@@ -2,7 +2,7 @@
 //! `rdma_create_ep` + `rdma_reg_msgs` make (a QP with one 16-byte message buffer each way),
 //! posting, and waiting for a completion as `rdma_get_{send,recv}_comp` do.
 
-use rdmasock::cm::CmId;
+use rdmasock::cm::{CmId, Error as CmError, EventChannel};
 use rdmasock::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
     QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, SendFlags, SendOp, SendRequest,
@@ -20,6 +20,24 @@ pub const SEND_WR_ID: u64 = 2;
 /// `perror`-style: the librdmacm call's name, then our error.
 pub fn step<E: std::fmt::Display>(name: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{name}: {e}")
+}
+
+/// `rdma_create_event_channel`; on a kernel without RDMA the error also names this
+/// example's twin on the userspace iWARP provider.
+pub fn open_channel(example: &str, role: &str) -> Result<EventChannel, String> {
+    EventChannel::open().map_err(|e| {
+        let twin = match e {
+            CmError::NotLoaded {
+                kernel_has_rdma: false,
+                ..
+            } => format!(
+                ". This example's twin on the userspace provider: `cargo run --release -p \
+                 rdmasock-uiwarp --example uiwarp_rdma -- {role}` (the same exchange as {example})"
+            ),
+            _ => String::new(),
+        };
+        format!("rdma_create_event_channel: {e}{twin}")
+    })
 }
 
 /// What `rdma_create_ep` + `rdma_reg_msgs` make: the QP and its resources on the id's device.
