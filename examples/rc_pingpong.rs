@@ -251,6 +251,19 @@ fn fail(what: &str, e: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// ibv_rc_pingpong's "No IB devices found", and where the userspace provider cannot help.
+fn no_device(e: rdmasock::verbs::Error) -> ExitCode {
+    let code = fail("No IB devices found", &e);
+    if matches!(e, rdmasock::verbs::Error::NoDevice) {
+        eprintln!(
+            "rc_pingpong connects its QP by hand, which only InfiniBand and RoCE devices allow; \
+             the userspace provider is iWARP. Without a kernel device, run the cm-based example: \
+             `cargo run --release --example pingpong -- --local`"
+        );
+    }
+    code
+}
+
 impl Pingpong {
     /// `pp_init_ctx`: buffer, PD, MR, CQ (rx_depth + 1), RC QP (1 send, rx_depth receives),
     /// INIT with no remote access.
@@ -499,11 +512,9 @@ fn main() -> ExitCode {
 
 fn run(args: &[String]) -> Result<(), ExitCode> {
     let c = parse_config(args)?;
-    let list = DeviceList::discover().map_err(|e| fail("No IB devices found", e))?;
+    let list = DeviceList::discover().map_err(no_device)?;
     let device = match &c.dev_name {
-        None => list
-            .pick(None)
-            .map_err(|e| fail("No IB devices found", e))?,
+        None => list.pick(None).map_err(no_device)?,
         Some(name) => list
             .pick(Some(name))
             .map_err(|e| fail(&format!("IB device {name} not found"), e))?,

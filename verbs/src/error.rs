@@ -18,7 +18,8 @@ pub enum Error {
         "no RDMA device found (/sys/class/infiniband is empty or missing). To create a soft one: \
          `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0` (Soft-RoCE) or \
          `modprobe siw && rdma link add siw0 type siw netdev eth0` (soft-iWARP); where the kernel \
-         has neither, use the userspace provider (RDMASOCK_PROVIDER=uiwarp)"
+         has neither, use the userspace iWARP provider: RdmaSocket and RdmaListener pick it by \
+         themselves, and its device uiwarp0 is in rdmasock::device_list()"
     )]
     NoDevice,
 
