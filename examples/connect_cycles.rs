@@ -1,16 +1,30 @@
 //! Times RdmaSocket connect/echo/close cycles against an in-process listener.
 //!
-//! `connect_cycles ADDR [N]`: listens on ADDR (port 0 picks one), then connects, echoes one
-//! byte and closes N times (default 20), printing each phase's time and the mean.
+//! `connect_cycles [ADDR [N]]`: listens on ADDR (default 127.0.0.1:0; port 0 picks one), then
+//! connects, echoes one byte and closes N times (default 20), printing each phase's time and
+//! the mean. On loopback without kernel RDMA the connections use the userspace provider.
 use rdmasock::{RdmaListener, RdmaSocket};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "10.99.0.2:0".to_string());
-    let n: usize = args.next().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let listener = RdmaListener::bind(addr.as_str()).expect("bind");
+    let addr = args.next().unwrap_or_else(|| "127.0.0.1:0".to_string());
+    let n: usize = match args.next().map(|v| v.parse()) {
+        None => 20,
+        Some(Ok(n)) => n,
+        Some(Err(e)) => {
+            eprintln!("connect_cycles: bad count: {e}\nusage: connect_cycles [ADDR [N]]");
+            std::process::exit(2);
+        }
+    };
+    let listener = match RdmaListener::bind(addr.as_str()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("connect_cycles: bind on {addr}: {e}\nusage: connect_cycles [ADDR [N]]");
+            std::process::exit(1);
+        }
+    };
     let addr = listener.local_addr().expect("local address");
     let server = std::thread::spawn(move || {
         for _ in 0..n {

@@ -3,7 +3,8 @@
 //! program text is the same macro body; only the two type names differ.
 //!
 //! ```text
-//! tcp_swap [ADDRESS]        RDMA: on ADDRESS (default: the first RDMA device's IPv4 address)
+//! tcp_swap [ADDRESS]        RDMA: on ADDRESS (default: the first RDMA device's IPv4 address,
+//!                           or 127.0.0.1 over the userspace provider where the kernel has none)
 //! tcp_swap --tcp [ADDRESS]  the same program over TCP (default 127.0.0.1)
 //! ```
 use std::net::{IpAddr, Ipv4Addr};
@@ -71,6 +72,11 @@ mod over_rdma {
     line_shouter!(rdmasock::RdmaListener, rdmasock::RdmaSocket);
 }
 
+/// Whether the kernel has any RDMA device.
+fn kernel_has_devices() -> bool {
+    rdmasock::verbs::DeviceList::discover().is_ok_and(|l| !l.devices.is_empty())
+}
+
 /// The first RDMA device's IPv4 address (from its RoCE GIDs).
 fn rdma_address() -> Option<IpAddr> {
     let list = rdmasock::verbs::DeviceList::discover().ok()?;
@@ -94,10 +100,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         None if tcp => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        None => match rdma_address() {
-            Some(ip) => ip,
-            None => {
-                eprintln!("tcp_swap: no RDMA device with an IPv4 address; give one");
+        None => match (rdma_address(), kernel_has_devices()) {
+            (Some(ip), _) => ip,
+            // No kernel RDMA: loopback, where RdmaSocket uses the userspace provider.
+            (None, false) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            (None, true) => {
+                eprintln!(
+                    "tcp_swap: no RDMA device here has an IPv4 address in its GID table (an \
+                     iWARP device such as siw has none); give the address of its netdev"
+                );
                 return ExitCode::FAILURE;
             }
         },

@@ -618,3 +618,35 @@ fn siw_mio_echo_server_with_64_concurrent_nonblocking_connections() {
 fn siw_thousand_connect_close_cycles_leak_nothing() {
     connect_close_cycles_on(siw_ip());
 }
+
+/// `examples/tcp_swap.rs` (one program over TcpStream and over RdmaSocket) on `ip`: it runs
+/// and round-trips its three lines.
+fn tcp_swap_on(ip: IpAddr) {
+    let out = std::process::Command::new(vm_support::example("tcp_swap"))
+        .arg(ip.to_string())
+        .output()
+        .expect("run the tcp_swap example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("ok: 3 lines round-tripped"),
+        "tcp_swap {ip} ({}): {stdout}{stderr}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("uiwarp"),
+        "a kernel device serves {ip}: {stderr}"
+    );
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn tcp_swap_example_runs_on_rxe0() {
+    tcp_swap_on(vm_ip());
+}
+
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_tcp_swap_example() {
+    tcp_swap_on(siw_ip());
+}
