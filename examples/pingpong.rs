@@ -11,7 +11,6 @@
 //! both print ibv_rc_pingpong's closing lines (`8192000 bytes in 0.62 seconds = 106.00
 //! Mbit/sec`, `1000 iters in 0.62 seconds = 621.30 usec/iter`). `--local` runs the server in a
 //! thread on the device's address and the client against it.
-use rdmasock::verbs::DeviceList;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -19,6 +18,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod common;
+use common::address::device_address;
 use common::{c_long, parse_args, OptSpec};
 
 const SPECS: &[OptSpec] = &[
@@ -123,54 +123,6 @@ fn config() -> Result<Config, String> {
         }
     }
     Ok(c)
-}
-
-/// The IPv4 address of `device` (or of the first device with one), from its RoCE GIDs. With
-/// no kernel RDMA device (or `-d uiwarp0`), loopback: the userspace iWARP provider serves it
-/// (the socket layer says so on stderr).
-fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
-    if device == Some("uiwarp0") {
-        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    }
-    let list = match DeviceList::discover() {
-        Ok(list) => list,
-        Err(rdmasock::verbs::Error::NoDevice) => DeviceList::default(),
-        Err(e) => return Err(e.to_string()),
-    };
-    for d in &list.devices {
-        if device.is_some_and(|name| name != d.name) {
-            continue;
-        }
-        for port in &d.ports {
-            for g in &port.gids {
-                let b = g.gid.0;
-                if b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff {
-                    return Ok(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])));
-                }
-            }
-        }
-        // iWARP devices (siw) have MAC-based GIDs: take their netdev's IPv4 address.
-        let netdevs: Vec<&str> = d
-            .parent_netdev
-            .iter()
-            .chain(
-                d.ports
-                    .iter()
-                    .flat_map(|p| p.gids.iter().filter_map(|g| g.netdev.as_ref())),
-            )
-            .map(String::as_str)
-            .collect();
-        if let Some(ip) = netdev_ipv4(&netdevs) {
-            return Ok(IpAddr::V4(ip));
-        }
-    }
-    match device {
-        Some(name) => Err(format!(
-            "device {name} has no IPv4 address (or does not exist)"
-        )),
-        None if list.devices.is_empty() => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-        None => Err("no RDMA device with an IPv4 address".into()),
-    }
 }
 
 fn options(c: &Config) -> SocketOptions {
@@ -296,14 +248,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The first IPv4 address of any of `netdevs`.
-fn netdev_ipv4(netdevs: &[&str]) -> Option<Ipv4Addr> {
-    nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
-        if !netdevs.contains(&ifa.interface_name.as_str()) {
-            return None;
-        }
-        ifa.address?.as_sockaddr_in().map(|sin| sin.ip())
-    })
 }

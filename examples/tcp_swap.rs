@@ -10,6 +10,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::ExitCode;
 
+mod common;
+
 /// The program, written for TCP. `$Listener` and `$Stream` are the only names that change.
 macro_rules! line_shouter {
     ($Listener:ty, $Stream:ty) => {
@@ -72,23 +74,6 @@ mod over_rdma {
     line_shouter!(rdmasock::RdmaListener, rdmasock::RdmaSocket);
 }
 
-/// Whether the kernel has any RDMA device.
-fn kernel_has_devices() -> bool {
-    rdmasock::verbs::DeviceList::discover().is_ok_and(|l| !l.devices.is_empty())
-}
-
-/// The first RDMA device's IPv4 address (from its RoCE GIDs).
-fn rdma_address() -> Option<IpAddr> {
-    let list = rdmasock::verbs::DeviceList::discover().ok()?;
-    list.devices
-        .iter()
-        .flat_map(|d| d.ports.iter())
-        .flat_map(|p| p.gids.iter())
-        .map(|g| g.gid.0)
-        .find(|b| b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff)
-        .map(|b| IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])))
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tcp = args.iter().any(|a| a == "--tcp");
@@ -100,15 +85,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         None if tcp => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        None => match (rdma_address(), kernel_has_devices()) {
-            (Some(ip), _) => ip,
-            // No kernel RDMA: loopback, where RdmaSocket uses the userspace provider.
-            (None, false) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            (None, true) => {
-                eprintln!(
-                    "tcp_swap: no RDMA device here has an IPv4 address in its GID table (an \
-                     iWARP device such as siw has none); give the address of its netdev"
-                );
+        None => match common::address::device_address(None) {
+            Ok(ip) => ip,
+            Err(e) => {
+                eprintln!("tcp_swap: {e}; give an address");
                 return ExitCode::FAILURE;
             }
         },

@@ -1,7 +1,9 @@
 //! What the examples share: getopt-style option parsing (std only) and C-style number parsing
-//! (`strtol(s, NULL, 0)`) for the rdma-core twins, and the benchmarks' stream trait.
+//! (`strtol(s, NULL, 0)`) for the rdma-core twins, the benchmarks' stream trait, and which
+//! address to use on this machine.
 #![allow(dead_code)] // each example uses a different part
 
+pub mod address;
 pub mod bench;
 pub mod cm_endpoint;
 pub mod pingpong;

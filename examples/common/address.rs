@@ -1,0 +1,63 @@
+//! Which address an example uses on this machine: an RDMA device's IPv4 address, or
+//! loopback, where the userspace iWARP provider serves RdmaSocket when the kernel has none.
+
+use rdmasock::verbs::DeviceList;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The IPv4 address of `device` (or of the first device with one), from its RoCE GIDs. With
+/// no kernel RDMA device (or `-d uiwarp0`), loopback: the userspace iWARP provider serves it
+/// (the socket layer says so on stderr).
+pub fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
+    if device == Some("uiwarp0") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let list = match DeviceList::discover() {
+        Ok(list) => list,
+        Err(rdmasock::verbs::Error::NoDevice) => DeviceList::default(),
+        Err(e) => return Err(e.to_string()),
+    };
+    for d in &list.devices {
+        if device.is_some_and(|name| name != d.name) {
+            continue;
+        }
+        for port in &d.ports {
+            for g in &port.gids {
+                let b = g.gid.0;
+                if b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff {
+                    return Ok(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])));
+                }
+            }
+        }
+        // iWARP devices (siw) have MAC-based GIDs: take their netdev's IPv4 address.
+        let netdevs: Vec<&str> = d
+            .parent_netdev
+            .iter()
+            .chain(
+                d.ports
+                    .iter()
+                    .flat_map(|p| p.gids.iter().filter_map(|g| g.netdev.as_ref())),
+            )
+            .map(String::as_str)
+            .collect();
+        if let Some(ip) = netdev_ipv4(&netdevs) {
+            return Ok(IpAddr::V4(ip));
+        }
+    }
+    match device {
+        Some(name) => Err(format!(
+            "device {name} has no IPv4 address (or does not exist)"
+        )),
+        None if list.devices.is_empty() => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        None => Err("no RDMA device with an IPv4 address".into()),
+    }
+}
+
+/// The first IPv4 address of any of `netdevs`.
+fn netdev_ipv4(netdevs: &[&str]) -> Option<Ipv4Addr> {
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        if !netdevs.contains(&ifa.interface_name.as_str()) {
+            return None;
+        }
+        ifa.address?.as_sockaddr_in().map(|sin| sin.ip())
+    })
+}
