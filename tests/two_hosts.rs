@@ -19,6 +19,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "rsocket_support/mod.rs"]
+mod rsocket_support;
 #[path = "socket_support/mod.rs"]
 mod socket_support;
 #[path = "vm_support/mod.rs"]
@@ -347,6 +349,98 @@ fn rc_pingpong_and_ibv_rc_pingpong_across_hosts() {
             assert!(
                 tx >= 2 * 300 * 4096,
                 "eth0 sent only {tx} bytes for two ping-pongs"
+            );
+        }
+    }
+}
+
+/// rdma-core's rsocket (`rstream`) and our socket across the wire on rxe0, each as the
+/// server once: rstream's custom exchange, its byte pattern checked on both ends (rstream
+/// checks its side with `-T v`). The client checks that rxe0 carried the bytes as RDMA
+/// packets and eth0 as frames on the wire.
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn rstream_and_rdmasocket_across_hosts() {
+    use rsocket_support::{
+        carried_by_rdma, finish, growth, packets, play_client, play_server, rstream, rxe_mtu,
+        Exchange,
+    };
+    device("rxe0");
+    let exchange = Exchange {
+        size: 65_000,
+        count: 8,
+    };
+    let (theirs, ours) = (18621u16, 18622u16);
+    match role() {
+        Role::Server => {
+            let own = vm_support::env_ip("RDMA_VM_RXE_IP");
+            let server = rstream(theirs, exchange, &["-b", &own.to_string()], false);
+            finish(
+                server,
+                "rstream server, RdmaSocket client on the other host",
+            );
+            let addr = SocketAddr::new(own, ours);
+            let l = RdmaListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let _ = tx.send(l.accept());
+            });
+            let (s, peer) = rx
+                .recv_timeout(MEET)
+                .unwrap_or_else(|_| panic!("rstream did not connect to {addr} within {MEET:?}"))
+                .unwrap_or_else(|e| panic!("accept on {addr}: {e}"));
+            assert_ne!(peer.ip(), own, "rstream is on the other host");
+            assert!(!s.peer_is_rdmasock(), "rstream is plain rsocket");
+            play_server(
+                s,
+                exchange,
+                "RdmaListener server, rstream client on the other host",
+            );
+        }
+        Role::Client => {
+            let peer = vm_support::env_ip("RDMA_VM_PEER_RXE_IP");
+            let (before, tx0) = (packets(), nic_bytes("eth0", "tx_bytes"));
+            let what = "RdmaSocket client, rstream server on the other host";
+            let addr = SocketAddr::new(peer, theirs);
+            let end = Instant::now() + MEET;
+            let c = loop {
+                match RdmaSocket::connect(addr) {
+                    Ok(c) => break c,
+                    Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(200)),
+                    Err(e) => panic!("{what}: connect to {addr} for {MEET:?}: {e}"),
+                }
+            };
+            assert!(!c.peer_is_rdmasock(), "rstream is plain rsocket");
+            play_client(c, exchange, what);
+            let what = "rstream client, RdmaListener server on the other host";
+            loop {
+                let client = rstream(ours, exchange, &["-s", &peer.to_string()], false);
+                let out = client.wait_with_output().expect("rstream client");
+                if out.status.success() {
+                    let stdout = String::from_utf8_lossy(&out.stdout);
+                    assert!(
+                        stdout.contains("custom") && !stdout.contains("verification failed"),
+                        "{what}: rstream did not report a verified custom test: {stdout}"
+                    );
+                    break;
+                }
+                assert!(
+                    Instant::now() < end,
+                    "{what}: rstream kept failing for {MEET:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                thread::sleep(Duration::from_millis(200));
+            }
+            let (grown, tx) = (growth(before), nic_bytes("eth0", "tx_bytes") - tx0);
+            let bytes = 2 * exchange.total();
+            eprintln!("rstream across hosts: rxe0 grew {grown:?}, eth0 sent {tx} bytes");
+            assert!(
+                carried_by_rdma(grown, bytes / 2, rxe_mtu()),
+                "rxe0 carried only {grown:?} packets for {bytes} bytes"
+            );
+            assert!(
+                tx >= exchange.total(),
+                "eth0 sent only {tx} bytes for {bytes} bytes exchanged"
             );
         }
     }
