@@ -44,9 +44,17 @@ pub fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
         }
     }
     match device {
-        Some(name) => Err(format!(
-            "device {name} has no IPv4 address (or does not exist)"
-        )),
+        Some(name) if list.devices.iter().any(|d| d.name == name) => {
+            Err(format!("device {name} has no IPv4 address"))
+        }
+        Some(name) => {
+            let mut here: Vec<&str> = list.devices.iter().map(|d| d.name.as_str()).collect();
+            here.push("uiwarp0 (the userspace provider)");
+            Err(format!(
+                "no RDMA device {name}; devices here: {}",
+                here.join(", ")
+            ))
+        }
         None if list.devices.is_empty() => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         None => Err("no RDMA device with an IPv4 address".into()),
     }
