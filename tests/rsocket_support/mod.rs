@@ -12,7 +12,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// rxe0's hardware counters (sysfs).
 pub const COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+/// rdma-core's preload library that turns a TCP program's sockets into rsockets.
 pub const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
 /// rstream's sync exchange before the timed transfers.
 pub const SYNC_BYTES: usize = 16;
@@ -24,6 +26,7 @@ pub struct Packets {
     pub received: u64,
 }
 
+/// One of rxe0's counters; panics (loudly) when it cannot be read.
 pub fn read_counter(name: &str) -> u64 {
     let path = format!("{COUNTERS}/{name}");
     let text = std::fs::read_to_string(&path)
@@ -33,6 +36,7 @@ pub fn read_counter(name: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{path} holds {text:?}, not a number: {e}"))
 }
 
+/// rxe0's packet counters now.
 pub fn packets() -> Packets {
     Packets {
         sent: read_counter("sent_pkts"),
@@ -219,6 +223,7 @@ pub fn connect_when_listening(addr: SocketAddr, server: &mut Child) -> RdmaSocke
     }
 }
 
+/// Reads `len` bytes and checks them against rstream's pattern; `got` counts the stream.
 pub fn read_checked(
     s: &mut RdmaSocket,
     len: usize,
@@ -233,6 +238,7 @@ pub fn read_checked(
     *got += len as u64;
 }
 
+/// Writes `len` bytes of rstream's pattern.
 pub fn write_pattern(s: &mut RdmaSocket, len: usize, pattern: &mut Pattern, what: &str) {
     let mut buf = vec![0u8; len];
     pattern.fill(&mut buf);
