@@ -4,15 +4,20 @@
 //! mio_echo server ADDRESS:PORT             serve until killed
 //! mio_echo clients ADDRESS:PORT N BYTES    N concurrent clients, each echoes BYTES and checks
 //! mio_echo local [N] [BYTES]               both in this process on the first RDMA device
+//!                                          (on loopback over uiwarp where the kernel has none)
 //! ```
 //!
 //! RdmaSocket events come flagged readable whichever direction became possible, so the
 //! server tries reads and writes on every event of a token until both would block.
+#[path = "common/address.rs"]
+#[allow(dead_code)]
+mod address;
+
 use mio::{Events, Interest, Poll, Token};
 use rdmasock::{RdmaListener, RdmaSocket};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -170,18 +175,6 @@ pub fn clients(addr: SocketAddr, n: usize, bytes: usize) -> Result<(), String> {
 }
 
 #[allow(dead_code)]
-fn rdma_address() -> Option<IpAddr> {
-    let list = rdmasock::verbs::DeviceList::discover().ok()?;
-    list.devices
-        .iter()
-        .flat_map(|d| d.ports.iter())
-        .flat_map(|p| p.gids.iter())
-        .map(|g| g.gid.0)
-        .find(|b| b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff)
-        .map(|b| IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])))
-}
-
-#[allow(dead_code)]
 fn run(args: &[String]) -> Result<(), String> {
     let num = |i: usize, default: usize| -> Result<usize, String> {
         args.get(i)
@@ -204,7 +197,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         Some("local") => {
             let (n, bytes) = (num(1, 16)?, num(2, 65536)?);
-            let ip = rdma_address().ok_or("no RDMA device with an IPv4 address")?;
+            let ip = address::device_address(None)?;
             let l = RdmaListener::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
             let server = std::thread::spawn(move || serve(l, Some(n)));

@@ -5,7 +5,8 @@
 //!   closing lines for both ends;
 //! * `tcp_swap` (issue #3: a program written for TcpStream runs with RdmaSocket after
 //!   swapping the type names): the same program text over TCP and over RDMA must print the
-//!   same exchange.
+//!   same exchange;
+//! * `mio_echo local`: a mio event loop serving several clients.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -123,4 +124,25 @@ fn the_tcp_program_runs_unchanged_over_rdma() {
             "without kernel RDMA the RDMA run says it uses uiwarp: {stderr:?}"
         );
     }
+}
+
+/// `mio_echo local` (a mio event loop serving many clients) runs on this host too: on
+/// loopback over the userspace provider where the kernel has no RDMA device.
+#[test]
+fn mio_echo_local_serves_its_clients() {
+    let out = Command::new(example("mio_echo"))
+        .args(["local", "8", "4096"])
+        .output()
+        .expect("run the mio_echo example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "mio_echo local failed ({}): {stdout}{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("8 clients connected") && stdout.contains("echoed 4096 bytes each"),
+        "{stdout}"
+    );
 }
