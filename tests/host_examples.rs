@@ -29,34 +29,45 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-#[test]
-fn pingpong_local_runs_on_the_userspace_provider_without_kernel_rdma() {
-    let has_kernel_rdma = std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    let mut child = Command::new(example("pingpong"))
-        .args(["--local", "-s", "4096", "-n", "200"])
+/// Runs example `name` with `args` (stdin empty) and returns its stdout and stderr; fails
+/// the test if it does not exit successfully within two minutes.
+fn run_example(name: &str, args: &[&str]) -> (String, String) {
+    let mut child = Command::new(example(name))
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start the pingpong example");
+        .unwrap_or_else(|e| panic!("start the {name} example: {e}"));
     let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("poll pingpong").is_none() {
+    while child.try_wait().expect("poll the example").is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("pingpong --local still running after 120 s");
+            panic!("{name} {args:?} still running after 120 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("collect output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "pingpong --local failed ({}): {stdout} {stderr}",
+        "{name} {args:?} failed ({}): {stdout}{stderr}",
         out.status
     );
+    (stdout, stderr)
+}
+
+/// Whether this host's kernel has an RDMA device (then the examples use it, not uiwarp).
+fn kernel_has_rdma() -> bool {
+    std::fs::read_dir("/sys/class/infiniband")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
+
+#[test]
+fn pingpong_local_runs_on_the_userspace_provider_without_kernel_rdma() {
+    let (stdout, stderr) = run_example("pingpong", &["--local", "-s", "4096", "-n", "200"]);
     let bytes = stdout
         .lines()
         .filter(|l| l.starts_with("1638400 bytes in ") && l.ends_with(" Mbit/sec"))
@@ -66,7 +77,7 @@ fn pingpong_local_runs_on_the_userspace_provider_without_kernel_rdma() {
         .filter(|l| l.starts_with("200 iters in ") && l.ends_with(" usec/iter"))
         .count();
     assert_eq!((bytes, iters), (2, 2), "both ends' closing lines: {stdout}");
-    if !has_kernel_rdma {
+    if !kernel_has_rdma() {
         assert_eq!(
             stderr.matches("using the userspace iWARP provider").count(),
             1,
@@ -78,17 +89,7 @@ fn pingpong_local_runs_on_the_userspace_provider_without_kernel_rdma() {
 /// The lines a run prints about its exchange (addresses differ between runs, so the
 /// `client: A -> B` line is left out), and its stderr.
 fn run(args: &[&str]) -> (Vec<String>, String) {
-    let out = Command::new(example("tcp_swap"))
-        .args(args)
-        .output()
-        .expect("run the tcp_swap example");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "tcp_swap {args:?} failed ({}): {stdout}{stderr}",
-        out.status
-    );
+    let (stdout, stderr) = run_example("tcp_swap", args);
     let exchange = stdout
         .lines()
         .filter(|l| l.starts_with("client: got") || l.starts_with("ok: "))
@@ -115,10 +116,7 @@ fn the_tcp_program_runs_unchanged_over_rdma() {
         rdma, tcp,
         "over RDMA the same program prints the same exchange"
     );
-    let kernel_rdma = std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    if !kernel_rdma {
+    if !kernel_has_rdma() {
         assert!(
             stderr.contains("using the userspace iWARP provider (uiwarp)"),
             "without kernel RDMA the RDMA run says it uses uiwarp: {stderr:?}"
@@ -130,17 +128,7 @@ fn the_tcp_program_runs_unchanged_over_rdma() {
 /// loopback over the userspace provider where the kernel has no RDMA device.
 #[test]
 fn mio_echo_local_serves_its_clients() {
-    let out = Command::new(example("mio_echo"))
-        .args(["local", "8", "4096"])
-        .output()
-        .expect("run the mio_echo example");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "mio_echo local failed ({}): {stdout}{stderr}",
-        out.status
-    );
+    let (stdout, _) = run_example("mio_echo", &["local", "8", "4096"]);
     assert!(
         stdout.contains("8 clients connected") && stdout.contains("echoed 4096 bytes each"),
         "{stdout}"

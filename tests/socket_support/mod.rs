@@ -8,7 +8,7 @@
 //! ```
 #![allow(dead_code)] // each test binary uses a different part
 
-use rdmasock::{RdmaListener, RdmaSocket};
+use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
@@ -244,4 +244,17 @@ pub fn half_close_server_first(l: RdmaListener, addr: SocketAddr) {
         .expect("write after peer EOF");
     drop(c);
     assert_eq!(server.join().unwrap(), b"answer after your EOF");
+}
+
+/// 127.0.0.1 with port 0 (the kernel picks one).
+pub fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A listener on loopback with `opts`, and the address it got.
+pub fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
+    let l = RdmaListener::bind_with(loopback(), opts).expect("bind on loopback");
+    let addr = l.local_addr().expect("listener address");
+    assert_ne!(addr.port(), 0, "an ephemeral port was chosen");
+    (l, addr)
 }

@@ -1,0 +1,127 @@
+//! What a uiwarp listener and client do with bad input, on this host (no kernel RDMA, so
+//! every connection goes through the userspace iWARP provider on loopback TCP): a refused
+//! port, a rejected hello, a peer that is not an iWARP peer, and hostile clients that must
+//! not stop a listener.
+
+use rdmasock::socket::{AutoCm, UiwarpCm};
+use rdmasock::{RdmaSocket, SocketOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[path = "socket_support/mod.rs"]
+mod socket_support;
+use socket_support::{listener_with, loopback};
+
+#[test]
+fn rejected_hello_and_refused_port_say_why() {
+    // Nothing listens: the userspace path says so.
+    let port = std::net::TcpListener::bind(loopback())
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = RdmaSocket::connect_via(&UiwarpCm, port, &SocketOptions::default())
+        .expect_err("nothing listens");
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+    // A plain TCP server that closes at once: the MPA exchange fails with a reason.
+    let tcp = std::net::TcpListener::bind(loopback()).unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let t = thread::spawn(move || drop(tcp.accept().unwrap()));
+    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
+        .expect_err("not an iWARP peer");
+    eprintln!("error text: {err}");
+    assert!(
+        err.to_string().contains("closed") || err.to_string().contains("reset"),
+        "{err}"
+    );
+    t.join().unwrap();
+    // Another service on the port (a web server): the error quotes what it answered.
+    let tcp = std::net::TcpListener::bind(loopback()).unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let t = thread::spawn(move || {
+        let (mut s, _) = tcp.accept().unwrap();
+        let mut request = [0u8; 16];
+        s.read_exact(&mut request).unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+        // Open until the client gives up: closing with its request unread would reset the
+        // connection, which may reach the client before the answer.
+        let _ = s.read_to_end(&mut Vec::new());
+        request
+    });
+    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
+        .expect_err("not an iWARP peer");
+    eprintln!("error text: {err}");
+    assert_eq!(&t.join().unwrap(), b"MPA ID Req Frame");
+    let text = err.to_string();
+    assert!(
+        text.contains(r#"it sent "HTTP/1.1 400 Bad Request\r\n\r\n""#),
+        "{err}"
+    );
+    assert!(text.contains(&addr.to_string()), "{err}");
+}
+
+/// What a raw TCP client gets back before the listener closes on it (bounded).
+fn answer_to(addr: SocketAddr, send: &[u8]) -> Vec<u8> {
+    let mut tcp = std::net::TcpStream::connect(addr).expect("TCP connect to the listener");
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    tcp.write_all(send).expect("send to the listener");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer)
+        .expect("the listener answers and closes");
+    answer
+}
+
+/// The MPA frame at the start of `answer`: (flags, private data without IRD/ORD).
+fn mpa_reply(answer: &[u8]) -> (u8, Vec<u8>) {
+    use rdmasock_uiwarp::wire::mpa::{MpaFrame, MpaRepr, REPLY_KEY};
+    let frame = MpaFrame::new_checked(answer)
+        .unwrap_or_else(|e| panic!("not an MPA frame ({e:?}): {:?}", answer.escape_ascii()));
+    assert_eq!(frame.key(), REPLY_KEY, "{:?}", answer.escape_ascii());
+    let repr = MpaRepr::parse(&frame).expect("a well-formed MPA reply");
+    (frame.flags(), repr.private_data.to_vec())
+}
+
+/// A listener on the userspace provider goes on after hostile clients: plain TCP speaking
+/// HTTP, a client that leaves at once, one that stalls half-way through its MPA request,
+/// and an MPA request whose private data is not an rsocket hello. Each that sent something
+/// gets an MPA reject (the bad hello's with the reason), none reaches `accept`, and a good
+/// client is served while the staller still holds its connection.
+#[test]
+fn a_listener_goes_on_after_hostile_clients() {
+    use rdmasock_uiwarp::core::{Config, Connection, RegionTable};
+    use rdmasock_uiwarp::wire::mpa::flags;
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept the good client");
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).expect("the good client's bytes");
+        s.write_all(&b).expect("echo");
+        b
+    });
+    let (reply_flags, _) = mpa_reply(&answer_to(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+    assert_ne!(reply_flags & flags::REJECT, 0, "HTTP gets a reject");
+    drop(std::net::TcpStream::connect(addr).expect("connect and leave"));
+    let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
+    staller.write_all(b"MPA ID Req").unwrap();
+    // A real MPA request, from the protocol core, carrying a web request as private data.
+    let mut core =
+        Connection::initiator(Config::default(), b"GET / HTTP/1.1\r\n\r\n", Instant::now())
+            .expect("an initiator");
+    let mut request = Vec::new();
+    core.poll_transmit(&RegionTable::new(), &mut request, usize::MAX);
+    let (reply_flags, reason) = mpa_reply(&answer_to(addr, &request));
+    assert_ne!(reply_flags & flags::REJECT, 0, "a bad hello gets a reject");
+    let reason = String::from_utf8_lossy(&reason).into_owned();
+    eprintln!("a bad hello is rejected with {reason:?}");
+    assert!(reason.starts_with("rdmasock: "), "{reason:?}");
+    assert!(reason.len() <= 148, "fits IB's REJECT too: {reason:?}");
+    let mut good = RdmaSocket::connect(addr).expect("a good client still gets in");
+    good.write_all(b"ping").unwrap();
+    let mut echo = [0u8; 4];
+    good.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"ping");
+    assert_eq!(&server.join().unwrap(), b"ping");
+    drop(staller);
+}
