@@ -125,3 +125,34 @@ fn a_listener_goes_on_after_hostile_clients() {
     assert_eq!(&server.join().unwrap(), b"ping");
     drop(staller);
 }
+
+/// What `TcpStream` refuses is refused here too, with `InvalidInput`: a zero connect, read or
+/// write timeout; and a keepalive interval under 1 ms (as the options builder does). A
+/// listener has no pending error.
+#[test]
+fn zero_and_too_short_durations_are_refused() {
+    let nowhere: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let err = RdmaSocket::connect_timeout(&nowhere, Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let (l, addr) = listener_with(&SocketOptions::default());
+    assert!(l.take_error().expect("take_error").is_none());
+    let server = thread::spawn(move || l.accept().expect("accept").0);
+    let c = RdmaSocket::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+    let zero = Some(Duration::ZERO);
+    for (what, err) in [
+        ("read timeout", c.set_read_timeout(zero).unwrap_err()),
+        ("write timeout", c.set_write_timeout(zero).unwrap_err()),
+        ("keepalive 0", c.set_keepalive(zero).unwrap_err()),
+        (
+            "keepalive 500 µs",
+            c.set_keepalive(Some(Duration::from_micros(500)))
+                .unwrap_err(),
+        ),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{what}: {err}");
+    }
+    c.set_keepalive(Some(Duration::from_millis(1)))
+        .expect("a 1 ms keepalive");
+    assert_eq!(c.keepalive().unwrap(), Some(Duration::from_millis(1)));
+    drop(server.join().expect("accept thread"));
+}

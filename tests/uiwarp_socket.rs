@@ -48,6 +48,36 @@ fn connect_accept_echo_over_uiwarp() {
     let _s = server.join().unwrap();
 }
 
+/// On a nonblocking socket `flush` neither waits nor fails, like `TcpStream`'s: it returns
+/// `Ok` with writes in flight and with the peer's ring full, and the bytes arrive.
+#[test]
+fn flush_on_a_nonblocking_socket_returns_ok() {
+    let (mut s, mut c) = pair_with(&SocketOptions::default());
+    c.set_nonblocking(true).unwrap();
+    let data = vec![7u8; 256 << 10];
+    let mut sent = 0;
+    // The peer does not read: writes stop when its ring is full.
+    loop {
+        match c.write(&data) {
+            Ok(n) => {
+                sent += n;
+                c.flush()
+                    .expect("a nonblocking flush with writes in flight");
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("nonblocking write: {e}"),
+        }
+    }
+    assert!(sent > 0, "nothing could be written");
+    c.flush()
+        .expect("a nonblocking flush with the peer's ring full");
+    c.set_nonblocking(false).unwrap();
+    c.flush().expect("a blocking flush");
+    let mut got = vec![0u8; sent];
+    s.read_exact(&mut got).expect("read what was written");
+    assert!(got.iter().all(|&b| b == 7));
+}
+
 /// Bytes each way: 1 GiB, or `UIWARP_TEST_BYTES` (a debug build moves it slowly).
 fn big_total() -> usize {
     std::env::var("UIWARP_TEST_BYTES")

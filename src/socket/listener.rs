@@ -79,6 +79,12 @@ impl RdmaListener {
         }))
     }
 
+    /// Always `None`, like [`RdmaSocket::take_error`]: a failed request shows as an error
+    /// from [`accept`](Self::accept).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(None)
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.cm.local_addr()
@@ -95,7 +101,10 @@ impl RdmaListener {
     }
 
     /// Moves the listener (and its clones) into or out of nonblocking mode: `accept` then
-    /// returns `WouldBlock` when no request waits.
+    /// returns `WouldBlock` when no request waits. A request that waits is answered before
+    /// `accept` returns, unlike a TCP listener's (whose kernel finished the handshake
+    /// already): `accept` waits for the handshake's last step (rdma_cm's ESTABLISHED, and on
+    /// iWARP the peer's first frame), a round trip, or at most the connect timeout.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.nonblocking.store(nonblocking, Ordering::Relaxed);
         Ok(())

@@ -12,13 +12,25 @@ use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A connected RDMA stream (rsocket's wire protocol over an RC queue pair), used like
 /// [`std::net::TcpStream`]: `Read`/`Write` on the socket and on `&RdmaSocket`, half-close,
 /// timeouts, nonblocking mode and [`mio`] readiness. Clones ([`try_clone`](Self::try_clone))
 /// share the connection; the last one to drop closes it gracefully: end-of-stream after the
 /// queued data, then the disconnect handshake, bounded by the options' close timeout.
+///
+/// Where it differs from `TcpStream`:
+/// * dropping the last handle waits (up to the close timeout, 2 s by default) until the
+///   peer has the queued bytes, where a TCP socket leaves that to the kernel;
+/// * a blocking [`flush`](Write::flush) waits until every written byte is in the peer's
+///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s);
+/// * [`connect`](Self::connect) gives up after the options' connect timeout (10 s by
+///   default), not the kernel's TCP retry limit;
+/// * there is no file descriptor to hand out (`AsFd`, `AsRawFd`): the connection is a queue
+///   pair, not a socket. Readiness comes through [`mio::event::Source`] instead;
+/// * `set_ttl`/`ttl` do not exist (rdma_cm chooses the route), and
+///   [`set_nodelay`](Self::set_nodelay) is accepted and changes nothing.
 pub struct RdmaSocket {
     pub(crate) shared: Arc<Shared>,
 }
@@ -50,8 +62,15 @@ impl RdmaSocket {
         Self::connect_with(addr, &SocketOptions::default())
     }
 
-    /// Connects to `addr` within `timeout`.
+    /// Connects to `addr` within `timeout` (address and route resolution and the handshake
+    /// together). A zero timeout is refused, like `TcpStream::connect_timeout`'s.
     pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<RdmaSocket> {
+        if timeout.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot connect with a zero timeout",
+            ));
+        }
         let opts = SocketOptions {
             connect_timeout: timeout,
             ..SocketOptions::default()
@@ -121,7 +140,8 @@ impl RdmaSocket {
         Ok(())
     }
 
-    /// Sets the write timeout (`None`: block forever).
+    /// Sets the write timeout (`None`: block forever), which also bounds a blocking
+    /// [`flush`](Write::flush). A zero duration is refused, like `TcpStream`'s.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         check_timeout(timeout)?;
         self.shared.lock().write_timeout = timeout;
@@ -140,8 +160,16 @@ impl RdmaSocket {
 
     /// Sets the keepalive interval (`None`: off): while a blocking call waits, a zero-length
     /// RDMA WRITE goes out every `interval`, so a vanished peer fails the call.
+    /// An interval under 1 ms is refused (as by [`SocketOptionsBuilder::keepalive`]).
+    ///
+    /// [`SocketOptionsBuilder::keepalive`]: super::SocketOptionsBuilder::keepalive
     pub fn set_keepalive(&self, interval: Option<Duration>) -> io::Result<()> {
-        check_timeout(interval)?;
+        if interval.is_some_and(|k| k < Duration::from_millis(1)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a keepalive interval of {interval:?} is below 1 ms"),
+            ));
+        }
         self.shared.lock().opts.keepalive = interval;
         Ok(())
     }
@@ -226,9 +254,22 @@ impl RdmaSocket {
             .run(Direction::Write, |c| c.write_vectored(bufs))
     }
 
-    /// Waits until every byte written was placed in the peer's memory.
+    /// Waits until every byte written was placed in the peer's memory. On a nonblocking
+    /// socket it does not wait, like `TcpStream`'s flush: what was written is posted already
+    /// and moves without the application; this only makes sure a completion will retire it.
     fn flush_inner(&self) -> io::Result<()> {
-        let timeout = self.shared.lock().write_timeout;
+        let (timeout, nonblocking) = {
+            let g = self.shared.lock();
+            (g.write_timeout, g.nonblocking)
+        };
+        if nonblocking {
+            return self
+                .shared
+                .run(Direction::Other(None), |c| match c.engine.flush() {
+                    Err(StreamError::WouldBlock) => Ok(()),
+                    done => done,
+                });
+        }
         self.shared
             .run(Direction::Other(timeout), |c| c.engine.flush())
     }
@@ -272,10 +313,21 @@ fn connect_one(
     dst: SocketAddr,
     opts: &SocketOptions,
 ) -> io::Result<RdmaSocket> {
-    // Resolution and the handshake each get the whole timeout, as in rdma_cm's own tools.
+    // Resolution and the handshake share the timeout.
+    let deadline = Instant::now() + opts.connect_timeout;
     let endpoint = cm.resolve(dst, opts.connect_timeout)?;
     let mut conn = prepare(endpoint, opts)?;
-    let left = opts.connect_timeout;
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "connecting to {dst}: resolving its address and route took the whole \
+                 connect timeout ({:?})",
+                opts.connect_timeout
+            ),
+        ));
+    }
     let peer_data = conn
         .endpoint
         .connect(&conn.res.qp, &conn.hello_bytes(), left)
