@@ -280,4 +280,12 @@ mod tests {
         assert_eq!(reject_reason("ééééé", 6), "é…");
         assert_eq!(reject_reason("abcdefgh", 6), "abc…");
     }
+
+    /// Like `TcpStream` and `TcpListener`, both move to and are shared between threads.
+    #[test]
+    fn sockets_and_listeners_are_send_and_sync() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<super::RdmaListener>();
+        send_and_sync::<crate::RdmaSocket>();
+    }
 }
