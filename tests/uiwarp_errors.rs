@@ -156,3 +156,70 @@ fn zero_and_too_short_durations_are_refused() {
     assert_eq!(c.keepalive().unwrap(), Some(Duration::from_millis(1)));
     drop(server.join().expect("accept thread"));
 }
+
+/// The MPA request of a client whose private data is a well-formed rsocket hello: the
+/// listener takes it and answers, and then waits for the client's ready-to-receive.
+fn request_with_a_good_hello() -> Vec<u8> {
+    use rdmasock::stream::{Hello, RemoteSge};
+    use rdmasock_uiwarp::core::{Config, Connection, RegionTable};
+    let hello = Hello {
+        flags: 0,
+        credits: 64,
+        target_iomap_size: 0,
+        target_sgl: RemoteSge::new(0x1000, 7, 2),
+        data_buf: RemoteSge::new(0x10_0000, 7, 64 << 10),
+    };
+    let mut core = Connection::initiator(Config::default(), &hello.to_bytes(), Instant::now())
+        .expect("an initiator");
+    let mut request = Vec::new();
+    core.poll_transmit(&RegionTable::new(), &mut request, usize::MAX);
+    request
+}
+
+/// A client that sends a good request and then goes away, and one that stalls after it
+/// (no ready-to-receive), fail their handshakes: `accept` skips both, as a TCP listener never
+/// shows such connections, and returns the good client that comes next; `take_error` tells
+/// the last failure once.
+#[test]
+fn accept_skips_clients_that_leave_or_stall_mid_handshake() {
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let (l, addr) = listener_with(&opts);
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept goes on to the good client");
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).expect("the good client's bytes");
+        s.write_all(&b).unwrap();
+        l
+    });
+    let request = request_with_a_good_hello();
+    let mut leaver = std::net::TcpStream::connect(addr).expect("the leaver connects");
+    leaver.write_all(&request).unwrap();
+    // The leaver goes once it has the listener's reply (accept took its request).
+    leaver
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut reply = [0u8; 20];
+    leaver
+        .read_exact(&mut reply)
+        .expect("the listener's MPA reply");
+    drop(leaver);
+    let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
+    staller.write_all(&request).unwrap();
+    let mut c = RdmaSocket::connect(addr).expect("the good client connects");
+    c.write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+    let l = server.join().expect("accept thread");
+    let err = l
+        .take_error()
+        .unwrap()
+        .expect("the failed handshakes are told");
+    eprintln!("take_error: {err}");
+    assert!(err.to_string().contains("accepting 127.0.0.1:"), "{err}");
+    assert!(l.take_error().unwrap().is_none(), "told once");
+    drop(staller);
+}

@@ -15,7 +15,7 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long an iWARP accept waits for the initiator's first frame before it lets its own
@@ -29,6 +29,9 @@ pub struct RdmaListener {
     pub(crate) cm: Arc<dyn CmListener>,
     opts: SocketOptions,
     nonblocking: Arc<AtomicBool>,
+    /// The last handshake that failed after the request was taken (see
+    /// [`take_error`](Self::take_error)); shared by clones.
+    failed: Arc<Mutex<Option<io::Error>>>,
 }
 
 impl fmt::Debug for RdmaListener {
@@ -66,6 +69,7 @@ impl RdmaListener {
                         cm: Arc::from(l),
                         opts: opts.clone(),
                         nonblocking: Arc::new(AtomicBool::new(false)),
+                        failed: Arc::new(Mutex::new(None)),
                     })
                 }
                 Err(e) => last = Some(e),
@@ -79,10 +83,12 @@ impl RdmaListener {
         }))
     }
 
-    /// Always `None`, like [`RdmaSocket::take_error`]: a failed request shows as an error
-    /// from [`accept`](Self::accept).
+    /// The last handshake that failed after [`accept`](Self::accept) took its request (the
+    /// client went away or stalled before the connection was established), once; `None`
+    /// when there was none since the last call. `accept` itself goes on to the next request,
+    /// as a TCP listener never shows such a connection.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(None)
+        Ok(self.failed.lock().expect("listener error lock").take())
     }
 
     /// The bound address.
@@ -97,6 +103,7 @@ impl RdmaListener {
             cm: Arc::clone(&self.cm),
             opts: self.opts.clone(),
             nonblocking: Arc::clone(&self.nonblocking),
+            failed: Arc::clone(&self.failed),
         })
     }
 
@@ -111,7 +118,9 @@ impl RdmaListener {
     }
 
     /// Accepts the next connection. A request whose hello is unusable (another protocol or
-    /// version, malformed private data) is rejected with the reason as text and skipped.
+    /// version, malformed private data) is rejected with the reason as text and skipped; one
+    /// whose client goes away or stalls before the handshake ends is skipped too (see
+    /// [`take_error`](Self::take_error)).
     pub fn accept(&self) -> io::Result<(RdmaSocket, SocketAddr)> {
         loop {
             let Some(request) = self.cm.poll_request()? else {
@@ -164,8 +173,15 @@ impl RdmaListener {
         // The peer may write as soon as it has our reply: connected before accepting.
         conn.connected(&hello)?;
         let data = conn.hello_bytes();
-        conn.endpoint
-            .accept(&conn.res.qp, &data, self.opts.connect_timeout)?;
+        if let Err(e) = conn
+            .endpoint
+            .accept(&conn.res.qp, &data, self.opts.connect_timeout)
+        {
+            let from = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
+            let e = io::Error::new(e.kind(), format!("accepting {from}: {e}"));
+            *self.failed.lock().expect("listener error lock") = Some(e);
+            return Ok(None);
+        }
         if conn.res.qp.context().device().transport == Transport::Iwarp {
             await_first_frame(&mut conn, FIRST_FRAME_WAIT.min(self.opts.connect_timeout))?;
         }
