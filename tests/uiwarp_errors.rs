@@ -157,9 +157,9 @@ fn zero_and_too_short_durations_are_refused() {
     drop(server.join().expect("accept thread"));
 }
 
-/// The MPA request of a client whose private data is a well-formed rsocket hello: the
-/// listener takes it and answers, and then waits for the client's ready-to-receive.
-fn request_with_a_good_hello() -> Vec<u8> {
+/// A raw iWARP initiator (the protocol core over a plain TCP socket) whose MPA request
+/// carries a well-formed rsocket hello, and the request's bytes.
+fn initiator_with_a_good_hello() -> (rdmasock_uiwarp::core::Connection, Vec<u8>) {
     use rdmasock::stream::{Hello, RemoteSge};
     use rdmasock_uiwarp::core::{Config, Connection, RegionTable};
     let hello = Hello {
@@ -173,13 +173,45 @@ fn request_with_a_good_hello() -> Vec<u8> {
         .expect("an initiator");
     let mut request = Vec::new();
     core.poll_transmit(&RegionTable::new(), &mut request, usize::MAX);
-    request
+    (core, request)
+}
+
+/// The MPA request of a client whose private data is a well-formed rsocket hello: the
+/// listener takes it and answers, and then waits for the client's ready-to-receive.
+fn request_with_a_good_hello() -> Vec<u8> {
+    initiator_with_a_good_hello().1
+}
+
+/// A client that completes the iWARP handshake (request, reply, its ready-to-receive) and
+/// then says nothing: the listener waits for its first frame, up to its bound.
+fn silent_initiator(addr: SocketAddr) -> std::net::TcpStream {
+    use rdmasock_uiwarp::core::{Event, RegionTable};
+    let (mut core, request) = initiator_with_a_good_hello();
+    let mut tcp = std::net::TcpStream::connect(addr).expect("the silent client connects");
+    tcp.write_all(&request).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let memory = RegionTable::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tcp.read(&mut buf).expect("the listener's MPA reply");
+        assert_ne!(n, 0, "the listener closed on the silent client");
+        core.handle_input(&buf[..n], &memory);
+        match core.poll_event() {
+            Some(Event::Established(_)) => break,
+            None => {}
+            Some(other) => panic!("the silent client's handshake: {other:?}"),
+        }
+    }
+    let mut rtr = Vec::new();
+    core.poll_transmit(&memory, &mut rtr, usize::MAX);
+    assert!(!rtr.is_empty(), "a ready-to-receive to send");
+    tcp.write_all(&rtr).unwrap();
+    tcp
 }
 
 /// A client that sends a good request and then goes away, and one that stalls after it
 /// (no ready-to-receive), fail their handshakes: `accept` skips both, as a TCP listener never
-/// shows such connections, and returns the good client that comes next; `take_error` tells
-/// the last failure once.
+/// shows such connections, and returns the good client; `take_error` tells a failure once.
 #[test]
 fn accept_skips_clients_that_leave_or_stall_mid_handshake() {
     let opts = SocketOptions::builder()
@@ -214,12 +246,115 @@ fn accept_skips_clients_that_leave_or_stall_mid_handshake() {
     c.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"ping");
     let l = server.join().expect("accept thread");
-    let err = l
-        .take_error()
-        .unwrap()
-        .expect("the failed handshakes are told");
+    // Handshakes move on inside accept: call it (nonblocking) until a failure is told. The
+    // staller's comes within its 300 ms, the leaver's sooner.
+    l.set_nonblocking(true).unwrap();
+    let end = Instant::now() + Duration::from_secs(30);
+    let err = loop {
+        match l.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Ok((_, from)) => panic!("only the good client gets in, not {from}"),
+            Err(e) => panic!("accept: {e}"),
+        }
+        if let Some(e) = l.take_error().unwrap() {
+            break e;
+        }
+        assert!(Instant::now() < end, "no failed handshake told within 30 s");
+        thread::sleep(Duration::from_millis(10));
+    };
     eprintln!("take_error: {err}");
     assert!(err.to_string().contains("accepting 127.0.0.1:"), "{err}");
     assert!(l.take_error().unwrap().is_none(), "told once");
+    drop(staller);
+}
+
+/// `accept` answers every request as it comes: a client that stalls before its
+/// ready-to-receive holds up no other. The listener's connect timeout is 120 s and the good
+/// client's 10 s: answering one request at a time, the listener would wait for the staller
+/// and the good client would give up.
+#[test]
+fn a_stalled_handshake_holds_up_no_other_client() {
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let (l, addr) = listener_with(&opts);
+    let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
+    staller.write_all(&request_with_a_good_hello()).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept the good client");
+        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).expect("the good client's bytes");
+        s.write_all(&b).unwrap();
+    });
+    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+    c.write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+    server.join().expect("accept thread");
+    drop(staller);
+}
+
+/// A nonblocking listener on a mio loop: `accept` never waits for a handshake, and an event
+/// follows whenever it can go on. A staller (120 s connect timeout on the listener) must not
+/// hold up a good client, and a client that finishes its handshake but sends nothing is
+/// accepted once the first-frame bound (2 s) passes: the listener's timer wakes the loop
+/// (each poll may wait 30 s; a poll that ends with no event fails the test).
+#[test]
+fn a_nonblocking_accept_never_waits_for_a_handshake() {
+    use mio::{Events, Interest, Poll, Token};
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let (mut l, addr) = listener_with(&opts);
+    l.set_nonblocking(true).unwrap();
+    let mut poll = Poll::new().unwrap();
+    poll.registry()
+        .register(&mut l, Token(0), Interest::READABLE)
+        .unwrap();
+    let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
+    staller.write_all(&request_with_a_good_hello()).unwrap();
+    let silent = thread::spawn(move || silent_initiator(addr));
+    let good = thread::spawn(move || {
+        let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+        c.write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).unwrap();
+        b
+    });
+    let mut events = Events::with_capacity(8);
+    let mut accepted = Vec::new();
+    while accepted.len() < 2 {
+        poll.poll(&mut events, Some(Duration::from_secs(30)))
+            .unwrap();
+        assert!(
+            !events.is_empty(),
+            "no event within 30 s with {} accepted: a lost wakeup",
+            accepted.len()
+        );
+        loop {
+            match l.accept() {
+                Ok((s, _)) => accepted.push(s),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    }
+    let (mut rdmasock, plain): (Vec<_>, Vec<_>) =
+        accepted.into_iter().partition(RdmaSocket::peer_is_rdmasock);
+    assert_eq!(
+        (rdmasock.len(), plain.len()),
+        (1, 1),
+        "the good and the silent client"
+    );
+    let s = &mut rdmasock[0];
+    let mut b = [0u8; 4];
+    s.read_exact(&mut b).expect("the good client's bytes");
+    s.write_all(&b).unwrap();
+    assert_eq!(&good.join().expect("good client"), b"ping");
+    drop(silent.join().expect("silent client"));
     drop(staller);
 }

@@ -44,8 +44,14 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
         private_data: &[u8],
         timeout: Duration,
     ) -> io::Result<Vec<u8>>;
-    /// Passive side: readies `qp`, accepts with `private_data`, and waits until established.
-    fn accept(&self, qp: &QueuePair, private_data: &[u8], timeout: Duration) -> io::Result<()>;
+    /// Passive side: readies `qp` and accepts with `private_data`, without waiting; then
+    /// [`poll_accept`](Self::poll_accept) tells when the connection is established.
+    fn start_accept(&self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()>;
+    /// Passive side, after [`start_accept`](Self::start_accept): `Ok(true)` once the
+    /// connection is established (`qp` can send), `Ok(false)` while the handshake runs (the
+    /// [`event_fd`](Self::event_fd) turns readable when that may have changed), an error when
+    /// it failed. Does not block.
+    fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool>;
     /// Passive side: refuses the request with `private_data` (a short reason).
     fn reject(&self, private_data: &[u8]) -> io::Result<()>;
     /// Moves `qp` out of the connected state and starts (or answers) the disconnect.
@@ -177,13 +183,31 @@ impl CmEndpoint for KernelEndpoint {
         Ok(peer.private_data)
     }
 
-    fn accept(&self, qp: &QueuePair, private_data: &[u8], timeout: Duration) -> io::Result<()> {
+    fn start_accept(&self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
         let mut param = rsocket_parameters(private_data);
         if qp.context().device().transport == Transport::Iwarp {
             param.initiator_depth = 1;
         }
-        self.id.accept_blocking(Some(qp), &param, timeout)?;
-        Ok(())
+        Ok(self.id.accept_qp(qp, &param)?)
+    }
+
+    fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
+        while let Some(ev) = self.id.channel().try_get_event()? {
+            if ev.id != self.id.token() {
+                continue;
+            }
+            return match ev.event {
+                CmEvent::Established { .. } => {
+                    self.id.note_established_qp(qp);
+                    Ok(true)
+                }
+                other => {
+                    let _ = qp.to_error();
+                    Err(self.id.event_error("ESTABLISHED", other).into())
+                }
+            };
+        }
+        Ok(false)
     }
 
     fn reject(&self, private_data: &[u8]) -> io::Result<()> {

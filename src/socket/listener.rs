@@ -2,25 +2,17 @@
 #![forbid(unsafe_code)]
 
 use super::cm::{CmListener, ConnectionManager, IncomingRequest};
-use super::conn::Connection;
+use super::handshake::{Backlog, Handshake, FIRST_FRAME_WAIT};
 use super::options::SocketOptions;
 use super::shared::Shared;
 use super::stream::{prepare, RdmaSocket};
 use super::uiwarp::AutoCm;
 use crate::stream::Hello;
-use crate::verbs::Transport;
-use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// How long an iWARP accept waits for the initiator's first frame before it lets its own
-/// queued frames go (see [`await_first_frame`]).
-const FIRST_FRAME_WAIT: Duration = Duration::from_secs(2);
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Listens for RDMA stream connections (rsocket peers and rdmasock alike). Clones
 /// ([`try_clone`](Self::try_clone)) share the listening id and its nonblocking mode, so
@@ -29,8 +21,10 @@ pub struct RdmaListener {
     pub(crate) cm: Arc<dyn CmListener>,
     opts: SocketOptions,
     nonblocking: Arc<AtomicBool>,
-    /// The last handshake that failed after the request was taken (see
-    /// [`take_error`](Self::take_error)); shared by clones.
+    /// Answered requests whose handshake still runs; shared by clones.
+    pub(crate) backlog: Arc<Mutex<Backlog>>,
+    /// The last handshake that failed (see [`take_error`](Self::take_error)); shared by
+    /// clones, and apart from the backlog, which a blocking `accept` holds while it waits.
     failed: Arc<Mutex<Option<io::Error>>>,
 }
 
@@ -69,7 +63,8 @@ impl RdmaListener {
                         cm: Arc::from(l),
                         opts: opts.clone(),
                         nonblocking: Arc::new(AtomicBool::new(false)),
-                        failed: Arc::new(Mutex::new(None)),
+                        backlog: Arc::default(),
+                        failed: Arc::default(),
                     })
                 }
                 Err(e) => last = Some(e),
@@ -88,7 +83,7 @@ impl RdmaListener {
     /// when there was none since the last call. `accept` itself goes on to the next request,
     /// as a TCP listener never shows such a connection.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(self.failed.lock().expect("listener error lock").take())
+        Ok(self.failed.lock().unwrap_or_else(|p| p.into_inner()).take())
     }
 
     /// The bound address.
@@ -103,36 +98,43 @@ impl RdmaListener {
             cm: Arc::clone(&self.cm),
             opts: self.opts.clone(),
             nonblocking: Arc::clone(&self.nonblocking),
+            backlog: Arc::clone(&self.backlog),
             failed: Arc::clone(&self.failed),
         })
     }
 
     /// Moves the listener (and its clones) into or out of nonblocking mode: `accept` then
-    /// returns `WouldBlock` when no request waits. A request that waits is answered before
-    /// `accept` returns, unlike a TCP listener's (whose kernel finished the handshake
-    /// already): `accept` waits for the handshake's last step (rdma_cm's ESTABLISHED, and on
-    /// iWARP the peer's first frame), a round trip, or at most the connect timeout.
+    /// returns `WouldBlock` when no connection is ready.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.nonblocking.store(nonblocking, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Accepts the next connection. A request whose hello is unusable (another protocol or
-    /// version, malformed private data) is rejected with the reason as text and skipped; one
-    /// whose client goes away or stalls before the handshake ends is skipped too (see
+    /// Accepts the next connection whose handshake has finished. Every request that waits is
+    /// answered at once, and its connection returned when the handshake's last step comes (a
+    /// round trip later), so a slow or stalled client holds up no other. A request whose hello
+    /// is unusable (another protocol or version, malformed private data) is rejected with the
+    /// reason as text and skipped; one whose client goes away or stalls before the handshake
+    /// ends is dropped (within the connect timeout) and skipped too (see
     /// [`take_error`](Self::take_error)).
     pub fn accept(&self) -> io::Result<(RdmaSocket, SocketAddr)> {
+        let first_frame_bound = FIRST_FRAME_WAIT.min(self.opts.connect_timeout);
+        let mut backlog = self.backlog();
         loop {
-            let Some(request) = self.cm.poll_request()? else {
-                if self.nonblocking.load(Ordering::Relaxed) {
-                    return Err(io::ErrorKind::WouldBlock.into());
+            while let Some(request) = self.cm.poll_request()? {
+                if let Some(h) = self.answer(request)? {
+                    backlog.push(h)?;
                 }
-                self.wait()?;
-                continue;
-            };
-            if let Some(accepted) = self.answer(request)? {
-                return Ok(accepted);
             }
+            if let Some(h) = backlog.take_ready(first_frame_bound, &self.failed)? {
+                drop(backlog);
+                return finish(h);
+            }
+            if self.nonblocking.load(Ordering::Relaxed) {
+                backlog.arm_timer()?;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            backlog.wait(self.cm.event_fd())?;
         }
     }
 
@@ -141,18 +143,12 @@ impl RdmaListener {
         Incoming { listener: self }
     }
 
-    fn wait(&self) -> io::Result<()> {
-        let mut fds = [PollFd::new(self.cm.event_fd(), PollFlags::POLLIN)];
-        match nix::poll::poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-            Err(e) => Err(io::Error::other(format!(
-                "poll on the listener's rdma_cm fd: {e}"
-            ))),
-        }
+    pub(crate) fn backlog(&self) -> MutexGuard<'_, Backlog> {
+        self.backlog.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sets up and accepts one request; `None` when it was rejected.
-    fn answer(&self, request: IncomingRequest) -> io::Result<Option<(RdmaSocket, SocketAddr)>> {
+    /// Sets up one request's connection and accepts it; `None` when it was rejected.
+    fn answer(&self, request: IncomingRequest) -> io::Result<Option<Handshake>> {
         let IncomingRequest {
             endpoint,
             private_data,
@@ -173,28 +169,23 @@ impl RdmaListener {
         // The peer may write as soon as it has our reply: connected before accepting.
         conn.connected(&hello)?;
         let data = conn.hello_bytes();
-        if let Err(e) = conn
-            .endpoint
-            .accept(&conn.res.qp, &data, self.opts.connect_timeout)
-        {
-            let from = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
-            let e = io::Error::new(e.kind(), format!("accepting {from}: {e}"));
-            *self.failed.lock().expect("listener error lock") = Some(e);
-            return Ok(None);
-        }
-        if conn.res.qp.context().device().transport == Transport::Iwarp {
-            await_first_frame(&mut conn, FIRST_FRAME_WAIT.min(self.opts.connect_timeout))?;
-        }
-        conn.pump()?;
-        let socket = RdmaSocket {
-            shared: Arc::new(Shared::new(conn)?),
-        };
-        let peer = match peer {
-            Some(p) => p,
-            None => socket.peer_addr()?,
-        };
-        Ok(Some((socket, peer)))
+        conn.endpoint.start_accept(&conn.res.qp, &data)?;
+        Ok(Some(Handshake::new(conn, peer, self.opts.connect_timeout)))
     }
+}
+
+/// The socket of an established connection.
+fn finish(h: Handshake) -> io::Result<(RdmaSocket, SocketAddr)> {
+    let (mut conn, peer) = h.finish();
+    conn.pump()?;
+    let socket = RdmaSocket {
+        shared: Arc::new(Shared::new(conn)?),
+    };
+    let peer = match peer {
+        Some(p) => p,
+        None => socket.peer_addr()?,
+    };
+    Ok((socket, peer))
 }
 
 /// `text` cut to `max` bytes for a reject's private data: at a word boundary, with "…" in
@@ -213,57 +204,6 @@ fn reject_reason(text: &str, max: usize) -> String {
         "{}{MORE}",
         text[..cut].trim_end_matches([' ', ',', ':', '('])
     )
-}
-
-/// iWARP responder: waits until the initiator's first frame has arrived (a completion on
-/// the queue), without posting the credits our stream has queued, or until `bound` passes.
-///
-/// MPA (RFC 5044) lets the responder transmit only after the initiator's first FPDU, unless
-/// both negotiated peer-to-peer RTR (RFC 6581), which siw as initiator never asks for. The responder's ESTABLISHED comes as soon as its MPA reply is sent; a frame of
-/// ours that reaches the initiator before its kernel worker has read that reply is read
-/// together with the reply's private data, and siw then fails the connect (CONNECT_ERROR,
-/// EINVAL) and drops the TCP connection. rdmasock initiators send their credits as soon as
-/// they are connected; the bound lets a silent initiator's connection go on (the initiator
-/// has long read the reply by then), at the cost of a slower accept. The bound also ends
-/// the wait when siw left our initiator's frames unread (see
-/// `CmEndpoint::nudge_after_first_receive`).
-fn await_first_frame(conn: &mut Connection, bound: Duration) -> io::Result<()> {
-    let end = Instant::now() + bound;
-    loop {
-        if conn.drain_cq()? {
-            return Ok(());
-        }
-        let channel = &conn.res.cq_channel;
-        let mut events = 0;
-        while channel.try_get_event()?.is_some() {
-            events += 1;
-        }
-        if events > 0 {
-            conn.res.cq.ack_events(events);
-        }
-        conn.res.cq.req_notify(false)?;
-        // A completion that came before the arming raises no event: poll once more.
-        if conn.drain_cq()? {
-            return Ok(());
-        }
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
-        }
-        let ms = i32::try_from(left.as_millis().saturating_add(1)).unwrap_or(i32::MAX);
-        let mut fds = [PollFd::new(conn.res.cq_channel.as_fd(), PollFlags::POLLIN)];
-        match nix::poll::poll(
-            &mut fds,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        ) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => {
-                return Err(io::Error::other(format!(
-                    "poll on the accepted connection's completion channel: {e}"
-                )))
-            }
-        }
-    }
 }
 
 /// The iterator of [`RdmaListener::incoming`].

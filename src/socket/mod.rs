@@ -20,6 +20,7 @@
 
 mod cm;
 mod conn;
+mod handshake;
 mod lend;
 mod listener;
 mod options;

@@ -27,15 +27,24 @@ impl mio::event::Source for RdmaSocket {
 }
 
 impl mio::event::Source for RdmaListener {
+    /// Registers the listener's fd, and with it the fds of the connections whose handshake
+    /// still runs and a timer for their bounds: a readable event means `accept` may go on.
     fn register(&mut self, registry: &Registry, token: Token, _: Interest) -> io::Result<()> {
-        SourceFd(&self.cm.event_fd().as_raw_fd()).register(registry, token, Interest::READABLE)
+        SourceFd(&self.cm.event_fd().as_raw_fd()).register(registry, token, Interest::READABLE)?;
+        self.backlog().register(registry, token)
     }
 
     fn reregister(&mut self, registry: &Registry, token: Token, _: Interest) -> io::Result<()> {
-        SourceFd(&self.cm.event_fd().as_raw_fd()).reregister(registry, token, Interest::READABLE)
+        SourceFd(&self.cm.event_fd().as_raw_fd()).reregister(
+            registry,
+            token,
+            Interest::READABLE,
+        )?;
+        self.backlog().register(registry, token)
     }
 
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        self.backlog().deregister(registry);
         SourceFd(&self.cm.event_fd().as_raw_fd()).deregister(registry)
     }
 }

@@ -140,8 +140,12 @@ impl CmEndpoint for UiwarpEndpoint {
         rdmasock_uiwarp::connect(qp, dst, private_data, timeout).map_err(explain)
     }
 
-    fn accept(&self, qp: &QueuePair, private_data: &[u8], timeout: Duration) -> io::Result<()> {
-        self.take_request()?.accept(qp, private_data, timeout)
+    fn start_accept(&self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
+        self.take_request()?.start_accept(qp, private_data)
+    }
+
+    fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
+        rdmasock_uiwarp::accepted(qp)
     }
 
     fn reject(&self, private_data: &[u8]) -> io::Result<()> {

@@ -24,5 +24,5 @@ pub mod fuzzing;
 pub mod provider;
 pub mod wire;
 
-pub use driver::{connect, disconnect, Notice, Rejected, UiwarpListener, UiwarpRequest};
+pub use driver::{accepted, connect, disconnect, Notice, Rejected, UiwarpListener, UiwarpRequest};
 pub use provider::{device_info, UiwarpProvider, DEVICE_NAME, DRIVER_NAME};

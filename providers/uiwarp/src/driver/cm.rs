@@ -93,7 +93,8 @@ fn wait_outcome(endpoint: &Endpoint, deadline: Option<Instant>) -> Outcome {
     let mut st = endpoint.lock();
     loop {
         if !matches!(st.outcome, Outcome::Connecting) {
-            return st.outcome.clone();
+            drop(st);
+            return endpoint.take_outcome();
         }
         match deadline {
             None => st = endpoint.changed.wait(st).expect("uiwarp endpoint lock"),
@@ -109,6 +110,28 @@ fn wait_outcome(endpoint: &Endpoint, deadline: Option<Instant>) -> Outcome {
                     .0;
             }
         }
+    }
+}
+
+/// Whether the connection [`UiwarpRequest::start_accept`] began on `qp` is established:
+/// `Ok(true)` once the initiator's ready-to-receive arrived (`qp` is then in RTS), `Ok(false)`
+/// while it has not, an error when the connection failed. Does not block.
+pub fn accepted(qp: &QueuePair) -> io::Result<bool> {
+    let endpoint = endpoint_of(qp)?;
+    match endpoint.take_outcome() {
+        Outcome::Connecting => Ok(false),
+        Outcome::Established(_) => {
+            qp.assume_state(QpState::ReadyToSend);
+            Ok(true)
+        }
+        Outcome::Failed(why) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("accepting the iWARP connection failed: {why}"),
+        )),
+        other => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("accepting the iWARP connection failed: {other:?}"),
+        )),
     }
 }
 
@@ -444,15 +467,28 @@ impl UiwarpRequest {
     /// Accepts on `qp` (on uiwarp0, in RESET or INIT; receives posted before are kept),
     /// replying with `private_data`; returns once `qp` is in RTS (peer-to-peer mode: the
     /// initiator's RTR arrived) or fails after `timeout`.
-    pub fn accept(
-        mut self,
-        qp: &QueuePair,
-        private_data: &[u8],
-        timeout: Duration,
-    ) -> io::Result<()> {
+    pub fn accept(self, qp: &QueuePair, private_data: &[u8], timeout: Duration) -> io::Result<()> {
+        let deadline = deadline_of(timeout);
+        self.start_accept(qp, private_data)?;
+        let endpoint = endpoint_of(qp)?;
+        match wait_outcome(&endpoint, deadline) {
+            Outcome::Connecting => {
+                close_endpoint(&endpoint, &*engine()?);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("accepted iWARP connection: no ready-to-receive from the initiator within {timeout:?}"),
+                ))
+            }
+            _ => accepted(qp).map(|_| ()),
+        }
+    }
+
+    /// The first half of [`accept`](Self::accept), which returns at once: replies on `qp`
+    /// with `private_data`. [`accepted`] then tells when `qp` reached RTS; the QP's
+    /// [`Endpoint::notice_fd`] turns readable when that may have changed.
+    pub fn start_accept(mut self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
         let endpoint = endpoint_of(qp)?;
         let engine = engine()?;
-        let deadline = deadline_of(timeout);
         let pending = self.pending.take().expect("a request is answered once");
         let gone = || {
             io::Error::new(
@@ -506,24 +542,7 @@ impl UiwarpRequest {
         st.link = Some(link);
         endpoint.watch_socket(&st);
         endpoint.drive(&mut st, &engine);
-        drop(st);
-        match wait_outcome(&endpoint, deadline) {
-            Outcome::Established(_) => {
-                qp.assume_state(QpState::ReadyToSend);
-                Ok(())
-            }
-            Outcome::Failed(why) => Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                format!("accepting the iWARP connection failed: {why}"),
-            )),
-            _ => {
-                close_endpoint(&endpoint, &engine);
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("accepted iWARP connection: no ready-to-receive from the initiator within {timeout:?}"),
-                ))
-            }
-        }
+        Ok(())
     }
 
     /// Rejects the request with `private_data` (a short reason).

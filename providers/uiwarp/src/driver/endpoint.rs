@@ -211,6 +211,17 @@ impl Endpoint {
         self.lock().ended.clone()
     }
 
+    /// The connection's outcome so far. Once it is no longer `Connecting`, takes back the
+    /// notice fd's nudge that announced it (unless a notice waits behind it), so that the fd
+    /// is readable only while a notice waits.
+    pub(crate) fn take_outcome(&self) -> Outcome {
+        let st = self.lock();
+        if !matches!(st.outcome, Outcome::Connecting) && st.notices.is_empty() {
+            let _ = self.notice_fd.read();
+        }
+        st.outcome.clone()
+    }
+
     /// The next notice, without blocking.
     pub fn poll_notice(&self) -> Option<Notice> {
         let mut st = self.lock();
@@ -474,6 +485,11 @@ impl Endpoint {
                 Event::Established(e) => {
                     st.negotiated = Some(e.negotiated.clone());
                     st.outcome = Outcome::Established(e.private_data);
+                    // Wakes a caller that polls the notice fd for the outcome (see
+                    // `Endpoint::take_outcome`, which takes the nudge back).
+                    if st.notices.is_empty() {
+                        let _ = self.notice_fd.write(1);
+                    }
                     changed = true;
                 }
                 Event::Rejected { private_data } => {

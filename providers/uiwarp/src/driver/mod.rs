@@ -24,7 +24,7 @@ mod link;
 pub mod pcap;
 
 pub(crate) use cm::close_endpoint;
-pub use cm::{connect, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
+pub use cm::{accepted, connect, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Endpoint;
 pub use endpoint::Notice;

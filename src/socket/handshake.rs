@@ -1,0 +1,307 @@
+//! The connections a listener has answered whose handshake still runs: each request is
+//! accepted at once and finished when its last step comes, so that a client that is slow or
+//! stalls half-way holds up no other, and a nonblocking `accept` never waits.
+//!
+//! A handshake's last steps: the connection manager's ESTABLISHED (the initiator's RTU on
+//! IB/RoCE, its ready-to-receive on iWARP), then on iWARP the initiator's first frame (see
+//! [`first_frame_seen`]). Each is bounded: the connect timeout, then [`FIRST_FRAME_WAIT`].
+//! While registered with mio, the listener's token also watches each handshake's fd and a
+//! timer for the nearest bound, so an event follows whenever `accept` could go on.
+#![forbid(unsafe_code)]
+
+use super::conn::Connection;
+use crate::verbs::Transport;
+use mio::event::Source as _;
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an iWARP accept waits for the initiator's first frame before it lets its own
+/// queued frames go (see [`first_frame_seen`]).
+pub(crate) const FIRST_FRAME_WAIT: Duration = Duration::from_secs(2);
+
+/// Where one answered request stands.
+enum Stage {
+    /// Accepted; waiting for ESTABLISHED until the instant.
+    Established(Instant),
+    /// iWARP: established; waiting for the initiator's first frame until the instant.
+    FirstFrame(Instant),
+}
+
+/// One answered request.
+pub(crate) struct Handshake {
+    conn: Connection,
+    peer: Option<SocketAddr>,
+    stage: Stage,
+    /// The fd registered with mio for this handshake, if any.
+    watched: Option<RawFd>,
+}
+
+/// What [`Handshake::advance`] found.
+enum Step {
+    Waiting,
+    Ready,
+    Failed(io::Error),
+}
+
+impl Handshake {
+    /// A connection whose accept was just sent, to be established within `timeout`.
+    pub(crate) fn new(conn: Connection, peer: Option<SocketAddr>, timeout: Duration) -> Self {
+        Handshake {
+            conn,
+            peer,
+            stage: Stage::Established(Instant::now() + timeout),
+            watched: None,
+        }
+    }
+
+    /// An error about this handshake, naming the client.
+    fn failure(&self, kind: io::ErrorKind, what: &str) -> io::Error {
+        let client = self
+            .peer
+            .map_or_else(|| "a client".to_string(), |p| p.to_string());
+        io::Error::new(kind, format!("accepting {client}: {what}"))
+    }
+
+    /// Moves on as far as what has arrived allows, without blocking.
+    fn advance(&mut self, first_frame_bound: Duration) -> Step {
+        loop {
+            let now = Instant::now();
+            match self.stage {
+                Stage::Established(until) => {
+                    match self.conn.endpoint.poll_accept(&self.conn.res.qp) {
+                        Ok(true) => {
+                            if self.conn.res.qp.context().device().transport != Transport::Iwarp {
+                                return Step::Ready;
+                            }
+                            self.stage = Stage::FirstFrame(now + first_frame_bound);
+                        }
+                        Ok(false) if now < until => return Step::Waiting,
+                        Ok(false) => {
+                            return Step::Failed(self.failure(
+                                io::ErrorKind::TimedOut,
+                                "the handshake did not finish within the connect timeout",
+                            ))
+                        }
+                        Err(e) => return Step::Failed(self.failure(e.kind(), &e.to_string())),
+                    }
+                }
+                Stage::FirstFrame(until) => {
+                    return match first_frame_seen(&mut self.conn) {
+                        Ok(true) => Step::Ready,
+                        Ok(false) if now < until => Step::Waiting,
+                        // A silent initiator: it has long read our reply by now.
+                        Ok(false) => Step::Ready,
+                        Err(e) => Step::Failed(e),
+                    };
+                }
+            }
+        }
+    }
+
+    /// The fd that turns readable when [`advance`](Self::advance) may get further.
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self.stage {
+            Stage::Established(_) => self.conn.endpoint.event_fd(),
+            Stage::FirstFrame(_) => self.conn.res.cq_channel.as_fd(),
+        }
+    }
+
+    fn until(&self) -> Instant {
+        match self.stage {
+            Stage::Established(t) | Stage::FirstFrame(t) => t,
+        }
+    }
+
+    /// The established connection and the peer's address as known (if it was).
+    pub(crate) fn finish(self) -> (Connection, Option<SocketAddr>) {
+        (self.conn, self.peer)
+    }
+}
+
+/// A listener's answered requests, shared by its clones.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    handshakes: Vec<Handshake>,
+    /// The mio registry and token the listener is registered with, and the timer that wakes
+    /// it at the nearest bound.
+    watch: Option<(Registry, Token, TimerFd)>,
+}
+
+impl Backlog {
+    /// Adds an answered request.
+    pub(crate) fn push(&mut self, mut h: Handshake) -> io::Result<()> {
+        if let Some((registry, token, _)) = &self.watch {
+            watch(registry, *token, &mut h)?;
+        }
+        self.handshakes.push(h);
+        Ok(())
+    }
+
+    /// The oldest handshake that is done, if any; failed ones are dropped, the last failure
+    /// kept in `failed`.
+    pub(crate) fn take_ready(
+        &mut self,
+        first_frame_bound: Duration,
+        failed: &Mutex<Option<io::Error>>,
+    ) -> io::Result<Option<Handshake>> {
+        let mut i = 0;
+        while i < self.handshakes.len() {
+            let step = self.handshakes[i].advance(first_frame_bound);
+            match step {
+                Step::Waiting => {
+                    if let Some((registry, token, _)) = &self.watch {
+                        // The stage may have changed, and with it the fd.
+                        watch(registry, *token, &mut self.handshakes[i])?;
+                    }
+                    i += 1;
+                }
+                Step::Ready | Step::Failed(_) => {
+                    let mut h = self.handshakes.remove(i);
+                    if let Some((registry, _, _)) = &self.watch {
+                        unwatch(registry, &mut h);
+                    }
+                    match step {
+                        Step::Ready => return Ok(Some(h)),
+                        Step::Failed(e) => {
+                            *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e)
+                        }
+                        Step::Waiting => unreachable!("handled above"),
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sets the mio timer to the nearest bound (after `accept` returned `WouldBlock`).
+    pub(crate) fn arm_timer(&self) -> io::Result<()> {
+        let Some((_, _, timer)) = &self.watch else {
+            return Ok(());
+        };
+        let result = match self.nearest() {
+            None => timer.unset(),
+            Some(t) => {
+                // At least 1 ms: a zero expiration would disarm the timer.
+                let left = t
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1));
+                timer.set(
+                    Expiration::OneShot(TimeSpec::from(left)),
+                    TimerSetTimeFlags::empty(),
+                )
+            }
+        };
+        result.map_err(|e| io::Error::other(format!("setting the listener's timer: {e}")))
+    }
+
+    fn nearest(&self) -> Option<Instant> {
+        self.handshakes.iter().map(Handshake::until).min()
+    }
+
+    /// Blocks until `listener_fd` or a handshake's fd is readable, or the nearest bound.
+    pub(crate) fn wait(&self, listener_fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut fds = Vec::with_capacity(1 + self.handshakes.len());
+        fds.push(PollFd::new(listener_fd, PollFlags::POLLIN));
+        fds.extend(
+            self.handshakes
+                .iter()
+                .map(|h| PollFd::new(h.fd(), PollFlags::POLLIN)),
+        );
+        let timeout = match self.nearest() {
+            None => PollTimeout::NONE,
+            Some(t) => {
+                let ms = t
+                    .saturating_duration_since(Instant::now())
+                    .as_millis()
+                    .saturating_add(1);
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Err(e) => Err(io::Error::other(format!("poll on the listener's fds: {e}"))),
+        }
+    }
+
+    /// Watches every handshake's fd and a timer under `token` too (mio `register`).
+    pub(crate) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        self.deregister(registry);
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .map_err(|e| io::Error::other(format!("creating the listener's timer: {e}")))?;
+        SourceFd(&timer.as_fd().as_raw_fd()).register(registry, token, Interest::READABLE)?;
+        for h in &mut self.handshakes {
+            watch(registry, token, h)?;
+        }
+        self.watch = Some((registry.try_clone()?, token, timer));
+        self.arm_timer()
+    }
+
+    /// Stops watching (mio `deregister`).
+    pub(crate) fn deregister(&mut self, registry: &Registry) {
+        if let Some((_, _, timer)) = self.watch.take() {
+            let _ = SourceFd(&timer.as_fd().as_raw_fd()).deregister(registry);
+        }
+        for h in &mut self.handshakes {
+            unwatch(registry, h);
+        }
+    }
+}
+
+/// Registers `h`'s current fd under `token`, replacing the one registered before.
+fn watch(registry: &Registry, token: Token, h: &mut Handshake) -> io::Result<()> {
+    let fd = h.fd().as_raw_fd();
+    if h.watched == Some(fd) {
+        return Ok(());
+    }
+    unwatch(registry, h);
+    SourceFd(&fd).register(registry, token, Interest::READABLE)?;
+    h.watched = Some(fd);
+    Ok(())
+}
+
+fn unwatch(registry: &Registry, h: &mut Handshake) {
+    if let Some(fd) = h.watched.take() {
+        let _ = SourceFd(&fd).deregister(registry);
+    }
+}
+
+/// iWARP responder: whether the initiator's first frame has arrived (a completion on the
+/// queue), without posting the credits our stream has queued; arms the queue so that its
+/// channel turns readable when one comes.
+///
+/// MPA (RFC 5044) lets the responder transmit only after the initiator's first FPDU, unless
+/// both negotiated peer-to-peer RTR (RFC 6581), which siw as initiator never asks for. The
+/// responder's ESTABLISHED comes as soon as its MPA reply is sent; a frame of ours that
+/// reaches the initiator before its kernel worker has read that reply is read together with
+/// the reply's private data, and siw then fails the connect (CONNECT_ERROR, EINVAL) and drops
+/// the TCP connection. rdmasock initiators send their credits as soon as they are connected;
+/// [`FIRST_FRAME_WAIT`] lets a silent initiator's connection go on (the initiator has long
+/// read the reply by then), at the cost of a slower accept. The bound also ends the wait when
+/// siw left our initiator's frames unread (see `CmEndpoint::nudge_after_first_receive`).
+fn first_frame_seen(conn: &mut Connection) -> io::Result<bool> {
+    if conn.drain_cq()? {
+        return Ok(true);
+    }
+    let channel = &conn.res.cq_channel;
+    let mut events = 0;
+    while channel.try_get_event()?.is_some() {
+        events += 1;
+    }
+    if events > 0 {
+        conn.res.cq.ack_events(events);
+    }
+    conn.res.cq.req_notify(false)?;
+    // A completion that came before the arming raises no event: look once more.
+    conn.drain_cq()
+}
