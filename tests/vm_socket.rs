@@ -481,6 +481,65 @@ fn peer_vanishes_reads_end_within_keepalive_time() {
     assert!(w.is_err(), "writes fail once the peer is gone");
 }
 
+/// A client that stalls half-way through its handshake holds up no other: its rdma_cm
+/// connect (a good hello, no QP) gets the listener's reply and never sends the RTU that would
+/// establish the connection. The listener's connect timeout is 60 s and the good client's
+/// 10 s: a listener that answered one request at a time would wait for the staller, and the
+/// good client would give up.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn a_stalled_handshake_holds_up_no_other_client() {
+    use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
+    use rdmasock::stream::{Hello, RemoteSge};
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), &opts).expect("bind on rxe0");
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept the good client");
+        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).expect("the good client's bytes");
+        b
+    });
+    let channel = EventChannel::open().unwrap();
+    let staller = CmId::new(&channel).unwrap();
+    staller.resolve(None, addr, Duration::from_secs(5)).unwrap();
+    let hello = Hello {
+        flags: 0,
+        credits: 64,
+        target_iomap_size: 0,
+        target_sgl: RemoteSge::new(0x1000, 7, 2),
+        data_buf: RemoteSge::new(0x10_0000, 7, 64 << 10),
+    };
+    staller
+        .connect(&ConnectionParameters {
+            private_data: hello.to_bytes().to_vec(),
+            ..ConnectionParameters::default()
+        })
+        .expect("the staller's CONNECT");
+    // The listener took its request once its reply is here.
+    let reply = loop {
+        let ev = channel
+            .get_event(Some(Duration::from_secs(10)))
+            .expect("the staller's channel")
+            .expect("an answer to the staller within 10 s");
+        if ev.id == staller.token() {
+            break ev.event;
+        }
+    };
+    assert!(
+        matches!(reply, CmEvent::ConnectResponse { .. }),
+        "the staller got {reply:?}"
+    );
+    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+    c.write_all(b"ok").unwrap();
+    assert_eq!(&server.join().expect("accept thread"), b"ok");
+    drop(staller);
+}
+
 #[path = "../examples/mio_echo.rs"]
 mod mio_echo;
 
