@@ -15,7 +15,9 @@
 //! re-arms it and drains it again, and raises those fds; every call also reports what its
 //! own progress made possible before it returns. Edge-triggered as mio is: once a call returned `WouldBlock`, an event for that
 //! direction follows when progress becomes possible (the first event after registering
-//! reports what is possible already).
+//! reports what is possible already). A listener registers its rdma_cm fd, the fds of the
+//! connections whose handshake still runs and a timer for their bounds: a readable event
+//! means `accept` may go on.
 #![forbid(unsafe_code)]
 
 mod cm;
