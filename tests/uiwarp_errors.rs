@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 #[path = "socket_support/mod.rs"]
 mod socket_support;
 use socket_support::{listener_with, loopback};
+use std::thread::JoinHandle;
 
 #[test]
 fn rejected_hello_and_refused_port_say_why() {
@@ -160,15 +161,8 @@ fn zero_and_too_short_durations_are_refused() {
 /// A raw iWARP initiator (the protocol core over a plain TCP socket) whose MPA request
 /// carries a well-formed rsocket hello, and the request's bytes.
 fn initiator_with_a_good_hello() -> (rdmasock_uiwarp::core::Connection, Vec<u8>) {
-    use rdmasock::stream::{Hello, RemoteSge};
     use rdmasock_uiwarp::core::{Config, Connection, RegionTable};
-    let hello = Hello {
-        flags: 0,
-        credits: 64,
-        target_iomap_size: 0,
-        target_sgl: RemoteSge::new(0x1000, 7, 2),
-        data_buf: RemoteSge::new(0x10_0000, 7, 64 << 10),
-    };
+    let hello = socket_support::fake_hello();
     let mut core = Connection::initiator(Config::default(), &hello.to_bytes(), Instant::now())
         .expect("an initiator");
     let mut request = Vec::new();
@@ -274,6 +268,20 @@ fn accept_skips_clients_that_leave_or_stall_mid_handshake() {
 /// and the good client would give up.
 #[test]
 fn a_stalled_handshake_holds_up_no_other_client() {
+    let (l, addr, staller) = listener_with_a_staller();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept the good client");
+        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
+        echo_four(&mut s);
+    });
+    assert_eq!(&good_client(addr).join().expect("good client"), b"ping");
+    server.join().expect("accept thread");
+    drop(staller);
+}
+
+/// A listener with a 120 s connect timeout, its address, and a client that has sent a good
+/// request to it and stalls.
+fn listener_with_a_staller() -> (rdmasock::RdmaListener, SocketAddr, std::net::TcpStream) {
     let opts = SocketOptions::builder()
         .connect_timeout(Duration::from_secs(120))
         .build()
@@ -281,20 +289,25 @@ fn a_stalled_handshake_holds_up_no_other_client() {
     let (l, addr) = listener_with(&opts);
     let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
     staller.write_all(&request_with_a_good_hello()).unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().expect("accept the good client");
-        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
+    (l, addr, staller)
+}
+
+/// A client (10 s connect timeout) that sends "ping" and returns what comes back.
+fn good_client(addr: SocketAddr) -> JoinHandle<[u8; 4]> {
+    thread::spawn(move || {
+        let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+        c.write_all(b"ping").unwrap();
         let mut b = [0u8; 4];
-        s.read_exact(&mut b).expect("the good client's bytes");
-        s.write_all(&b).unwrap();
-    });
-    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
-    c.write_all(b"ping").unwrap();
+        c.read_exact(&mut b).unwrap();
+        b
+    })
+}
+
+/// Reads four bytes from `s` and writes them back.
+fn echo_four(s: &mut RdmaSocket) {
     let mut b = [0u8; 4];
-    c.read_exact(&mut b).unwrap();
-    assert_eq!(&b, b"ping");
-    server.join().expect("accept thread");
-    drop(staller);
+    s.read_exact(&mut b).expect("the good client's bytes");
+    s.write_all(&b).unwrap();
 }
 
 /// A nonblocking listener on a mio loop: `accept` never waits for a handshake, and an event
@@ -305,26 +318,14 @@ fn a_stalled_handshake_holds_up_no_other_client() {
 #[test]
 fn a_nonblocking_accept_never_waits_for_a_handshake() {
     use mio::{Events, Interest, Poll, Token};
-    let opts = SocketOptions::builder()
-        .connect_timeout(Duration::from_secs(120))
-        .build()
-        .unwrap();
-    let (mut l, addr) = listener_with(&opts);
+    let (mut l, addr, staller) = listener_with_a_staller();
     l.set_nonblocking(true).unwrap();
     let mut poll = Poll::new().unwrap();
     poll.registry()
         .register(&mut l, Token(0), Interest::READABLE)
         .unwrap();
-    let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
-    staller.write_all(&request_with_a_good_hello()).unwrap();
     let silent = thread::spawn(move || silent_initiator(addr));
-    let good = thread::spawn(move || {
-        let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
-        c.write_all(b"ping").unwrap();
-        let mut b = [0u8; 4];
-        c.read_exact(&mut b).unwrap();
-        b
-    });
+    let good = good_client(addr);
     let mut events = Events::with_capacity(8);
     let mut accepted = Vec::new();
     while accepted.len() < 2 {
@@ -350,10 +351,7 @@ fn a_nonblocking_accept_never_waits_for_a_handshake() {
         (1, 1),
         "the good and the silent client"
     );
-    let s = &mut rdmasock[0];
-    let mut b = [0u8; 4];
-    s.read_exact(&mut b).expect("the good client's bytes");
-    s.write_all(&b).unwrap();
+    echo_four(&mut rdmasock[0]);
     assert_eq!(&good.join().expect("good client"), b"ping");
     drop(silent.join().expect("silent client"));
     drop(staller);

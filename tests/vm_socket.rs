@@ -490,7 +490,6 @@ fn peer_vanishes_reads_end_within_keepalive_time() {
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn a_stalled_handshake_holds_up_no_other_client() {
     use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
-    use rdmasock::stream::{Hello, RemoteSge};
     let opts = SocketOptions::builder()
         .connect_timeout(Duration::from_secs(60))
         .build()
@@ -507,13 +506,7 @@ fn a_stalled_handshake_holds_up_no_other_client() {
     let channel = EventChannel::open().unwrap();
     let staller = CmId::new(&channel).unwrap();
     staller.resolve(None, addr, Duration::from_secs(5)).unwrap();
-    let hello = Hello {
-        flags: 0,
-        credits: 64,
-        target_iomap_size: 0,
-        target_sgl: RemoteSge::new(0x1000, 7, 2),
-        data_buf: RemoteSge::new(0x10_0000, 7, 64 << 10),
-    };
+    let hello = socket_support::fake_hello();
     staller
         .connect(&ConnectionParameters {
             private_data: hello.to_bytes().to_vec(),

@@ -258,3 +258,17 @@ pub fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
     assert_ne!(addr.port(), 0, "an ephemeral port was chosen");
     (l, addr)
 }
+
+/// A well-formed rsocket hello (version 1, 64 credits, a 64 KiB buffer) for a hand-made
+/// client: a listener takes it and answers; the addresses in it are never used by a test
+/// that lets the handshake finish.
+pub fn fake_hello() -> rdmasock::stream::Hello {
+    use rdmasock::stream::{Hello, RemoteSge};
+    Hello {
+        flags: 0,
+        credits: 64,
+        target_iomap_size: 0,
+        target_sgl: RemoteSge::new(0x1000, 7, 2),
+        data_buf: RemoteSge::new(0x10_0000, 7, 64 << 10),
+    }
+}
