@@ -262,6 +262,36 @@ fn accept_skips_clients_that_leave_or_stall_mid_handshake() {
     drop(staller);
 }
 
+/// A client that sends a good request and leaves before `accept` answers it is skipped:
+/// `accept` returns the good client that comes next (it returned the client's departure as
+/// its own error), and `take_error` tells.
+#[test]
+fn a_client_gone_before_the_answer_is_skipped() {
+    let (l, addr) = listener_with(&SocketOptions::default());
+    let mut leaver = std::net::TcpStream::connect(addr).expect("the leaver connects");
+    leaver.write_all(&request_with_a_good_hello()).unwrap();
+    leaver.shutdown(std::net::Shutdown::Write).unwrap();
+    // The listener closes its side once it has seen ours: the request is queued and its
+    // client gone before accept is called.
+    leaver
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut rest = Vec::new();
+    leaver
+        .read_to_end(&mut rest)
+        .expect("the listener closes on the leaver");
+    drop(leaver);
+    let good = good_client(addr);
+    let (mut s, _) = l.accept().expect("accept skips the leaver");
+    echo_four(&mut s);
+    assert_eq!(&good.join().expect("good client"), b"ping");
+    let err = l
+        .take_error()
+        .unwrap()
+        .expect("the leaver's departure is told");
+    assert!(err.to_string().contains("accepting 127.0.0.1:"), "{err}");
+}
+
 /// `accept` answers every request as it comes: a client that stalls before its
 /// ready-to-receive holds up no other. The listener's connect timeout is 120 s and the good
 /// client's 10 s: answering one request at a time, the listener would wait for the staller

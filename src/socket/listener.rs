@@ -22,7 +22,7 @@ pub struct RdmaListener {
     opts: SocketOptions,
     nonblocking: Arc<AtomicBool>,
     /// Answered requests whose handshake still runs; shared by clones.
-    pub(crate) backlog: Arc<Mutex<Backlog>>,
+    backlog: Arc<Mutex<Backlog>>,
     /// The last handshake that failed (see [`take_error`](Self::take_error)); shared by
     /// clones, and apart from the backlog, which a blocking `accept` holds while it waits.
     failed: Arc<Mutex<Option<io::Error>>>,
@@ -147,7 +147,8 @@ impl RdmaListener {
         self.backlog.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sets up one request's connection and accepts it; `None` when it was rejected.
+    /// Sets up one request's connection and accepts it; `None` when it was rejected or its
+    /// client is gone.
     fn answer(&self, request: IncomingRequest) -> io::Result<Option<Handshake>> {
         let IncomingRequest {
             endpoint,
@@ -169,7 +170,13 @@ impl RdmaListener {
         // The peer may write as soon as it has our reply: connected before accepting.
         conn.connected(&hello)?;
         let data = conn.hello_bytes();
-        conn.endpoint.start_accept(&conn.res.qp, &data)?;
+        if let Err(e) = conn.endpoint.start_accept(&conn.res.qp, &data) {
+            // The client went away before the answer (uiwarp: its TCP connection closed).
+            let from = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
+            let e = io::Error::new(e.kind(), format!("accepting {from}: {e}"));
+            *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            return Ok(None);
+        }
         Ok(Some(Handshake::new(conn, peer, self.opts.connect_timeout)))
     }
 }
