@@ -292,6 +292,53 @@ fn a_client_gone_before_the_answer_is_skipped() {
     assert!(err.to_string().contains("accepting 127.0.0.1:"), "{err}");
 }
 
+/// Handshakes under way are bounded by the listen backlog: with a backlog of 1 and a
+/// staller taking it, the next client's request waits unanswered (its 1 s connect times
+/// out); once the staller leaves, a client gets in.
+#[test]
+fn handshakes_under_way_are_bounded_by_the_backlog() {
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_secs(120))
+        .backlog(1)
+        .build()
+        .unwrap();
+    let (l, addr) = listener_with(&opts);
+    let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
+    staller.write_all(&request_with_a_good_hello()).unwrap();
+    staller
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l
+            .accept()
+            .expect("accept the client after the staller left");
+        echo_four(&mut s);
+    });
+    let mut reply = [0u8; 20];
+    staller
+        .read_exact(&mut reply)
+        .expect("the staller's request is answered");
+    let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(1))
+        .expect_err("no room for a second handshake while the staller holds the backlog");
+    eprintln!("while the staller holds the backlog: {err}");
+    drop(staller);
+    let end = Instant::now() + Duration::from_secs(30);
+    let good = loop {
+        match RdmaSocket::connect(addr) {
+            Ok(c) => break c,
+            // The listener may refuse while the gone client's request still fills its queue.
+            Err(e) if Instant::now() < end => eprintln!("retrying after: {e}"),
+            Err(e) => panic!("no client got in after the staller left: {e}"),
+        }
+    };
+    let mut good = good;
+    good.write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    good.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+    server.join().expect("accept thread");
+}
+
 /// `accept` answers every request as it comes: a client that stalls before its
 /// ready-to-receive holds up no other. The listener's connect timeout is 120 s and the good
 /// client's 10 s: answering one request at a time, the listener would wait for the staller

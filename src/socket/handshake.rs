@@ -206,10 +206,16 @@ impl Backlog {
         self.handshakes.iter().map(Handshake::until).min()
     }
 
-    /// Blocks until `listener_fd` or a handshake's fd is readable, or the nearest bound.
-    pub(crate) fn wait(&self, listener_fd: BorrowedFd<'_>) -> io::Result<()> {
+    /// How many handshakes run.
+    pub(crate) fn len(&self) -> usize {
+        self.handshakes.len()
+    }
+
+    /// Blocks until `listener_fd` (if given) or a handshake's fd is readable, or the nearest
+    /// bound.
+    pub(crate) fn wait(&self, listener_fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
         let mut fds = Vec::with_capacity(1 + self.handshakes.len());
-        fds.push(PollFd::new(listener_fd, PollFlags::POLLIN));
+        fds.extend(listener_fd.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
         fds.extend(
             self.handshakes
                 .iter()

@@ -116,12 +116,20 @@ impl RdmaListener {
     /// is unusable (another protocol or version, malformed private data) is rejected with the
     /// reason as text and skipped; one whose client goes away or stalls before the handshake
     /// ends is dropped (within the connect timeout) and skipped too (see
-    /// [`take_error`](Self::take_error)).
+    /// [`take_error`](Self::take_error)). At most the listen backlog's worth of handshakes
+    /// run at once; further requests wait their turn.
     pub fn accept(&self) -> io::Result<(RdmaSocket, SocketAddr)> {
         let first_frame_bound = FIRST_FRAME_WAIT.min(self.opts.connect_timeout);
+        // Handshakes under way at once, at most: each holds a queue pair and its rings, so a
+        // flood of stalling clients must not take more than the listen backlog. Requests
+        // beyond it wait in the connection manager's queue (bounded by the same backlog).
+        let most = self.opts.backlog as usize;
         let mut backlog = self.backlog();
         loop {
-            while let Some(request) = self.cm.poll_request()? {
+            while backlog.len() < most {
+                let Some(request) = self.cm.poll_request()? else {
+                    break;
+                };
                 if let Some(h) = self.answer(request)? {
                     backlog.push(h)?;
                 }
@@ -134,7 +142,9 @@ impl RdmaListener {
                 backlog.arm_timer()?;
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            backlog.wait(self.cm.event_fd())?;
+            // A full backlog takes no request: wait for its handshakes only.
+            let listener_fd = (backlog.len() < most).then(|| self.cm.event_fd());
+            backlog.wait(listener_fd)?;
         }
     }
 
