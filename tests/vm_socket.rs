@@ -489,7 +489,6 @@ fn peer_vanishes_reads_end_within_keepalive_time() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn a_stalled_handshake_holds_up_no_other_client() {
-    use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
     let opts = SocketOptions::builder()
         .connect_timeout(Duration::from_secs(60))
         .build()
@@ -503,17 +502,33 @@ fn a_stalled_handshake_holds_up_no_other_client() {
         s.read_exact(&mut b).expect("the good client's bytes");
         b
     });
+    let staller = rxe_staller(addr);
+    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+    c.write_all(b"ok").unwrap();
+    assert_eq!(&server.join().expect("accept thread"), b"ok");
+    drop(staller);
+}
+
+/// A client stalled in its handshake with the listener at `addr`: an rdma_cm id with a good
+/// hello and no QP that got the listener's reply (so the listener took its request) and
+/// never sends its RTU. Dropping it (the id, then its channel) ends the handshake.
+fn rxe_staller(addr: SocketAddr) -> (rdmasock::cm::CmId, rdmasock::cm::EventChannel) {
+    use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
     let channel = EventChannel::open().unwrap();
     let staller = CmId::new(&channel).unwrap();
     staller.resolve(None, addr, Duration::from_secs(5)).unwrap();
-    let hello = socket_support::fake_hello();
+    // A QP number of its own for each staller (it has no QP): the passive side's CM rejects
+    // a second request from the same QP number as a stale connection.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let qp_num = 0x80_0000 | (std::process::id() & 0x3FF) << 12 | (n & 0xFFF);
     staller
         .connect(&ConnectionParameters {
-            private_data: hello.to_bytes().to_vec(),
+            qp_num: rdmasock::verbs::QpNumber(qp_num),
+            private_data: socket_support::fake_hello().to_bytes().to_vec(),
             ..ConnectionParameters::default()
         })
         .expect("the staller's CONNECT");
-    // The listener took its request once its reply is here.
     let reply = loop {
         let ev = channel
             .get_event(Some(Duration::from_secs(10)))
@@ -527,10 +542,44 @@ fn a_stalled_handshake_holds_up_no_other_client() {
         matches!(reply, CmEvent::ConnectResponse { .. }),
         "the staller got {reply:?}"
     );
-    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+    (staller, channel)
+}
+
+/// Handshakes under way are bounded by the listen backlog on the kernel path too: with a
+/// backlog of 1 held by a staller, the next client's request waits unanswered (its 2 s
+/// connect times out); once the staller is gone, a client gets in.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn handshakes_under_way_are_bounded_by_the_backlog() {
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_secs(60))
+        .backlog(1)
+        .build()
+        .unwrap();
+    let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), &opts).expect("bind on rxe0");
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept a client after the staller");
+        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).expect("the good client's bytes");
+        b
+    });
+    let staller = rxe_staller(addr);
+    let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(2))
+        .expect_err("no room for a second handshake while the staller holds the backlog");
+    eprintln!("while the staller holds the backlog: {err}");
+    drop(staller);
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut c = loop {
+        match RdmaSocket::connect(addr) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < end => eprintln!("retrying after: {e}"),
+            Err(e) => panic!("no client got in after the staller left: {e}"),
+        }
+    };
     c.write_all(b"ok").unwrap();
     assert_eq!(&server.join().expect("accept thread"), b"ok");
-    drop(staller);
 }
 
 #[path = "../examples/mio_echo.rs"]

@@ -94,7 +94,9 @@ impl Resources {
             sq_sig_all: cfg.signal_interval() <= 1,
         };
         let qp = pd.create_qp(&init, &cq, &cq)?;
-        endpoint.init_qp(&qp)?;
+        endpoint
+            .init_qp(&qp)
+            .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
         let send_len = cfg.send_ring() + cfg.control_area_len() + SCRATCH_LEN;
         let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
         let recv_mr = pd.register(cfg.recv_ring(), REMOTE)?;
@@ -514,6 +516,25 @@ impl Connection {
             }
             _ => io::Error::new(kind, e),
         }
+    }
+}
+
+/// The connection manager could not move a new queue pair to INIT (the error inside). On a
+/// passive endpoint this means the request it answers is no longer valid: its client gave
+/// up, or the kernel timed the request out. The listener skips such a request; any other
+/// failure to set up a connection (memory, device) is the listener's own.
+#[derive(Debug)]
+pub(crate) struct InitQpFailed(pub(crate) io::Error);
+
+impl std::fmt::Display for InitQpFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for InitQpFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::cm::{CmListener, ConnectionManager, IncomingRequest};
+use super::conn::InitQpFailed;
 use super::handshake::{Backlog, Handshake, FIRST_FRAME_WAIT};
 use super::options::SocketOptions;
 use super::shared::Shared;
@@ -176,18 +177,31 @@ impl RdmaListener {
             }
         };
         let peer = endpoint.peer_addr();
-        let mut conn = prepare(endpoint, &self.opts)?;
+        let mut conn = match prepare(endpoint, &self.opts) {
+            Ok(conn) => conn,
+            // The request is no longer valid (its client gave up): skip it.
+            Err(e) if e.get_ref().is_some_and(|inner| inner.is::<InitQpFailed>()) => {
+                self.record_failure(peer, e);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         // The peer may write as soon as it has our reply: connected before accepting.
         conn.connected(&hello)?;
         let data = conn.hello_bytes();
         if let Err(e) = conn.endpoint.start_accept(&conn.res.qp, &data) {
             // The client went away before the answer (uiwarp: its TCP connection closed).
-            let from = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
-            let e = io::Error::new(e.kind(), format!("accepting {from}: {e}"));
-            *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            self.record_failure(peer, e);
             return Ok(None);
         }
         Ok(Some(Handshake::new(conn, peer, self.opts.connect_timeout)))
+    }
+
+    /// Keeps `e`, about the request from `peer`, for [`take_error`](Self::take_error).
+    fn record_failure(&self, peer: Option<SocketAddr>, e: io::Error) {
+        let from = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
+        let e = io::Error::new(e.kind(), format!("accepting {from}: {e}"));
+        *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
     }
 }
 
