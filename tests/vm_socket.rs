@@ -489,8 +489,21 @@ fn peer_vanishes_reads_end_within_keepalive_time() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn a_stalled_handshake_holds_up_no_other_client() {
+    let (addr, server) = serve_a_good_client(128);
+    let staller = rxe_staller(addr);
+    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
+    c.write_all(b"ok").unwrap();
+    assert_eq!(&server.join().expect("accept thread"), b"ok");
+    drop(staller);
+}
+
+/// A listener on rxe0 with a 60 s connect timeout and `backlog`, and a thread that accepts
+/// one connection, checks that it is an rdmasock client (not a staller) and returns the two
+/// bytes it sends.
+fn serve_a_good_client(backlog: u32) -> (SocketAddr, thread::JoinHandle<[u8; 2]>) {
     let opts = SocketOptions::builder()
         .connect_timeout(Duration::from_secs(60))
+        .backlog(backlog)
         .build()
         .unwrap();
     let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), &opts).expect("bind on rxe0");
@@ -502,11 +515,7 @@ fn a_stalled_handshake_holds_up_no_other_client() {
         s.read_exact(&mut b).expect("the good client's bytes");
         b
     });
-    let staller = rxe_staller(addr);
-    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
-    c.write_all(b"ok").unwrap();
-    assert_eq!(&server.join().expect("accept thread"), b"ok");
-    drop(staller);
+    (addr, server)
 }
 
 /// A client stalled in its handshake with the listener at `addr`: an rdma_cm id with a good
@@ -551,20 +560,7 @@ fn rxe_staller(addr: SocketAddr) -> (rdmasock::cm::CmId, rdmasock::cm::EventChan
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn handshakes_under_way_are_bounded_by_the_backlog() {
-    let opts = SocketOptions::builder()
-        .connect_timeout(Duration::from_secs(60))
-        .backlog(1)
-        .build()
-        .unwrap();
-    let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), &opts).expect("bind on rxe0");
-    let addr = l.local_addr().unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().expect("accept a client after the staller");
-        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
-        let mut b = [0u8; 2];
-        s.read_exact(&mut b).expect("the good client's bytes");
-        b
-    });
+    let (addr, server) = serve_a_good_client(1);
     let staller = rxe_staller(addr);
     let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(2))
         .expect_err("no room for a second handshake while the staller holds the backlog");
