@@ -64,10 +64,7 @@ impl Handshake {
 
     /// An error about this handshake, naming the client.
     fn failure(&self, kind: io::ErrorKind, what: &str) -> io::Error {
-        let client = self
-            .peer
-            .map_or_else(|| "a client".to_string(), |p| p.to_string());
-        io::Error::new(kind, format!("accepting {client}: {what}"))
+        accept_failure(self.peer, kind, what)
     }
 
     /// Moves on as far as what has arrived allows, without blocking.
@@ -124,6 +121,16 @@ impl Handshake {
     pub(crate) fn finish(self) -> (Connection, Option<SocketAddr>) {
         (self.conn, self.peer)
     }
+}
+
+/// An error about accepting the request from `peer`, naming it.
+pub(crate) fn accept_failure(
+    peer: Option<SocketAddr>,
+    kind: io::ErrorKind,
+    what: impl std::fmt::Display,
+) -> io::Error {
+    let client = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
+    io::Error::new(kind, format!("accepting {client}: {what}"))
 }
 
 /// A listener's answered requests, shared by its clones.

@@ -3,7 +3,7 @@
 
 use super::cm::{CmListener, ConnectionManager, IncomingRequest};
 use super::conn::InitQpFailed;
-use super::handshake::{Backlog, Handshake, FIRST_FRAME_WAIT};
+use super::handshake::{accept_failure, Backlog, Handshake, FIRST_FRAME_WAIT};
 use super::options::SocketOptions;
 use super::shared::Shared;
 use super::stream::{prepare, RdmaSocket};
@@ -199,8 +199,7 @@ impl RdmaListener {
 
     /// Keeps `e`, about the request from `peer`, for [`take_error`](Self::take_error).
     fn record_failure(&self, peer: Option<SocketAddr>, e: io::Error) {
-        let from = peer.map_or_else(|| "a client".to_string(), |p| p.to_string());
-        let e = io::Error::new(e.kind(), format!("accepting {from}: {e}"));
+        let e = accept_failure(peer, e.kind(), e);
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
     }
 }

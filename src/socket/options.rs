@@ -182,16 +182,22 @@ impl SocketOptionsBuilder {
                 rest.connect_timeout
             )));
         }
-        if rest.keepalive.is_some_and(|k| k < Duration::from_millis(1)) {
-            return Err(ConfigError(format!(
-                "a keepalive interval of {:?} is below 1 ms",
-                rest.keepalive
-            )));
-        }
+        check_keepalive(rest.keepalive).map_err(ConfigError)?;
         if rest.backlog == 0 {
             return Err(ConfigError("a listen backlog of 0 accepts nothing".into()));
         }
         Ok(SocketOptions { stream, ..rest })
+    }
+}
+
+/// A keepalive interval under 1 ms is refused (by the builder and by
+/// `RdmaSocket::set_keepalive`), with the reason.
+pub(crate) fn check_keepalive(interval: Option<Duration>) -> Result<(), String> {
+    match interval {
+        Some(k) if k < Duration::from_millis(1) => Err(format!(
+            "a keepalive interval of {interval:?} is below 1 ms"
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -164,12 +164,8 @@ impl RdmaSocket {
     ///
     /// [`SocketOptionsBuilder::keepalive`]: super::SocketOptionsBuilder::keepalive
     pub fn set_keepalive(&self, interval: Option<Duration>) -> io::Result<()> {
-        if interval.is_some_and(|k| k < Duration::from_millis(1)) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a keepalive interval of {interval:?} is below 1 ms"),
-            ));
-        }
+        super::options::check_keepalive(interval)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         self.shared.lock().opts.keepalive = interval;
         Ok(())
     }

@@ -124,14 +124,16 @@ pub fn accepted(qp: &QueuePair) -> io::Result<bool> {
             qp.assume_state(QpState::ReadyToSend);
             Ok(true)
         }
-        Outcome::Failed(why) => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            format!("accepting the iWARP connection failed: {why}"),
-        )),
-        other => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            format!("accepting the iWARP connection failed: {other:?}"),
-        )),
+        failed => {
+            let why = match failed {
+                Outcome::Failed(why) => why,
+                other => format!("{other:?}"),
+            };
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("accepting the iWARP connection failed: {why}"),
+            ))
+        }
     }
 }
 
