@@ -33,13 +33,7 @@ use std::time::{Duration, Instant};
 
 /// The VM's rxe0 address; panics (loudly) outside the VM or without rxe0.
 fn vm_ip() -> IpAddr {
-    assert!(
-        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
-        "rxe0 is missing: these tests run in the VM (tests/vm/run.sh), which creates it"
-    );
-    let ip = std::env::var("RDMA_VM_IP")
-        .expect("RDMA_VM_IP is unset: these tests run in the VM (tests/vm/run.sh)");
-    ip.parse().expect("RDMA_VM_IP is an IP address")
+    vm_support::device_ip("rxe0")
 }
 
 /// rstream (optionally a sockets-mode rstream under librspreload) serves; we are the client.

@@ -20,25 +20,12 @@ const MAX_PIECE: usize = 300_000;
 
 /// The VM's rxe0 address; panics (loudly) outside the VM or without rxe0.
 fn vm_ip() -> IpAddr {
-    assert!(
-        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
-        "rxe0 is missing: these tests run in the VM (tests/vm/run.sh), which creates it"
-    );
-    let ip = std::env::var("RDMA_VM_IP")
-        .expect("RDMA_VM_IP is unset: these tests run in the VM (tests/vm/run.sh)");
-    ip.parse().expect("RDMA_VM_IP is an IP address")
+    vm_support::device_ip("rxe0")
 }
 
 /// The VM's siw0 address (`--both`, the suite's default); panics (loudly) without siw0.
 fn siw_ip() -> IpAddr {
-    assert!(
-        std::path::Path::new("/sys/class/infiniband/siw0").exists(),
-        "siw0 is missing: the siw tests run in the VM started with --both (tests/vm/run.sh \
-         --both, the suite's default), which loads siw.ko and creates siw0 on eth1"
-    );
-    let ip = std::env::var("RDMA_VM_SIW_IP")
-        .expect("RDMA_VM_SIW_IP is unset: the siw tests run in the VM (tests/vm/run.sh --both)");
-    ip.parse().expect("RDMA_VM_SIW_IP is an IP address")
+    vm_support::device_ip("siw0")
 }
 
 /// The IPv6 address the VM gives a device's NIC (`RDMA_VM_RXE_IP6`, `RDMA_VM_SIW_IP6`);
@@ -338,50 +325,6 @@ fn unanswered_address_times_out_naming_it() {
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
-fn hostile_hello_is_rejected_with_a_reason_and_the_listener_goes_on() {
-    use rdmasock::cm::{CmId, ConnectionParameters, Error, EventChannel};
-    let (l, addr) = listener();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().expect("the good client after the hostile ones");
-        let mut b = [0u8; 2];
-        s.read_exact(&mut b).unwrap();
-        b
-    });
-    let channel = EventChannel::open().unwrap();
-    for (what, data) in [
-        ("HTTP", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
-        ("short", vec![1u8; 10]),
-        ("zero credits", {
-            let mut h = vec![0u8; 40];
-            h[0] = 1;
-            h
-        }),
-    ] {
-        let id = CmId::new(&channel).unwrap();
-        id.resolve(None, addr, Duration::from_secs(5)).unwrap();
-        let param = ConnectionParameters {
-            private_data: data,
-            ..ConnectionParameters::default()
-        };
-        let err = id
-            .connect_blocking(None, &param, Duration::from_secs(5))
-            .expect_err("the listener rejects a hostile hello");
-        match err {
-            Error::Rejected { private_data, .. } => {
-                let text = String::from_utf8_lossy(&private_data);
-                eprintln!("{what}: rejected with {text:?}");
-                assert!(text.starts_with("rdmasock: "), "{text}");
-            }
-            other => panic!("{what}: expected a rejection, got {other}"),
-        }
-    }
-    let mut c = RdmaSocket::connect(addr).expect("a good client still gets in");
-    c.write_all(b"ok").unwrap();
-    assert_eq!(&server.join().unwrap(), b"ok");
-}
-
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
 fn read_and_write_timeouts() {
     let opts = SocketOptions::builder()
         .send_ring(4096)
@@ -481,103 +424,6 @@ fn peer_vanishes_reads_end_within_keepalive_time() {
     assert!(w.is_err(), "writes fail once the peer is gone");
 }
 
-/// A client that stalls half-way through its handshake holds up no other: its rdma_cm
-/// connect (a good hello, no QP) gets the listener's reply and never sends the RTU that would
-/// establish the connection. The listener's connect timeout is 60 s and the good client's
-/// 10 s: a listener that answered one request at a time would wait for the staller, and the
-/// good client would give up.
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn a_stalled_handshake_holds_up_no_other_client() {
-    let (addr, server) = serve_a_good_client(128);
-    let staller = rxe_staller(addr);
-    let mut c = RdmaSocket::connect(addr).expect("the good client is not held up");
-    c.write_all(b"ok").unwrap();
-    assert_eq!(&server.join().expect("accept thread"), b"ok");
-    drop(staller);
-}
-
-/// A listener on rxe0 with a 60 s connect timeout and `backlog`, and a thread that accepts
-/// one connection, checks that it is an rdmasock client (not a staller) and returns the two
-/// bytes it sends.
-fn serve_a_good_client(backlog: u32) -> (SocketAddr, thread::JoinHandle<[u8; 2]>) {
-    let opts = SocketOptions::builder()
-        .connect_timeout(Duration::from_secs(60))
-        .backlog(backlog)
-        .build()
-        .unwrap();
-    let l = RdmaListener::bind_with(SocketAddr::new(vm_ip(), 0), &opts).expect("bind on rxe0");
-    let addr = l.local_addr().unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().expect("accept the good client");
-        assert!(s.peer_is_rdmasock(), "the good client, not the staller");
-        let mut b = [0u8; 2];
-        s.read_exact(&mut b).expect("the good client's bytes");
-        b
-    });
-    (addr, server)
-}
-
-/// A client stalled in its handshake with the listener at `addr`: an rdma_cm id with a good
-/// hello and no QP that got the listener's reply (so the listener took its request) and
-/// never sends its RTU. Dropping it (the id, then its channel) ends the handshake.
-fn rxe_staller(addr: SocketAddr) -> (rdmasock::cm::CmId, rdmasock::cm::EventChannel) {
-    use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
-    let channel = EventChannel::open().unwrap();
-    let staller = CmId::new(&channel).unwrap();
-    staller.resolve(None, addr, Duration::from_secs(5)).unwrap();
-    // A QP number of its own for each staller (it has no QP): the passive side's CM rejects
-    // a second request from the same QP number as a stale connection.
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let qp_num = 0x80_0000 | (std::process::id() & 0x3FF) << 12 | (n & 0xFFF);
-    staller
-        .connect(&ConnectionParameters {
-            qp_num: rdmasock::verbs::QpNumber(qp_num),
-            private_data: socket_support::fake_hello().to_bytes().to_vec(),
-            ..ConnectionParameters::default()
-        })
-        .expect("the staller's CONNECT");
-    let reply = loop {
-        let ev = channel
-            .get_event(Some(Duration::from_secs(10)))
-            .expect("the staller's channel")
-            .expect("an answer to the staller within 10 s");
-        if ev.id == staller.token() {
-            break ev.event;
-        }
-    };
-    assert!(
-        matches!(reply, CmEvent::ConnectResponse { .. }),
-        "the staller got {reply:?}"
-    );
-    (staller, channel)
-}
-
-/// Handshakes under way are bounded by the listen backlog on the kernel path too: with a
-/// backlog of 1 held by a staller, the next client's request waits unanswered (its 2 s
-/// connect times out); once the staller is gone, a client gets in.
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn handshakes_under_way_are_bounded_by_the_backlog() {
-    let (addr, server) = serve_a_good_client(1);
-    let staller = rxe_staller(addr);
-    let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(2))
-        .expect_err("no room for a second handshake while the staller holds the backlog");
-    eprintln!("while the staller holds the backlog: {err}");
-    drop(staller);
-    let end = Instant::now() + Duration::from_secs(60);
-    let mut c = loop {
-        match RdmaSocket::connect(addr) {
-            Ok(c) => break c,
-            Err(e) if Instant::now() < end => eprintln!("retrying after: {e}"),
-            Err(e) => panic!("no client got in after the staller left: {e}"),
-        }
-    };
-    c.write_all(b"ok").unwrap();
-    assert_eq!(&server.join().expect("accept thread"), b"ok");
-}
-
 #[path = "../examples/mio_echo.rs"]
 mod mio_echo;
 
@@ -661,9 +507,7 @@ fn mio_event_follows_would_block() {
 // siw0 (soft-iWARP on eth1, 10.99.1.2; the VM started with --both): the same bodies on the
 // iWARP device, where the socket sends data as RDMA WRITE + 4-byte SEND (iWARP has no
 // write-with-immediate). RdmaSocket does not expose its StreamConfig, so the mode is not
-// asserted here. Not yet here (issue #4): the mio test with 64 connections and the
-// connect/close cycles, which fail on siw0 (connect gets CONNECT_ERROR with EINVAL when a
-// connection follows or overlaps another one).
+// asserted here.
 
 #[test]
 #[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
