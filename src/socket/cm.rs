@@ -9,6 +9,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// What a connection's endpoint reports after it is established.
@@ -129,7 +130,10 @@ impl ConnectionManager for KernelCm {
         let id = CmId::new(&channel)?;
         id.bind(addr)?;
         id.listen(backlog)?;
-        Ok(Box::new(KernelListener { id }))
+        Ok(Box::new(KernelListener {
+            id,
+            removed: AtomicBool::new(false),
+        }))
     }
 }
 
@@ -262,19 +266,50 @@ impl CmEndpoint for KernelEndpoint {
 #[derive(Debug)]
 struct KernelListener {
     id: CmId,
+    /// The device under the bound address was removed (DEVICE_REMOVAL): the id takes no more
+    /// requests, and the kernel finishes the removal only once it is destroyed.
+    removed: AtomicBool,
+}
+
+impl KernelListener {
+    fn removed_error(&self) -> io::Error {
+        let addr = match self.id.local_addr() {
+            Ok(Some(a)) => a.to_string(),
+            _ => "the bound address".to_string(),
+        };
+        io::Error::new(
+            io::ErrorKind::NotConnected,
+            format!(
+                "the RDMA device under {addr} was removed (DEVICE_REMOVAL): this listener takes \
+                 no more connections; drop it (the kernel completes the removal once it and the \
+                 connections on that device are gone) and bind again when the device is back"
+            ),
+        )
+    }
 }
 
 impl CmListener for KernelListener {
     fn poll_request(&self) -> io::Result<Option<IncomingRequest>> {
+        if self.removed.load(Ordering::Relaxed) {
+            return Err(self.removed_error());
+        }
         while let Some(ev) = self.id.channel().try_get_event()? {
-            if let CmEvent::ConnectRequest(request) = ev.event {
-                let mut id = request.id;
-                let own = EventChannel::open()?;
-                id.migrate(&own)?;
-                return Ok(Some(IncomingRequest {
-                    endpoint: Box::new(KernelEndpoint::new(id, false)),
-                    private_data: request.param.private_data,
-                }));
+            match ev.event {
+                CmEvent::ConnectRequest(request) => {
+                    let mut id = request.id;
+                    let own = EventChannel::open()?;
+                    id.migrate(&own)?;
+                    return Ok(Some(IncomingRequest {
+                        endpoint: Box::new(KernelEndpoint::new(id, false)),
+                        private_data: request.param.private_data,
+                    }));
+                }
+                CmEvent::DeviceRemoval => {
+                    self.removed.store(true, Ordering::Relaxed);
+                    return Err(self.removed_error());
+                }
+                // ADDR_CHANGE and the like: nothing for a listener.
+                _ => {}
             }
         }
         Ok(None)

@@ -275,7 +275,10 @@ impl Connection {
                 }
                 CmNotice::DeviceRemoved => {
                     self.engine.fail(StreamError::ConnectionReset(
-                        "the RDMA device was removed".into(),
+                        "the RDMA device under this connection was removed (DEVICE_REMOVAL): \
+                         drop the socket (the kernel completes the removal once the \
+                         connections on that device are gone)"
+                            .into(),
                     ));
                 }
             }
