@@ -185,6 +185,26 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
+    /// `struct mminfo` (kernel-abi.md §3.2): `offset` (u64) at 0, `size` (u32) at 8, `pad`
+    /// (u32, ignored) at 12, little-endian, read at the given offset of a driver response
+    /// (here the CREATE_CQ one, `rxe_create_cq_resp`, behind 4 unrelated bytes).
+    #[test]
+    fn mmap_info_is_read_from_raw_bytes() {
+        let mut out = [0xffu8; 4 + 16];
+        out[4..12].copy_from_slice(&[0x00, 0x20, 0x00, 0x00, 0x03, 0x00, 0x00, 0x40]);
+        out[12..16].copy_from_slice(&[0x00, 0x70, 0x01, 0x00]);
+        out[16..20].copy_from_slice(&[0xab; 4]);
+        assert_eq!(
+            MmapInfo::parse(&out, 4),
+            MmapInfo {
+                offset: 0x4000_0003_0000_2000,
+                size: 0x1_7000,
+            }
+        );
+        let zero = [0u8; 16];
+        assert_eq!(MmapInfo::parse(&zero, 0), MmapInfo { offset: 0, size: 0 });
+    }
+
     #[test]
     fn turns_exclude_each_other() {
         // A read-modify-write split into a load and a store loses updates unless the turns

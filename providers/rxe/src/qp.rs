@@ -99,6 +99,26 @@ fn kernel_cq_handle(cq: &Arc<dyn CqOps>) -> Result<u32> {
         })
 }
 
+/// The CREATE_QP driver response, `struct rxe_create_qp_resp` (kernel-abi.md §3.2): where to
+/// map the receive ring (`rq_mi`, at 0) and the send ring (`sq_mi`, at 16).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct CreateQpResponse {
+    rq: MmapInfo,
+    sq: MmapInfo,
+}
+
+impl CreateQpResponse {
+    /// Its size in bytes.
+    const LEN: usize = 32;
+
+    fn parse(out: &[u8; Self::LEN]) -> CreateQpResponse {
+        CreateQpResponse {
+            rq: MmapInfo::parse(out, 0),
+            sq: MmapInfo::parse(out, 16),
+        }
+    }
+}
+
 impl RxeQp {
     /// CREATE_QP (no driver input; driver response `rxe_create_qp_resp`, 32 bytes) and the
     /// mappings of both rings.
@@ -110,10 +130,11 @@ impl RxeQp {
     ) -> Result<RxeQp> {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
-        let mut out = [0u8; 32];
+        let mut out = [0u8; CreateQpResponse::LEN];
         let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
-        let rq = map_ring(pd.context(), MmapInfo::parse(&out, 0), "receive queue")?;
-        let sq = map_ring(pd.context(), MmapInfo::parse(&out, 16), "send queue")?;
+        let rings = CreateQpResponse::parse(&out);
+        let rq = map_ring(pd.context(), rings.rq, "receive queue")?;
+        let sq = map_ring(pd.context(), rings.sq, "send queue")?;
         let caps = kernel.caps();
         let sq = Producer::new(
             sq,
@@ -383,5 +404,40 @@ impl QpOps for RxeQp {
 
     fn as_any(&self) -> &dyn Any {
         &self.kernel
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `struct rxe_create_qp_resp` built byte by byte from the kernel's layout (kernel-abi.md
+    /// §3.2, `rdma/rdma_user_rxe.h`): `rq_mi` then `sq_mi`, each a `struct mminfo` of
+    /// `__aligned_u64 offset`, `__u32 size`, `__u32 pad`, little-endian. The pads hold
+    /// garbage and the offsets use their high bytes, so a misread shows.
+    #[test]
+    fn create_qp_response_has_the_receive_ring_first() {
+        let mut out = [0u8; 32];
+        // rq_mi
+        out[0..8].copy_from_slice(&[0x00, 0x10, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00]);
+        out[8..12].copy_from_slice(&[0x00, 0x30, 0x00, 0x00]);
+        out[12..16].copy_from_slice(&[0xee; 4]);
+        // sq_mi
+        out[16..24].copy_from_slice(&[0x00, 0x50, 0x00, 0x00, 0x02, 0x00, 0x00, 0x80]);
+        out[24..28].copy_from_slice(&[0x00, 0x10, 0x02, 0x00]);
+        out[28..32].copy_from_slice(&[0xdd; 4]);
+        assert_eq!(
+            CreateQpResponse::parse(&out),
+            CreateQpResponse {
+                rq: MmapInfo {
+                    offset: 0x1_0000_1000,
+                    size: 0x3000,
+                },
+                sq: MmapInfo {
+                    offset: 0x8000_0002_0000_5000,
+                    size: 0x2_1000,
+                },
+            }
+        );
     }
 }

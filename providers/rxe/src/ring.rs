@@ -198,6 +198,83 @@ mod tests {
         Ring::new(map)
     }
 
+    /// A zero-filled scratch file of `len` bytes (already unlinked), to map as a ring and to
+    /// read and write with `pread`/`pwrite`, which see the same bytes as the mapping without
+    /// going through [`Ring`]'s accessors.
+    fn scratch_file(len: u64) -> std::fs::File {
+        let path = std::env::temp_dir().join(format!(
+            "rdmasock-rxe-ring-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file.set_len(len).unwrap();
+        file
+    }
+
+    /// The little-endian u32 at byte `offset` of `file`.
+    fn u32_at(file: &std::fs::File, offset: u64) -> u32 {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = [0u8; 4];
+        file.read_exact_at(&mut bytes, offset).unwrap();
+        u32::from_le_bytes(bytes)
+    }
+
+    /// The header layout of the kernel's `struct rxe_queue_buf` (kernel-abi.md §3.4,
+    /// `rdma/rdma_user_rxe.h`): `log2_elem_size` at 0, `index_mask` at 4, `producer_index`
+    /// at 128 and `consumer_index` at 256 (each after 30 or 31 pad words), slot 0 at 384.
+    /// The header is written and read as raw file bytes; every other word holds a filler
+    /// whose masked value (0xa5a5_a5a5 & 7 = 5) no index takes here, so a read from a wrong
+    /// offset shows.
+    #[test]
+    fn header_words_are_at_the_kernel_offsets() {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::FileExt;
+        const FILLER: u32 = 0xa5a5_a5a5;
+        let file = scratch_file(4096);
+        let mut header = FILLER.to_le_bytes().repeat(HEADER_LEN / 4);
+        for (offset, value) in [(0, 6u32), (4, 7), (128, 2), (256, 6)] {
+            header[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+        }
+        file.write_all_at(&header, 0).unwrap();
+        let map = SharedMapping::map(file.as_fd(), 0, 4096).unwrap();
+        let mut ring = Ring::new(map).unwrap();
+        assert_eq!(ring.stride(), 64, "log2_elem_size 6 read from offset 0");
+        assert_eq!(ring.mask(), 7, "index_mask read from offset 4");
+        assert_eq!(ring.producer(Ordering::Acquire), 2, "producer_index at 128");
+        assert_eq!(ring.consumer(Ordering::Acquire), 6, "consumer_index at 256");
+
+        ring.release_producer(3);
+        assert_eq!(u32_at(&file, 128), 3, "the producer index is stored at 128");
+        ring.release_consumer(4);
+        assert_eq!(u32_at(&file, 256), 4, "the consumer index is stored at 256");
+        ring.slot_mut(0)[..4].copy_from_slice(&0x0102_0304u32.to_le_bytes());
+        assert_eq!(u32_at(&file, 384), 0x0102_0304, "slot 0 starts at 384");
+        ring.slot_mut(1)[..4].copy_from_slice(&0x0506_0708u32.to_le_bytes());
+        assert_eq!(
+            u32_at(&file, 384 + 64),
+            0x0506_0708,
+            "slot 1 one stride later"
+        );
+        // Nothing else in the header was written.
+        for offset in (0..HEADER_LEN as u64).step_by(4) {
+            let expected = match offset {
+                0 => 6,
+                4 => 7,
+                128 => 3,
+                256 => 4,
+                _ => FILLER,
+            };
+            assert_eq!(u32_at(&file, offset), expected, "header word at {offset}");
+        }
+    }
+
     #[test]
     fn header_is_validated_and_slots_round_trip() {
         assert!(fake_ring(0, 7, 4096).is_err(), "stride below 64");

@@ -63,20 +63,56 @@ mod tests {
         );
     }
 
+    /// A temporary file removed on drop.
+    struct TempFile(std::path::PathBuf);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// The whole message for EACCES (and the variant for EPERM): the path, the mode in octal
+    /// without the file-type bits, owner uid and gid, our uid, and the fix.
     #[test]
     fn permission_denied_reports_mode_and_owner() {
-        // A file we may not write: root can write anything, so build the error directly
-        // from a path whose metadata exists.
-        let err = open_error(Path::new("/"), io::Error::from_raw_os_error(libc::EACCES));
-        match err {
-            Error::PermissionDenied {
-                path, mode, uid, ..
-            } => {
-                assert_eq!(path, Path::new("/"));
-                assert_ne!(mode, 0);
-                assert_eq!(uid, nix::unistd::getuid().as_raw());
+        use std::os::unix::fs::PermissionsExt;
+        // Root may open anything, so the error is built from an EACCES handed to
+        // `open_error`, for a file whose mode and owner the test sets.
+        let file = TempFile(
+            std::env::temp_dir().join(format!("rdmasock-open-test-{}-uverbs9", std::process::id())),
+        );
+        std::fs::write(&file.0, b"").unwrap();
+        std::fs::set_permissions(&file.0, std::fs::Permissions::from_mode(0o640)).unwrap();
+        // Owner and group distinct from each other and from us when we may set them (root);
+        // otherwise the file is ours and the values are read back from it.
+        let (owner_uid, owner_gid) = match std::os::unix::fs::chown(&file.0, Some(4242), Some(4343))
+        {
+            Ok(()) => (4242, 4343),
+            Err(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "chown: {e}");
+                let meta = std::fs::metadata(&file.0).unwrap();
+                (meta.uid(), meta.gid())
             }
-            other => panic!("expected PermissionDenied, got {other:?}"),
-        }
+        };
+        let uid = nix::unistd::getuid().as_raw();
+        let err = open_error(&file.0, io::Error::from_raw_os_error(libc::EACCES));
+        let path = file.0.display();
+        // The mode in octal, without the file-type bits (0o100640 for a regular file).
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "permission denied opening {path} (mode 640, owner uid {owner_uid} gid \
+                 {owner_gid}; you are uid {uid}). Fix: run as a member of the device's group, \
+                 or `chmod 666 {path}` (rdma-core's udev rules do this: install rdma-core)"
+            )
+        );
+        assert_eq!(io::Error::from(err).kind(), io::ErrorKind::PermissionDenied);
+        // EPERM is reported the same way.
+        let err = open_error(&file.0, io::Error::from_raw_os_error(libc::EPERM));
+        assert!(
+            matches!(err, Error::PermissionDenied { mode: 0o640, .. }),
+            "{err:?}"
+        );
     }
 }

@@ -444,15 +444,89 @@ mod tests {
     use super::*;
     use crate::sys::pod::assert_layout;
 
+    /// The number and name of `command` in the kernel's `enum ib_uverbs_write_cmds`
+    /// (`include/uapi/rdma/ib_user_verbs.h`; values copied from Debian's linux-libc-dev 6.1
+    /// `/usr/include/rdma/ib_user_verbs.h` and kernel-abi.md §2.3.2). The kernel enum has no
+    /// explicit values, so each is its position, counting the commands this library does not
+    /// use: MODIFY_AH 6, QUERY_AH 7, REG_SMR 10, REREG_MR 11, QUERY_MR 12, ALLOC_MW 14,
+    /// BIND_MW 15, DEALLOC_MW 16, PEEK_CQ 22, ATTACH_MCAST 30, DETACH_MCAST 31,
+    /// POST_SRQ_RECV 36, OPEN_XRCD 37, CLOSE_XRCD 38, CREATE_XSRQ 39, OPEN_QP 40. The match
+    /// has no wildcard: a new variant does not compile until it has its row here.
+    fn kernel(command: Command) -> (u32, &'static str) {
+        use Command::*;
+        match command {
+            GetContext => (0, "GET_CONTEXT"),
+            QueryDevice => (1, "QUERY_DEVICE"),
+            QueryPort => (2, "QUERY_PORT"),
+            AllocPd => (3, "ALLOC_PD"),
+            DeallocPd => (4, "DEALLOC_PD"),
+            CreateAh => (5, "CREATE_AH"),
+            DestroyAh => (8, "DESTROY_AH"),
+            RegMr => (9, "REG_MR"),
+            DeregMr => (13, "DEREG_MR"),
+            CreateCompChannel => (17, "CREATE_COMP_CHANNEL"),
+            CreateCq => (18, "CREATE_CQ"),
+            ResizeCq => (19, "RESIZE_CQ"),
+            DestroyCq => (20, "DESTROY_CQ"),
+            PollCq => (21, "POLL_CQ"),
+            ReqNotifyCq => (23, "REQ_NOTIFY_CQ"),
+            CreateQp => (24, "CREATE_QP"),
+            QueryQp => (25, "QUERY_QP"),
+            ModifyQp => (26, "MODIFY_QP"),
+            DestroyQp => (27, "DESTROY_QP"),
+            PostSend => (28, "POST_SEND"),
+            PostRecv => (29, "POST_RECV"),
+            CreateSrq => (32, "CREATE_SRQ"),
+            ModifySrq => (33, "MODIFY_SRQ"),
+            QuerySrq => (34, "QUERY_SRQ"),
+            DestroySrq => (35, "DESTROY_SRQ"),
+        }
+    }
+
     #[test]
     fn command_numbers() {
-        assert_eq!(Command::GetContext as u32, 0);
-        assert_eq!(Command::RegMr as u32, 9);
-        assert_eq!(Command::CreateCompChannel as u32, 17);
-        assert_eq!(Command::ReqNotifyCq as u32, 23);
-        assert_eq!(Command::DestroyQp as u32, 27);
-        assert_eq!(Command::PostSend as u32, 28);
-        assert_eq!(Command::CreateQp.name(), "CREATE_QP");
+        use Command::*;
+        // Every variant, in the kernel's order; keep it in step with the enum. The numbers
+        // must rise strictly, so a variant listed twice fails.
+        let all = [
+            GetContext,
+            QueryDevice,
+            QueryPort,
+            AllocPd,
+            DeallocPd,
+            CreateAh,
+            DestroyAh,
+            RegMr,
+            DeregMr,
+            CreateCompChannel,
+            CreateCq,
+            ResizeCq,
+            DestroyCq,
+            PollCq,
+            ReqNotifyCq,
+            CreateQp,
+            QueryQp,
+            ModifyQp,
+            DestroyQp,
+            PostSend,
+            PostRecv,
+            CreateSrq,
+            ModifySrq,
+            QuerySrq,
+            DestroySrq,
+        ];
+        let mut previous = None;
+        for command in all {
+            let (number, name) = kernel(command);
+            assert_eq!(command as u32, number, "IB_USER_VERBS_CMD_{name}");
+            assert_eq!(command.name(), name, "name of command {number}");
+            assert!(
+                previous < Some(number),
+                "{name} ({number}) is listed after command {previous:?}: each is listed once, \
+                 in the kernel's order"
+            );
+            previous = Some(number);
+        }
     }
 
     #[test]
