@@ -672,99 +672,12 @@ fn mio_drives_sixty_four_connections() {
     drop(server.join().unwrap());
 }
 
-/// What mio reported for `token` within `wait`: (readable, writable).
-fn mio_flags(
-    poll: &mut mio::Poll,
-    events: &mut mio::Events,
-    token: mio::Token,
-    wait: Duration,
-) -> (bool, bool) {
-    let (mut r, mut w) = (false, false);
-    let end = Instant::now() + wait;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        poll.poll(events, Some(left)).expect("mio poll");
-        for e in events.iter().filter(|e| e.token() == token) {
-            r |= e.is_readable();
-            w |= e.is_writable();
-        }
-        if r || w || left.is_zero() {
-            return (r, w);
-        }
-    }
-}
-
-/// mio events say which direction can go on: writable from ring space, credits and target
-/// buffers (not flagged readable when no data came), readable when data arrived; and once a
-/// write returned WouldBlock, a writable event follows as soon as the peer's reads free room.
+/// mio events say which direction can go on, and a writable event follows a write's
+/// WouldBlock (`socket_support::readiness`, also run on rxe0 and siw0 in the VM).
 #[test]
 fn mio_readiness_is_truthful_per_direction() {
-    use mio::{Events, Interest, Poll, Token};
-    let opts = SocketOptions::builder()
-        .send_ring(4096)
-        .recv_ring(8192)
-        .send_queue_depth(16)
-        .recv_queue_depth(16)
-        .signal_interval(4)
-        .build()
-        .unwrap();
-    let (mut server, mut client) = pair_with(&opts);
-    client.set_nonblocking(true).unwrap();
-    let mut poll = Poll::new().unwrap();
-    let mut events = Events::with_capacity(16);
-    const T: Token = Token(7);
-    poll.registry()
-        .register(&mut client, T, Interest::READABLE | Interest::WRITABLE)
-        .unwrap();
-    let second = Duration::from_secs(5);
-    let (r, w) = mio_flags(&mut poll, &mut events, T, second);
-    assert!(
-        w && !r,
-        "first event: writable only (readable {r}, writable {w})"
-    );
-    // Write until the peer's ring is full; every writable event must let a write through.
-    let chunk = [0x42u8; 1000];
-    let mut written = 0;
-    loop {
-        loop {
-            match client.write(&chunk) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => panic!("write: {e}"),
-            }
-        }
-        let (r, w) = mio_flags(&mut poll, &mut events, T, Duration::from_millis(300));
-        assert!(!r, "readable without data");
-        if !w {
-            break;
-        }
-        match client.write(&chunk) {
-            Ok(n) => written += n,
-            Err(e) => panic!("a writable event, then the write failed: {e}"),
-        }
-        assert!(written < 1 << 20, "the writes never blocked");
-    }
-    // The peer reads: room and credits come back, and the writer hears of it.
-    let mut got = vec![0u8; written];
-    server.read_exact(&mut got).expect("server read");
-    let (r, w) = mio_flags(&mut poll, &mut events, T, second);
-    assert!(w, "no writable event after the peer freed its ring");
-    assert!(!r, "readable without data");
-    let n = client
-        .write(&chunk)
-        .expect("write after the writable event");
-    assert!(n > 0);
-    // Data arriving is a readable event.
-    let mut buf = [0u8; 16];
-    assert_eq!(
-        client.read(&mut buf).unwrap_err().kind(),
-        ErrorKind::WouldBlock
-    );
-    server.write_all(b"hello").unwrap();
-    let (r, _) = mio_flags(&mut poll, &mut events, T, second);
-    assert!(r, "no readable event after data arrived");
-    assert_eq!(client.read(&mut buf).unwrap(), 5);
-    assert_eq!(&buf[..5], b"hello");
+    let (server, client) = pair_with(&socket_support::readiness::options());
+    socket_support::readiness::per_direction(server, client);
 }
 
 /// A clone's write is not held up by a clone's blocking read that is busy-polling under the

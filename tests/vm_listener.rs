@@ -1,11 +1,11 @@
-//! The listener against hostile and stalled rdma_cm clients on the kernel's rxe0 in the VM
-//! (`tests/vm/run.sh`, which runs these with `--ignored --test-threads=1`): a bad hello is
-//! rejected with a reason, a client stalled in its handshake holds up no other, and the
-//! handshakes under way are bounded by the listen backlog. Each test panics when rxe0 or the
-//! VM's address is missing.
+//! Hostile and stalled rdma_cm peers on the kernel's rxe0 in the VM (`tests/vm/run.sh`, which
+//! runs these with `--ignored --test-threads=1`): the listener rejects a bad hello with a
+//! reason, a client stalled in its handshake holds up no other, the handshakes under way are
+//! bounded by the listen backlog, and a client answered with a bad hello fails clearly. Each
+//! test panics when rxe0 or the VM's address is missing.
 
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -149,9 +149,17 @@ fn rxe_staller(addr: SocketAddr) -> (rdmasock::cm::CmId, rdmasock::cm::EventChan
 fn handshakes_under_way_are_bounded_by_the_backlog() {
     let (addr, server) = serve_a_good_client(1);
     let staller = rxe_staller(addr);
+    let start = Instant::now();
     let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(2))
         .expect_err("no room for a second handshake while the staller holds the backlog");
-    eprintln!("while the staller holds the backlog: {err}");
+    let waited = start.elapsed();
+    eprintln!("while the staller holds the backlog, after {waited:?}: {err}");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(
+        waited >= Duration::from_secs(2),
+        "gave up early: {waited:?}"
+    );
     drop(staller);
     let end = Instant::now() + Duration::from_secs(60);
     let mut c = loop {
@@ -163,4 +171,49 @@ fn handshakes_under_way_are_bounded_by_the_backlog() {
     };
     c.write_all(b"ok").unwrap();
     assert_eq!(&server.join().expect("accept thread"), b"ok");
+}
+
+/// A server that answers with something other than an rsocket hello (here an rdma_cm
+/// ACCEPT carrying an HTTP status line) makes `connect` fail with InvalidData naming the
+/// address, and nothing hangs or panics.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn a_server_answering_with_a_bad_hello_fails_the_connect_clearly() {
+    use rdmasock::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
+    let channel = EventChannel::open().unwrap();
+    let server = CmId::new(&channel).unwrap();
+    server
+        .bind(SocketAddr::new(vm_support::device_ip("rxe0"), 0))
+        .unwrap();
+    server.listen(4).unwrap();
+    let addr = server.local_addr().unwrap().expect("the bound address");
+    let answer = thread::spawn(move || {
+        let ev = channel
+            .get_event(Some(Duration::from_secs(20)))
+            .expect("the server's channel")
+            .expect("a request within 20 s");
+        let CmEvent::ConnectRequest(request) = ev.event else {
+            panic!("expected a request, got {:?}", ev.event);
+        };
+        request
+            .id
+            .accept(&ConnectionParameters {
+                qp_num: rdmasock::verbs::QpNumber(0x80_1234),
+                private_data: b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),
+                ..ConnectionParameters::default()
+            })
+            .expect("ACCEPT with a bad hello");
+        // The ids live until the client has its answer.
+        (server, request.id, channel)
+    });
+    let start = Instant::now();
+    let err = RdmaSocket::connect(addr).expect_err("a bad hello is no connection");
+    eprintln!("after {:?}: {err}", start.elapsed());
+    assert_eq!(err.kind(), ErrorKind::InvalidData, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("{addr} answered with an unusable hello")),
+        "{text}"
+    );
+    drop(answer.join().expect("the answering thread"));
 }

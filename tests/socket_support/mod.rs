@@ -8,6 +8,8 @@
 //! ```
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod readiness;
+
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
