@@ -445,3 +445,131 @@ fn rstream_and_rdmasocket_across_hosts() {
         }
     }
 }
+
+/// How long the client keeps its wire cut in the vanishing-peer test: well past the
+/// server's detection (a 500 ms keepalive, then the transport's 7 retries), so that nothing
+/// the client sends when it comes back (a DREQ) can be what ended the server's connections.
+const CUT: Duration = Duration::from_secs(45);
+
+/// A peer that vanishes without a word (its wire cut: no DREQ, no reset) fails the
+/// connection within the keepalive time plus the transport's retries, on a blocking reader
+/// and on a socket that only sits registered with mio (its keepalives come from the readiness
+/// thread). The server accepts two connections on rxe0 with a 500 ms keepalive; the client
+/// echoes a byte on each, takes eth0 down for [`CUT`], then brings it back for the tests
+/// after this one.
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
+    device("rxe0");
+    match role() {
+        Role::Server => {
+            let addr = SocketAddr::new(vm_support::env_ip("RDMA_VM_RXE_IP"), 7611);
+            let opts = SocketOptions::builder()
+                .keepalive(Some(Duration::from_millis(500)))
+                .build()
+                .unwrap();
+            let l =
+                RdmaListener::bind_with(addr, &opts).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    let _ = tx.send(l.accept());
+                }
+            });
+            let accept = || {
+                let (mut s, _) = rx
+                    .recv_timeout(MEET)
+                    .unwrap_or_else(|_| panic!("no client at {addr} within {MEET:?}"))
+                    .unwrap_or_else(|e| panic!("accept on {addr}: {e}"));
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).expect("the client's byte");
+                s.write_all(&b).expect("echo");
+                s
+            };
+            let (mut blocking, mut registered) = (accept(), accept());
+            let start = Instant::now();
+            let reader = thread::spawn(move || {
+                blocking
+                    .set_read_timeout(Some(Duration::from_secs(60)))
+                    .unwrap();
+                let r = blocking.read(&mut [0u8; 1]);
+                (r, start.elapsed())
+            });
+            use mio::{Events, Interest, Poll, Token};
+            registered.set_nonblocking(true).unwrap();
+            let mut poll = Poll::new().unwrap();
+            poll.registry()
+                .register(&mut registered, Token(1), Interest::READABLE)
+                .unwrap();
+            let mut events = Events::with_capacity(8);
+            let mio_result = loop {
+                match registered.read(&mut [0u8; 1]) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    r => break r,
+                }
+                let left = Duration::from_secs(60).saturating_sub(start.elapsed());
+                assert!(!left.is_zero(), "no mio event within 60 s of silence");
+                poll.poll(&mut events, Some(left)).expect("mio poll");
+            };
+            let mio_waited = start.elapsed();
+            let (blocking_result, blocking_waited) = reader.join().expect("reader thread");
+            for (what, r, waited) in [
+                ("blocking read", blocking_result, blocking_waited),
+                ("read after a mio event", mio_result, mio_waited),
+            ] {
+                eprintln!("{what} after {waited:?}: {r:?}");
+                let err = r.expect_err("the vanished peer fails the connection");
+                assert_eq!(
+                    err.kind(),
+                    std::io::ErrorKind::ConnectionReset,
+                    "{what}: {err}"
+                );
+                assert!(
+                    err.to_string().contains("retry counter exceeded"),
+                    "{what}: the keepalive's completion status, not a disconnect: {err}"
+                );
+                assert!(waited < Duration::from_secs(40), "{what} took {waited:?}");
+            }
+        }
+        Role::Client => {
+            let addr = SocketAddr::new(vm_support::env_ip("RDMA_VM_PEER_RXE_IP"), 7611);
+            let end = Instant::now() + MEET;
+            let connect = || loop {
+                match RdmaSocket::connect(addr) {
+                    Ok(mut c) => {
+                        c.write_all(b"k").unwrap();
+                        let mut b = [0u8; 1];
+                        c.read_exact(&mut b).expect("the echo");
+                        break c;
+                    }
+                    Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(200)),
+                    Err(e) => panic!("connect to {addr} for {MEET:?}: {e}"),
+                }
+            };
+            let kept = (connect(), connect());
+            let ip = |state: &str| {
+                let out = Command::new("ip")
+                    .args(["link", "set", "eth0", state])
+                    .output()
+                    .expect("run ip");
+                assert!(out.status.success(), "ip link set eth0 {state}: {out:?}");
+            };
+            ip("down");
+            thread::sleep(CUT);
+            ip("up");
+            let state = "/sys/class/infiniband/rxe0/ports/1/state";
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !std::fs::read_to_string(state)
+                .unwrap_or_default()
+                .contains("ACTIVE")
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "rxe0 not ACTIVE 30 s after eth0 up"
+                );
+                thread::sleep(Duration::from_millis(100));
+            }
+            drop(kept);
+        }
+    }
+}

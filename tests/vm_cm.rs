@@ -474,3 +474,26 @@ fn queue_pairs_connect_and_exchange_a_message_each_way() {
 fn iwarp_queue_pairs_connect_and_exchange_a_message_each_way() {
     exchange_over_queue_pairs(at(device_ip("siw0"), 7112), "siw0");
 }
+
+/// On rxe, a connection asked for with librdmacm's default retry count (7, which rxe takes
+/// as "retry for ever") gets QPs that retry 6 times on both sides, so that a vanished peer
+/// fails their sends (`RXE_MAX_RETRY_COUNT`); the RNR retry count keeps its 7 (infinite by
+/// the IBA too).
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rxe_queue_pairs_retry_a_finite_number_of_times() {
+    use rdmasock::verbs::qp_attr::QpAttrMask;
+    let pair = vm_support::CmPair::connect(device_ip("rxe0"), &Default::default());
+    for (side, qp) in [("active", &pair.active.qp), ("passive", &pair.passive.qp)] {
+        let attr = qp
+            .query(QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY)
+            .expect("QUERY_QP");
+        assert_eq!(
+            attr.retry_cnt,
+            rdmasock::cm::qp::RXE_MAX_RETRY_COUNT,
+            "{side} QP's retry count"
+        );
+        assert_eq!(attr.rnr_retry, 7, "{side} QP's RNR retry count");
+    }
+    pair.disconnect();
+}

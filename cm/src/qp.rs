@@ -15,6 +15,18 @@ pub fn is_iwarp(qp: &QueuePair) -> bool {
     qp.context().device().transport == Transport::Iwarp
 }
 
+/// The most transport retries a QP on rxe may be given. The IBA reads a retry count of 7 as
+/// 7 retries (only the RNR retry count's 7 means "retry forever"), but rxe's completer never
+/// counts 7 down: a QP whose peer vanished retries for ever and its sends never fail, so a
+/// keepalive cannot notice. rsocket asks for 7 and the passive side takes the active side's
+/// count; on rxe the QP gets 6, which ends in `RETRY_EXC_ERR` as the IBA's 7 would.
+pub const RXE_MAX_RETRY_COUNT: u8 = 6;
+
+/// `retry_cnt` for a QP on rxe (see [`RXE_MAX_RETRY_COUNT`]).
+fn finite_retry_count(asked: u8) -> u8 {
+    asked.min(RXE_MAX_RETRY_COUNT)
+}
+
 impl CmId {
     fn apply_qp_attr(
         &self,
@@ -36,8 +48,9 @@ impl CmId {
 
     /// INIT (refreshing the access flags the peer's request allows), RTR and RTS with the
     /// CM's attributes. `responder_resources` / `initiator_depth` override the CM's
-    /// `max_dest_rd_atomic` / `max_rd_atomic` (librdmacm does so on accept). On iWARP only the
-    /// INIT refresh is done here.
+    /// `max_dest_rd_atomic` / `max_rd_atomic` (librdmacm does so on accept). On rxe the
+    /// retry count is at most [`RXE_MAX_RETRY_COUNT`]. On iWARP only the INIT refresh is
+    /// done here.
     pub fn ready_qp(
         &self,
         qp: &QueuePair,
@@ -56,9 +69,13 @@ impl CmId {
                 a.max_dest_rd_atomic = r;
             }
         })?;
+        let rxe = qp.context().device().driver.as_deref() == Some("rxe");
         self.apply_qp_attr(qp, QpState::ReadyToSend, |a, m| {
             if let (Some(d), true) = (initiator_depth, m.contains(QpAttrMask::MAX_QP_RD_ATOMIC)) {
                 a.max_rd_atomic = d;
+            }
+            if rxe && m.contains(QpAttrMask::RETRY_CNT) {
+                a.retry_cnt = finite_retry_count(a.retry_cnt);
             }
         })
     }
@@ -115,5 +132,18 @@ impl CmId {
             qp.to_error()?;
         }
         self.disconnect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rxe_retry_count_is_finite() {
+        assert_eq!(finite_retry_count(7), 6);
+        assert_eq!(finite_retry_count(6), 6);
+        assert_eq!(finite_retry_count(3), 3);
+        assert_eq!(finite_retry_count(0), 0);
     }
 }

@@ -161,7 +161,8 @@ impl SocketOptionsBuilder {
         self
     }
     /// Send a keepalive (a zero-length RDMA WRITE) every `interval` while a blocking call
-    /// waits; a dead peer then fails the connection (`None`: off, the default).
+    /// waits or the socket is registered with mio; a dead peer then fails the connection
+    /// (`None`: off, the default; see [`RdmaSocket::set_keepalive`](crate::RdmaSocket::set_keepalive)).
     pub fn keepalive(mut self, interval: Option<Duration>) -> Self {
         self.rest.keepalive = interval;
         self

@@ -9,18 +9,24 @@
 //! progress (drain the completion queue, re-arm it, drain again) and raises the eventfd of
 //! each direction that became possible. The same happens at the end of every call into the
 //! socket, so progress made by one call is reported to the other direction's waiter.
+//!
+//! The hub also sends the keepalives of registered sockets (a nonblocking socket's calls never
+//! wait, so the blocking path's keepalive timer never runs for it): a peer that vanished
+//! without a word then fails the connection, and mio reports it, with no call from the
+//! application.
 #![forbid(unsafe_code)]
 
 use super::shared::Shared;
 use mio::event::Source;
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Registry, Token};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
 /// The largest count an eventfd holds: at it, the fd is not writable.
 const FULL: u64 = u64::MAX - 1;
@@ -111,6 +117,34 @@ impl ReadyFds {
 struct Hub {
     registry: Registry,
     sockets: Mutex<(usize, HashMap<usize, Weak<Shared>>)>,
+    /// Wakes the hub to look at the keepalive timers again (a registration, a new interval).
+    waker: Waker,
+}
+
+/// The hub's own token, for its waker (socket ids count up from 0).
+const WAKE: Token = Token(usize::MAX);
+
+impl Hub {
+    /// Sends the keepalives that are due on every registered socket; returns when the next
+    /// is due (`None`: no registered socket has a keepalive).
+    fn sweep_keepalives(&self) -> Option<Instant> {
+        let sockets: Vec<Arc<Shared>> = {
+            let map = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
+            map.1.values().filter_map(Weak::upgrade).collect()
+        };
+        let next = sockets
+            .iter()
+            .filter_map(|s| s.keepalive_for_readiness())
+            .min()?;
+        Some(Instant::now() + next)
+    }
+}
+
+/// Makes the hub, if it runs, look at the keepalive timers again.
+pub(crate) fn keepalive_changed() {
+    if let Some(Ok(hub)) = HUB.get() {
+        let _ = hub.waker.wake();
+    }
 }
 
 static HUB: OnceLock<Result<Arc<Hub>, String>> = OnceLock::new();
@@ -126,6 +160,7 @@ fn start() -> io::Result<Arc<Hub>> {
     let hub = Arc::new(Hub {
         registry: poll.registry().try_clone()?,
         sockets: Mutex::new((0, HashMap::new())),
+        waker: Waker::new(poll.registry(), WAKE)?,
     });
     let h = hub.clone();
     std::thread::Builder::new()
@@ -136,8 +171,11 @@ fn start() -> io::Result<Arc<Hub>> {
 
 fn run(mut poll: Poll, hub: &Hub) {
     let mut events = Events::with_capacity(256);
+    // When the next keepalive is due on some registered socket.
+    let mut next_keepalive: Option<Instant> = None;
     loop {
-        if let Err(e) = poll.poll(&mut events, None) {
+        let timeout = next_keepalive.map(|t| t.saturating_duration_since(Instant::now()));
+        if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -145,6 +183,10 @@ fn run(mut poll: Poll, hub: &Hub) {
             return;
         }
         for ev in events.iter() {
+            if ev.token() == WAKE {
+                next_keepalive = Some(Instant::now());
+                continue;
+            }
             let id = ev.token().0;
             let socket = {
                 let mut map = hub.sockets.lock().unwrap_or_else(|p| p.into_inner());
@@ -158,6 +200,9 @@ fn run(mut poll: Poll, hub: &Hub) {
                 }
             };
             socket.progress_for_readiness();
+        }
+        if next_keepalive.is_some_and(|t| Instant::now() >= t) {
+            next_keepalive = hub.sweep_keepalives();
         }
     }
 }
@@ -189,6 +234,7 @@ impl Shared {
             *id = Some(new);
         }
         drop(id);
+        let _ = hub.waker.wake();
         // Both directions count as waited for: the first event says what is possible.
         self.ready.read_blocked();
         self.ready.write_blocked();

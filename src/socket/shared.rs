@@ -305,6 +305,20 @@ impl Shared {
         self.wake_others(&g);
     }
 
+    /// The readiness hub's keepalive timer for a registered socket: sends the keepalive if it
+    /// is due, reports what that changed, and returns how long until the next (`None`: off).
+    pub(crate) fn keepalive_for_readiness(&self) -> Option<Duration> {
+        let mut g = self.lock();
+        let next = g.keepalive_tick();
+        if g.engine.has_ops() {
+            // An error here fails the connection, which the report below tells the reader.
+            let _ = g.progress();
+            self.report(&g);
+            self.wake_others(&g);
+        }
+        next
+    }
+
     /// Wakes the callers waiting on the condition variable and the one sleeping in poll(2).
     fn wake_others(&self, g: &Connection) {
         // A notify is a futex system call even with no one waiting: skip it then (waiters

@@ -158,8 +158,10 @@ impl RdmaSocket {
         Ok(self.shared.lock().write_timeout)
     }
 
-    /// Sets the keepalive interval (`None`: off): while a blocking call waits, a zero-length
-    /// RDMA WRITE goes out every `interval`, so a vanished peer fails the call.
+    /// Sets the keepalive interval (`None`: off): a zero-length RDMA WRITE goes out every
+    /// `interval` while a blocking call waits, and all the time while the socket is registered
+    /// with mio, so a vanished peer fails the connection (after the transport's retries; on
+    /// an iWARP device that is when TCP gives up, since the WRITE completes once TCP takes it).
     /// An interval under 1 ms is refused (as by [`SocketOptionsBuilder::keepalive`]).
     ///
     /// [`SocketOptionsBuilder::keepalive`]: super::SocketOptionsBuilder::keepalive
@@ -167,6 +169,7 @@ impl RdmaSocket {
         super::options::check_keepalive(interval)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         self.shared.lock().opts.keepalive = interval;
+        super::readiness::keepalive_changed();
         Ok(())
     }
 

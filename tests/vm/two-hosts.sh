@@ -3,7 +3,7 @@
 # each) wired NIC to NIC through qemu socket netdevs on the host's loopback, so that the
 # bytes leave one guest's rxe0/siw0 on its wire and enter the other's.
 #
-#   tests/vm/two-hosts.sh [--timeout S]
+#   tests/vm/two-hosts.sh [--timeout S] [FILTER...]   (FILTER: test names to run, as libtest takes them)
 #
 # Builds tests/two_hosts.rs and the rc_pingpong example (dev profile), starts VM A (host 2, the server role, listening
 # wire), then VM B (host 3, the client role, connecting wire); each runs that binary with
@@ -18,9 +18,11 @@ timeout_s=900
 while [ $# -gt 0 ]; do
   case $1 in
     --timeout) timeout_s=$2; shift 2 ;;
-    *) echo "usage: $0 [--timeout S]" >&2; exit 2 ;;
+    -*) echo "usage: $0 [--timeout S] [FILTER...]" >&2; exit 2 ;;
+    *) break ;;
   esac
 done
+filters=""; [ $# -gt 0 ] && filters=$(printf ' %q' "$@")
 cd "$ROOT"
 
 echo "two-hosts: building tests/two_hosts.rs and the rc_pingpong example" >&2
@@ -38,7 +40,7 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 run_side() {   # run_side ROLE HOST PEER WIRE
   "$HERE/run.sh" --both --cpus 1 --mem 1G --host "$2" --peer "$3" --wire "$4" --timeout "$timeout_s" \
-    -- "RDMA_VM_ROLE=$1 $bin --ignored --test-threads=1" > "$logs/$1.log" 2>&1
+    -- "RDMA_VM_ROLE=$1 $bin --ignored --test-threads=1$filters" > "$logs/$1.log" 2>&1
   echo $? > "$logs/$1.rc"
 }
 run_side server 2 3 listen &
