@@ -4,12 +4,15 @@
 //! Each function takes arbitrary bytes and must never panic; the invariants it checks are
 //! asserted (an assertion failure is a bug the fuzzer reports).
 
-use crate::core::{Config, Connection, Event, MemoryTable, RecvWork, RegionTable, Segments};
+use crate::core::{
+    Config, Connection, Event, LocalSegment, MemoryTable, RecvWork, RegionTable, Segments,
+};
 use crate::wire::ddp::{Segment, SegmentRepr};
 use crate::wire::fpdu::Fpdu;
 use crate::wire::mpa::{MpaFrame, MpaRepr};
 use crate::wire::rdmap::{ReadRequestRepr, TerminateRepr};
-use rdmasock_verbs::QpState;
+use rdmasock_verbs::{AccessFlags, LocalKey, QpState, RegisteredMemory};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Parses `data` as an MPA request/reply and as an FPDU; what parses must re-emit to the
@@ -98,4 +101,93 @@ fn drive(c: &mut Connection, data: &[u8], cut: usize, table: &dyn MemoryTable, a
     }
     c.handle_peer_closed(true);
     assert_eq!(c.qp_state(), QpState::Error);
+}
+
+/// The byte every guarded memory of [`established`] starts with.
+const FILL: u8 = 0x5a;
+
+/// Feeds `data` (in pieces whose size comes from its first byte) to a responder already in
+/// RTS, as if the initiator had sent it: FPDUs past the handshake, where a frame's contents
+/// decide (CRC is off on both ends, so the fuzzer need not forge checksums). The responder
+/// has a region registered for remote write and read in the middle of a guarded buffer and
+/// one receive posted inside another; it must never panic, must be in error whenever it
+/// emitted a TERMINATE, and must leave every byte outside the two registrations as it was.
+pub fn established(data: &[u8]) {
+    let now = Instant::now();
+    let config = Config {
+        crc: false,
+        ..Config::default()
+    };
+    let initiator_table = RegionTable::new();
+    let mut table = RegionTable::new();
+    let memory = Arc::new(RegisteredMemory::allocate(4096).expect("4 KiB"));
+    memory.write_at(0, &[FILL; 4096]).expect("fill");
+    let _remote = table.register_range(
+        memory.clone(),
+        1024,
+        1024,
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let receive = Arc::new(RegisteredMemory::allocate(256).expect("256 B"));
+    receive.write_at(0, &[FILL; 256]).expect("fill");
+    let local = table.register_range(receive.clone(), 64, 128, AccessFlags::LOCAL_WRITE);
+    let mut initiator =
+        Connection::initiator(config.clone(), b"", now).expect("empty private data");
+    let mut responder = Connection::responder(config, now);
+    let mut segments = Segments::new();
+    segments.push(LocalSegment {
+        addr: receive.addr() + 64,
+        length: 128,
+        lkey: LocalKey(local),
+    });
+    responder
+        .post_recv(RecvWork { wr_id: 1, segments })
+        .expect("one receive");
+    let mut wire = Vec::new();
+    for _ in 0..8 {
+        wire.clear();
+        initiator.poll_transmit(&initiator_table, &mut wire, usize::MAX);
+        responder.handle_input(&wire, &table);
+        while let Some(e) = responder.poll_event() {
+            if let Event::ConnectRequest(_) = e {
+                responder.accept(b"", now).expect("accept");
+            }
+        }
+        wire.clear();
+        responder.poll_transmit(&table, &mut wire, usize::MAX);
+        initiator.handle_input(&wire, &initiator_table);
+        while initiator.poll_event().is_some() {}
+    }
+    assert_eq!(responder.qp_state(), QpState::ReadyToSend, "the handshake");
+    assert_eq!(initiator.qp_state(), QpState::ReadyToSend, "the handshake");
+    let (cut, rest) = match data.split_first() {
+        Some((c, r)) => (usize::from(*c).max(1), r),
+        None => (1, data),
+    };
+    for piece in rest.chunks(cut) {
+        responder.handle_input(piece, &table);
+        while let Some(e) = responder.poll_event() {
+            if let Event::Terminated(_) = e {
+                assert_eq!(responder.qp_state(), QpState::Error);
+            }
+        }
+        wire.clear();
+        responder.poll_transmit(&table, &mut wire, 1 << 16);
+        while responder.poll_completion().is_some() {}
+    }
+    let mut bytes = vec![0u8; 4096];
+    memory.read_at(0, &mut bytes).expect("read back");
+    assert!(
+        bytes[..1024]
+            .iter()
+            .chain(&bytes[2048..])
+            .all(|&b| b == FILL),
+        "wrote outside the region"
+    );
+    let mut bytes = vec![0u8; 256];
+    receive.read_at(0, &mut bytes).expect("read back");
+    assert!(
+        bytes[..64].iter().chain(&bytes[192..]).all(|&b| b == FILL),
+        "wrote outside the receive"
+    );
 }

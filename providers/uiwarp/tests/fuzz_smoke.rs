@@ -140,3 +140,55 @@ fn handshake_smoke() {
         fuzzing::handshake(&joined);
     }
 }
+
+/// FPDUs without CRC for a responder in RTS (`fuzzing::established`): SENDs into its
+/// receive, WRITEs and READ requests at its region's STag (0x100, the table's first key),
+/// a TERMINATE.
+fn established_seeds() -> Vec<Vec<u8>> {
+    let region = Placement::Tagged {
+        stag: 0x100,
+        offset: 0,
+    };
+    let mut read_request = Vec::new();
+    rdmasock_uiwarp::wire::rdmap::ReadRequestRepr {
+        sink_stag: 7,
+        sink_offset: 0,
+        size: 16,
+        source_stag: 0x100,
+        source_offset: 0,
+    }
+    .append(&mut read_request);
+    vec![
+        frame(
+            false,
+            true,
+            Opcode::Send,
+            untagged(0, 1, 0),
+            b"hello, world!",
+        ),
+        frame(false, false, Opcode::Send, untagged(0, 1, 120), &[1; 12]),
+        frame(false, true, Opcode::RdmaWrite, region, &[2; 32]),
+        frame(
+            false,
+            true,
+            Opcode::ReadRequest,
+            untagged(1, 1, 0),
+            &read_request,
+        ),
+        frame(false, true, Opcode::Terminate, untagged(2, 1, 0), &[0; 28]),
+    ]
+}
+
+#[test]
+fn established_smoke() {
+    let seeds = established_seeds();
+    let mut rng = Rng::new(4);
+    for i in 0..3_000 {
+        let mut input = vec![1 + rng.below(64) as u8];
+        for _ in 0..1 + rng.below(3) {
+            let s = seeds[rng.below(seeds.len())].clone();
+            input.extend(if i % 4 == 0 { s } else { mutate(&mut rng, s) });
+        }
+        fuzzing::established(&input);
+    }
+}

@@ -5,16 +5,22 @@ mod common;
 
 use common::*;
 use rdmasock_uiwarp::core::{CloseReason, Config, Event, Origin, SendOperation, WorkQueue};
-use rdmasock_uiwarp::wire::ddp::{Opcode, Placement};
+use rdmasock_uiwarp::wire::ddp::{Opcode, Placement, Segment};
+use rdmasock_uiwarp::wire::fpdu::Fpdu;
 use rdmasock_uiwarp::wire::rdmap::{ReadRequestRepr, TerminateCode};
 use rdmasock_verbs::{AccessFlags, QpState, RemoteKey, WcStatus};
 use std::sync::Arc;
 
-/// An established pair; `b` is the victim with one receive posted (wr 100) and a send
-/// request queued behind nothing (wr 200, unsent because `b` is never polled for it).
+/// An established pair; `b` is the victim with one receive posted (wr 100, 64 bytes in the
+/// middle of `recv_mem`) and, unless built by [`victim_without_send`], a zero-length send
+/// request queued behind nothing (wr 200, unsent because `b` is never polled for it), which
+/// hostile input must flush.
 struct Victim {
     sim: Sim,
     mem: Arc<rdmasock_verbs::RegisteredMemory>,
+    /// 192 bytes; only 64..128 are registered (LOCAL_WRITE), for receive wr 100. The rest are
+    /// guards that nothing may write.
+    recv_mem: Arc<rdmasock_verbs::RegisteredMemory>,
     /// A REMOTE_WRITE region covering bytes 1024..2048 of `mem`, with guards either side.
     write_key: u32,
     write_addr: u64,
@@ -22,7 +28,17 @@ struct Victim {
     read_addr: u64,
 }
 
+/// A victim with the send request wr 200 queued.
 fn victim(b_config: Config) -> Victim {
+    victim_with(b_config, true)
+}
+
+/// A victim without the queued send, for tests that run the simulation: `b` would send it.
+fn victim_without_send(b_config: Config) -> Victim {
+    victim_with(b_config, false)
+}
+
+fn victim_with(b_config: Config, queued_send: bool) -> Victim {
     let mut sim = Sim::new(21, Config::default(), b_config, Delivery::Whole);
     let mem = Arc::new(rdmasock_verbs::RegisteredMemory::allocate(4096).unwrap());
     let write_key = sim
@@ -33,14 +49,29 @@ fn victim(b_config: Config) -> Victim {
         .b
         .table
         .register_range(mem.clone(), 2048, 1024, AccessFlags::REMOTE_READ);
-    let (rk, raddr, _) = sim.b.region(64, AccessFlags::LOCAL_WRITE);
-    sim.b.recv(100, rk, raddr, 64);
+    let recv_mem = Arc::new(rdmasock_verbs::RegisteredMemory::allocate(192).unwrap());
+    let rk = sim
+        .b
+        .table
+        .register_range(recv_mem.clone(), 64, 64, AccessFlags::LOCAL_WRITE);
+    sim.b.recv(100, rk, recv_mem.addr() + 64, 64);
     sim.connect();
+    if queued_send {
+        sim.b.send(
+            200,
+            SendOperation::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            vec![],
+        );
+    }
     Victim {
         write_addr: mem.addr() + 1024,
         read_addr: mem.addr() + 2048,
         sim,
         mem,
+        recv_mem,
         write_key,
         read_key,
     }
@@ -52,11 +83,17 @@ impl Victim {
         b.conn.handle_input(bytes, &b.table);
     }
 
-    /// The TERMINATE went out, the receive was flushed (or charged `recv_status`), and no
+    /// The TERMINATE went out and nothing else did (no READ response, no queued SEND), the
+    /// receive was flushed (or charged `recv_status`), the queued send was flushed, and no
     /// byte of the memory changed.
     #[track_caller]
     fn check(&mut self, code: TerminateCode, recv_status: WcStatus) {
-        self.sim.b.expect_terminate(code);
+        let out = self.sim.b.expect_terminate(code);
+        assert_eq!(
+            opcodes(&out),
+            vec![Opcode::Terminate],
+            "the TERMINATE must be the only frame out: no READ response, no SEND"
+        );
         assert_eq!(
             self.sim.b.completions_of(WorkQueue::Receive),
             vec![(
@@ -65,10 +102,8 @@ impl Victim {
                 self.sim.b.completions_of(WorkQueue::Receive)[0].2
             )]
         );
-        assert!(
-            self.mem.as_slice().iter().all(|&x| x == 0),
-            "memory was touched"
-        );
+        self.expect_send_flushed();
+        self.expect_untouched();
         // Later posts complete at once as flushed; later input is ignored.
         self.sim.b.recv(101, 0, 0, 0);
         self.inject(&[0xff; 64]);
@@ -84,6 +119,42 @@ impl Victim {
         );
         assert_eq!(self.sim.b.conn.qp_state(), QpState::Error);
     }
+
+    /// The queued send (wr 200) completed, flushed, and nothing else on the send queue.
+    #[track_caller]
+    fn expect_send_flushed(&self) {
+        assert_eq!(
+            self.sim.b.completions_of(WorkQueue::Send),
+            vec![(200, WcStatus::WorkRequestFlushError, 0)],
+            "the queued send must be flushed by the error"
+        );
+    }
+
+    /// No byte of the REMOTE_WRITE/REMOTE_READ memory or of the receive buffer and its guards
+    /// changed.
+    #[track_caller]
+    fn expect_untouched(&self) {
+        assert!(
+            self.mem.as_slice().iter().all(|&x| x == 0),
+            "memory was touched"
+        );
+        assert!(
+            self.recv_mem.as_slice().iter().all(|&x| x == 0),
+            "the receive buffer or its guards were touched"
+        );
+    }
+}
+
+/// The RDMAP opcodes of the FPDUs in `bytes`, in order (`bytes` must hold whole FPDUs).
+fn opcodes(mut bytes: &[u8]) -> Vec<Opcode> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let f = Fpdu::new_checked(bytes).expect("whole FPDUs");
+        let seg = Segment::new_checked(f.ulpdu()).expect("a DDP segment");
+        out.push(Opcode::from_raw(seg.opcode_raw()).expect("a known opcode"));
+        bytes = &bytes[f.total_len()..];
+    }
+    out
 }
 
 fn write_frame(stag: u32, offset: u64, data: &[u8]) -> Vec<u8> {
@@ -118,29 +189,6 @@ fn malformed_frames() {
         (
             vec![0, 4, 0x41, 0x43, 0, 0, 0, 0, 0, 0],
             TerminateCode::LLP_FPDU,
-        ),
-        // An untagged length that cannot hold the untagged header.
-        (
-            frame(
-                true,
-                true,
-                Opcode::RdmaWrite,
-                Placement::Tagged { stag: 0, offset: 0 },
-                &[],
-            )
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if i == 2 {
-                    0x41
-                } else if i == 3 {
-                    0x43
-                } else {
-                    b
-                }
-            })
-            .collect(),
-            TerminateCode::LLP_CRC,
         ),
         (
             patch(
@@ -226,6 +274,33 @@ fn malformed_frames() {
     }
 }
 
+/// A DDP segment shorter than the header its T bit announces: ULPDUs of 14 to 17 bytes (a
+/// tagged header's worth and up) whose control bytes say untagged SEND (18-byte header), with
+/// the CRC recomputed so that the DDP layer, not the CRC check, sees them. Each is a
+/// malformed segment (the core's code for it is LLP_FPDU, as for a ULPDU shorter than any
+/// header), with the usual TERMINATE, flushes and untouched memory.
+#[test]
+fn ddp_segment_shorter_than_its_header() {
+    for extra in 0..4usize {
+        let tagged = frame(
+            true,
+            true,
+            Opcode::RdmaWrite,
+            Placement::Tagged { stag: 0, offset: 0 },
+            &vec![0u8; extra],
+        );
+        assert_eq!(
+            usize::from(u16::from_be_bytes([tagged[0], tagged[1]])),
+            14 + extra
+        );
+        let bytes = patch(patch(tagged, 2, 0x41), 3, 0x43);
+        let mut v = victim(Config::default());
+        v.inject(&bytes);
+        v.check(TerminateCode::LLP_FPDU, WcStatus::WorkRequestFlushError);
+    }
+}
+
+/// Sets byte `at` of FPDU `f` to `value` and recomputes the CRC.
 fn patch(mut f: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
     f[at] = value;
     let ulpdu = usize::from(u16::from_be_bytes([f[0], f[1]]));
@@ -298,7 +373,9 @@ fn writes_outside_the_region_or_with_a_wrong_stag() {
         v.inject(&write_frame(stag, off, b"efgh"));
         v.sim.b.expect_terminate(code);
         assert_eq!(&v.mem.as_slice()[1024..1028], b"abcd");
+        assert!(v.mem.as_slice()[..1024].iter().all(|&x| x == 0));
         assert!(v.mem.as_slice()[1028..].iter().all(|&x| x == 0));
+        v.expect_send_flushed();
     }
 }
 
@@ -372,11 +449,11 @@ fn reads_beyond_ird() {
         "two READs fit IRD 2"
     );
     v.inject(&read_request(3, r));
-    let out = v
-        .sim
-        .b
-        .expect_terminate(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
-    assert!(out.len() < 100, "no READ responses go out after the error");
+    // No READ response goes out, not even for the two READs within IRD: only the TERMINATE.
+    v.check(
+        TerminateCode::RDMAP_CATASTROPHIC_STREAM,
+        WcStatus::WorkRequestFlushError,
+    );
 }
 
 #[test]
@@ -389,17 +466,29 @@ fn sends_without_buffer_or_too_long() {
         untagged(0, 1, 0),
         &[1u8; 65],
     ));
-    v.sim
+    let out = v
+        .sim
         .b
         .expect_terminate(TerminateCode::DDP_UNTAGGED_TOO_LONG);
-    let recv = v.sim.b.completions_of(WorkQueue::Receive);
-    assert_eq!(recv[0].0, 100);
-    assert_eq!(recv[0].1, WcStatus::LocalLengthError);
-    let vendor = v.sim.b.completions[0].completion.vendor_err;
+    assert_eq!(opcodes(&out), vec![Opcode::Terminate]);
     assert_eq!(
-        vendor, 0x0101_0205,
+        v.sim.b.completions_of(WorkQueue::Receive),
+        vec![(100, WcStatus::LocalLengthError, 0)]
+    );
+    let recv = v
+        .sim
+        .b
+        .completions
+        .iter()
+        .find(|c| c.queue == WorkQueue::Receive)
+        .unwrap();
+    assert_eq!(
+        recv.completion.vendor_err, 0x0101_0205,
         "marker bit, layer DDP, etype 2, code 5"
     );
+    v.expect_send_flushed();
+    // Not one byte of the 65 was placed, in the buffer or past it.
+    v.expect_untouched();
 
     let mut v = victim(Config::default());
     v.inject(&frame(true, true, Opcode::Send, untagged(0, 1, 0), b"ok"));
@@ -417,6 +506,11 @@ fn sends_without_buffer_or_too_long() {
         v.sim.b.completions_of(WorkQueue::Receive),
         vec![(100, WcStatus::Success, 2)]
     );
+    v.expect_send_flushed();
+    assert_eq!(&v.recv_mem.as_slice()[64..66], b"ok");
+    assert!(v.recv_mem.as_slice()[..64].iter().all(|&x| x == 0));
+    assert!(v.recv_mem.as_slice()[66..].iter().all(|&x| x == 0));
+    assert!(v.mem.as_slice().iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -436,6 +530,7 @@ fn peer_reset_mid_frame() {
         v.sim.b.completions_of(WorkQueue::Receive),
         vec![(100, WcStatus::WorkRequestFlushError, 0)]
     );
+    v.expect_send_flushed();
     assert!(v.sim.b.conn.should_close());
     // A FIN between frames is a plain close.
     let mut v = victim(Config::default());
@@ -452,7 +547,7 @@ fn peer_reset_mid_frame() {
 /// access error, everything after it is flushed, in order.
 #[test]
 fn requester_sees_remote_errors() {
-    let mut v = victim(Config::default());
+    let mut v = victim_without_send(Config::default());
     let (k, addr, _) = v
         .sim
         .a
@@ -513,7 +608,7 @@ fn requester_sees_remote_errors() {
 
 #[test]
 fn local_protection_errors_fail_the_request() {
-    let mut v = victim(Config::default());
+    let mut v = victim_without_send(Config::default());
     let (k, addr, _) = v.sim.a.region(64, AccessFlags::LOCAL_WRITE);
     // A READ sink without REMOTE_WRITE, then a request behind it.
     v.sim.a.send(
@@ -550,7 +645,7 @@ fn local_protection_errors_fail_the_request() {
         (Origin::Remote, TerminateCode::RDMAP_LOCAL_CATASTROPHIC)
     );
     // A gather entry outside its region.
-    let mut v = victim(Config::default());
+    let mut v = victim_without_send(Config::default());
     let (k, addr, _) = v.sim.a.region(64, AccessFlags::LOCAL_WRITE);
     v.sim.a.send(
         1,
@@ -571,7 +666,7 @@ fn local_protection_errors_fail_the_request() {
 fn random_garbage_after_setup_never_panics() {
     let mut rng = Rng::new(77);
     for i in 0..300 {
-        let mut v = victim(Config {
+        let mut v = victim_without_send(Config {
             crc: i % 2 == 0,
             ..Config::default()
         });
@@ -598,6 +693,8 @@ fn random_garbage_after_setup_never_panics() {
                 .all(|c| !c.completion.status().is_success() || c.queue == WorkQueue::Receive));
         }
         assert!(v.mem.as_slice().iter().all(|&x| x == 0));
+        let guards = v.recv_mem.as_slice();
+        assert!(guards[..64].iter().chain(&guards[128..]).all(|&x| x == 0));
     }
 }
 
@@ -605,7 +702,7 @@ fn random_garbage_after_setup_never_panics() {
 /// sent, so the WRITE itself fails with a remote access error.
 #[test]
 fn write_in_progress_is_charged_with_the_remote_error() {
-    let mut v = victim(Config::default());
+    let mut v = victim_without_send(Config::default());
     v.sim.batch = 200;
     let (k, addr, _) = v.sim.a.region(8192, AccessFlags::LOCAL_WRITE);
     v.sim.a.send(

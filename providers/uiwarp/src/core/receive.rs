@@ -80,7 +80,9 @@ impl Connection {
             Ok(()) => len,
             Err(mut fault) => {
                 let seg = Segment::new_unchecked(frame.ulpdu());
-                if fault.copy.is_none() {
+                // A segment shorter than the header its T bit implies (an untagged one of
+                // 14 to 17 bytes) has no header to copy: its TERMINATE goes without one.
+                if fault.copy.is_none() && frame.ulpdu().len() >= seg.header_len() {
                     let header = seg.header().to_vec();
                     let body = (!seg.tagged()
                         && seg.opcode_raw() == Opcode::ReadRequest.to_raw()
