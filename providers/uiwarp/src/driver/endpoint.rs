@@ -182,8 +182,35 @@ impl Endpoint {
         Ok(e)
     }
 
+    /// The endpoint's state. A lock poisoned by a panic (a bug, in the engine or in an
+    /// application thread's call) is taken anyway: the engine fails such a connection (see
+    /// [`Endpoint::fail_after_panic`]), and a drop must never panic on it.
     pub(crate) fn lock(&self) -> MutexGuard<'_, EndpointState> {
-        self.state.lock().expect("uiwarp endpoint lock")
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// After a panic while driving this connection: fails it without another call into its
+    /// protocol state (which may be half-updated). The socket closes; the QP is in error, its
+    /// end named, and a disconnect notice wakes its waiters; outstanding work requests are not
+    /// completed.
+    pub(crate) fn fail_after_panic(&self, engine: &Engine, what: &str) {
+        self.state.clear_poison();
+        let mut st = self.lock();
+        if let Some(link) = st.link.take() {
+            link.close(engine);
+        }
+        st.qp_state = QpState::Error;
+        st.ended = Some(format!(
+            "the userspace iWARP provider failed internally (a bug: {what})"
+        ));
+        if matches!(st.outcome, Outcome::Connecting) {
+            st.outcome = Outcome::Failed(st.ended.clone().unwrap_or_default());
+        }
+        if st.notices.is_empty() {
+            let _ = self.notice_fd.write(1);
+        }
+        st.notices.push_back(Notice::Disconnected);
+        self.changed.notify_all();
     }
 
     /// Readable while [`Endpoint::poll_notice`] has something.
@@ -603,6 +630,16 @@ impl Pending {
                 Some(l) => l.offer(self.clone(), r, local, peer),
                 None => self.abandon(engine),
             }
+        }
+    }
+
+    /// After a panic while driving this connection: closes its socket without another call
+    /// into its protocol state.
+    pub(crate) fn drop_after_panic(&self, engine: &Engine) {
+        self.link.clear_poison();
+        let link = self.link.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(link) = link {
+            link.close(engine);
         }
     }
 

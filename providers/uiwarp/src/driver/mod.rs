@@ -194,6 +194,31 @@ impl Engine {
             .cloned()
     }
 
+    /// Runs `work` for `target`; a panic in it (a bug) ends that connection only: it is
+    /// failed without another call into its protocol state, its socket closed and its target
+    /// removed, and the engine goes on with the others (a panic here would otherwise stop
+    /// progress for every connection in the process).
+    fn guarded(&self, token: Token, target: &Option<Target>, work: impl FnOnce()) {
+        let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) else {
+            return;
+        };
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string());
+        eprintln!(
+            "uiwarp: bug: the progress engine panicked on one connection ({what}); that \
+             connection is failed, the others go on. Please report this."
+        );
+        match target {
+            Some(Target::Endpoint(e)) => e.fail_after_panic(self, &what),
+            Some(Target::Pending(p)) => p.drop_after_panic(self),
+            Some(Target::Listener(_)) | None => {}
+        }
+        self.remove(token);
+    }
+
     fn run(self: Arc<Self>, mut poll: Poll) {
         let mut events = Events::with_capacity(256);
         loop {
@@ -218,7 +243,8 @@ impl Engine {
                 if ev.token() == WAKER {
                     continue;
                 }
-                match self.target(ev.token()) {
+                let target = self.target(ev.token());
+                self.guarded(ev.token(), &target, || match &target {
                     Some(Target::Endpoint(e)) => {
                         e.note_engine_event();
                         let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
@@ -241,7 +267,7 @@ impl Engine {
                     Some(Target::Pending(p)) => p.progress(&self),
                     Some(Target::Listener(l)) => l.accept_all(&self),
                     None => {}
-                }
+                });
             }
             let now = Instant::now();
             let due: Vec<usize> = {
@@ -255,17 +281,19 @@ impl Engine {
             for key in due {
                 self.timers.lock().expect("engine timers").remove(&key);
                 let backstop = key & BACKSTOP_BIT != 0;
-                match self.target(Token(key & !BACKSTOP_BIT)) {
+                let token = Token(key & !BACKSTOP_BIT);
+                let target = self.target(token);
+                self.guarded(token, &target, || match &target {
                     Some(Target::Endpoint(e)) if backstop && e.read_by_application() => {
                         // Application threads still read this socket: keep out a while
                         // longer.
-                        self.set_backstop(Token(key & !BACKSTOP_BIT));
+                        self.set_backstop(token);
                     }
                     Some(Target::Endpoint(e)) if backstop => e.backstop(&self),
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
                     _ => {}
-                }
+                });
             }
         }
     }
