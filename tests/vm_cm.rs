@@ -497,3 +497,79 @@ fn rxe_queue_pairs_retry_a_finite_number_of_times() {
     }
     pair.disconnect();
 }
+
+/// Every error event a connect or resolve can meet becomes the error it means, naming the
+/// peer's address (ADDR_ERROR, ROUTE_ERROR, UNREACHABLE, CONNECT_ERROR, REJECTED both ways,
+/// DEVICE_REMOVAL) or the event that came instead of the one awaited. UNREACHABLE and
+/// CONNECT_ERROR need a peer CM that stays silent or fails, which one VM cannot stage;
+/// the others also arrive for real in other tests (vm_socket, vm_device_removal).
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn error_events_become_errors_naming_the_address() {
+    let ip = device_ip("rxe0");
+    let channel = EventChannel::open().unwrap();
+    let id = CmId::new(&channel).unwrap();
+    let peer = at(ip, 7111);
+    id.resolve(None, peer, T)
+        .expect("resolve rxe0's own address");
+    let addr = peer.to_string();
+    let cases: Vec<(CmEvent, std::io::ErrorKind, &str)> = vec![
+        (
+            CmEvent::AddrError { status: -110 },
+            std::io::ErrorKind::TimedOut,
+            "address",
+        ),
+        (
+            CmEvent::RouteError { status: -113 },
+            std::io::ErrorKind::HostUnreachable,
+            "route",
+        ),
+        (
+            CmEvent::Unreachable { status: -110 },
+            std::io::ErrorKind::TimedOut,
+            "unreachable",
+        ),
+        (
+            CmEvent::ConnectError { status: -22 },
+            std::io::ErrorKind::InvalidInput,
+            "connect",
+        ),
+        (
+            CmEvent::Rejected {
+                reason: RejectReason::Ib(8),
+                private_data: Vec::new(),
+            },
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ),
+        (
+            CmEvent::Rejected {
+                reason: RejectReason::Ib(28),
+                private_data: b"busy".to_vec(),
+            },
+            std::io::ErrorKind::ConnectionRefused,
+            "busy",
+        ),
+    ];
+    for (event, kind, word) in cases {
+        let name = event.name();
+        let err = id.event_error("CONNECT_RESPONSE", event);
+        let text = err.to_string();
+        eprintln!("{name}: {text}");
+        assert!(text.contains(&addr), "{name}: the address is named: {text}");
+        assert!(
+            text.to_lowercase().contains(word),
+            "{name}: says {word:?}: {text}"
+        );
+        assert_eq!(std::io::Error::from(err).kind(), kind, "{name}: {text}");
+    }
+    let err = id.event_error("CONNECT_RESPONSE", CmEvent::DeviceRemoval);
+    assert!(matches!(err, Error::DeviceRemoved { .. }), "{err}");
+    let err = id.event_error("CONNECT_RESPONSE", CmEvent::TimewaitExit);
+    let text = err.to_string();
+    assert!(matches!(err, Error::UnexpectedEvent { .. }), "{text}");
+    assert!(
+        text.contains("CONNECT_RESPONSE") && text.contains("TIMEWAIT_EXIT"),
+        "{text}"
+    );
+}

@@ -122,8 +122,8 @@ pub enum Error {
 
     /// The peer's application rejected the connection (REJECTED for another reason).
     #[error(
-        "connection to {addr} rejected by the peer ({reason}); it sent {} bytes of private \
-         data", private_data.len()
+        "connection to {addr} rejected by the peer ({reason}); {}",
+        describe_private_data(private_data)
     )]
     Rejected {
         /// The address.
@@ -309,5 +309,44 @@ impl From<Error> for io::Error {
             Error::UnexpectedEvent { .. } => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)
+    }
+}
+
+/// What a rejection's private data says: its text when it is printable (the zero padding
+/// IB adds cut off; at most 120 characters), else its size.
+fn describe_private_data(data: &[u8]) -> String {
+    let end = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let data = &data[..end];
+    match std::str::from_utf8(data) {
+        Ok("") => "it sent no private data".to_string(),
+        Ok(text) if !text.chars().any(|c| c.is_control() && c != '\n') => {
+            let cut: String = text.chars().take(120).collect();
+            let more = if cut.len() < text.len() { "…" } else { "" };
+            format!("it said {cut:?}{more}")
+        }
+        _ => format!("it sent {} bytes of private data", data.len()),
+    }
+}
+
+#[cfg(test)]
+mod private_data_tests {
+    use super::describe_private_data;
+
+    #[test]
+    fn private_data_is_quoted_when_printable() {
+        let mut padded = b"busy, try later".to_vec();
+        padded.resize(148, 0);
+        assert_eq!(
+            describe_private_data(&padded),
+            "it said \"busy, try later\""
+        );
+        assert_eq!(describe_private_data(&[0; 148]), "it sent no private data");
+        assert_eq!(
+            describe_private_data(&[1, 2, 0xff, 0]),
+            "it sent 3 bytes of private data"
+        );
+        let long = "x".repeat(200);
+        let said = describe_private_data(long.as_bytes());
+        assert!(said.ends_with("\"…") && said.len() < 140, "{said}");
     }
 }
