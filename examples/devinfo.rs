@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Not printed, because the write-path QUERY_DEVICE/QUERY_PORT do not report them:
-//! `port_cap_flags2`, `num_comp_vectors`, and the extended device attributes (ODP, timestamp,
-//! TSO/RSS, packet pacing, tag matching).
+//! `port_cap_flags2` (only the ioctl QUERY_PORT method returns it) and the extended device
+//! attributes of `ibv_query_device_ex` (ODP, timestamp, `device_cap_flags_ex`, TSO/RSS,
+//! packet pacing, tag matching). `num_comp_vectors`, which `ibv_devinfo` prints after
+//! those, comes from GET_CONTEXT and is printed after `local_ca_ack_delay`.
 #![forbid(unsafe_code)]
 
 mod common;
@@ -154,6 +156,11 @@ fn print_hca_cap(dev: &DeviceInfo, ib_port: u8, verbose: bool) -> Result<(), ()>
     }
     let mut out = String::new();
     device_section(&mut out, dev, &attr, verbose);
+    if verbose {
+        if let Some(n) = ctx.ops().num_comp_vectors() {
+            let _ = writeln!(out, "\tnum_comp_vectors:\t\t{}", n as i32);
+        }
+    }
     let mut result = Ok(());
     for port in 1..=attr.phys_port_cnt {
         if ib_port != 0 && port != ib_port {

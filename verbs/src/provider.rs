@@ -62,6 +62,11 @@ pub trait ContextOps: Send + Sync + Debug {
     /// Reads one async event without blocking; `Ok(None)` when there is none. The provider
     /// acknowledges the event itself.
     fn read_async_event(&self) -> Result<Option<AsyncEvent>>;
+    /// The completion vectors the device offers (GET_CONTEXT's `num_comp_vectors`);
+    /// `None` where there is no such notion (a userspace device).
+    fn num_comp_vectors(&self) -> Option<u32> {
+        None
+    }
     /// Whether this device's queue pairs lend inline sends (see [`QpOps::lends_inline`]), so
     /// that asking for a large `max_inline_data` pays.
     fn lends_inline(&self) -> bool {

@@ -99,6 +99,9 @@ impl BridgeContext {
 }
 
 impl ContextOps for BridgeContext {
+    fn num_comp_vectors(&self) -> Option<u32> {
+        u32::try_from(self.inner.raw.num_comp_vectors()).ok()
+    }
     fn device(&self) -> &DeviceInfo {
         &self.inner.device
     }

@@ -267,6 +267,9 @@ impl KernelContext {
 }
 
 impl ContextOps for KernelContext {
+    fn num_comp_vectors(&self) -> Option<u32> {
+        Some(self.inner.num_comp_vectors)
+    }
     fn device(&self) -> &DeviceInfo {
         &self.inner.device
     }
