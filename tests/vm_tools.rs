@@ -6,7 +6,10 @@
 //! `$RDMASOCK_EXAMPLES_DIR` or in `target/<profile>/examples` next to this test binary.
 #![forbid(unsafe_code)]
 
+#[path = "vm_tools_support/closing_lines.rs"]
+mod closing_lines;
 mod vm_support;
+use closing_lines::check_closing_lines;
 
 use rdmasock::verbs::{DeviceList, GidType, Transport};
 use std::io::Read;
@@ -141,8 +144,10 @@ fn devices_prints_what_ibv_devices_prints() {
     assert!(mine.contains("rxe0"), "{mine}");
 }
 
-/// `ibv_devinfo` output without what the write-path queries cannot know: the extended
-/// device attributes (from `general_odp_caps` to `num_comp_vectors`) and `port_cap_flags2`.
+/// `ibv_devinfo` output without what the write-path queries cannot know: the extended device
+/// attributes of `ibv_query_device_ex` (`general_odp_caps:` up to, not including,
+/// `num_comp_vectors:`, which GET_CONTEXT gives and `devinfo` prints) and each port's
+/// `port_cap_flags2` (only the ioctl QUERY_PORT method returns it).
 fn comparable_devinfo(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut in_ex = false;
@@ -150,11 +155,11 @@ fn comparable_devinfo(text: &str) -> Vec<&str> {
         if line.starts_with("\tgeneral_odp_caps:") {
             in_ex = true;
         }
+        if line.starts_with("\tnum_comp_vectors:") || line.starts_with("\t\tport:\t") {
+            in_ex = false;
+        }
         if !in_ex && !line.starts_with("\t\t\tport_cap_flags2:") {
             out.push(line);
-        }
-        if line.starts_with("\tnum_comp_vectors:") {
-            in_ex = false;
         }
     }
     out
@@ -230,30 +235,29 @@ fn address(out: &str, which: &str) -> (String, String) {
     (field("QPN"), field("GID"))
 }
 
-/// Checks the two closing lines: "N bytes in S seconds = R Mbit/sec", "N iters in ...".
-fn check_closing_lines(out: &str, size: u64, iters: u64, who: &str) {
-    let bytes = format!("{} bytes in ", size * iters * 2);
-    let l1 = out.lines().find(|l| l.starts_with(&bytes));
-    let l2 = out
-        .lines()
-        .find(|l| l.starts_with(&format!("{iters} iters in ")));
-    let ok1 = l1.is_some_and(|l| l.ends_with(" Mbit/sec") && l.contains(" seconds = "));
-    let ok2 = l2.is_some_and(|l| l.ends_with(" usec/iter") && l.contains(" seconds = "));
-    assert!(
-        ok1 && ok2,
-        "{who}: closing lines missing or malformed in:\n{out}"
-    );
+/// Ping-pong round trips of every run.
+const ITERS: u64 = 300;
+
+/// The value after `flag` in `args`.
+fn flag_value(args: &[&str], flag: &str) -> Option<u64> {
+    let i = args.iter().position(|a| *a == flag)?;
+    Some(args[i + 1].parse().expect("a numeric flag value"))
 }
 
-/// One ping-pong: `server` listens, `client` connects; both must finish and agree.
-fn pingpong(server: (&str, PathBuf), client: (&str, PathBuf), port: u16, extra: &[&str]) {
-    let iters = 300u64;
-    let mut common: Vec<String> = vec!["-d", "rxe0", "-g", "1", "-n", "300", "-p"]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    common.push(port.to_string());
+/// One ping-pong on rxe0 with the RoCE v2 GID of 10.99.0.2: `server` listens on `port`
+/// (rc_pingpong's default, 18515, when `None`: no `-p` given), `client` connects; both
+/// must finish, agree on each other's addresses and print the closing lines for the `-s`
+/// in `extra` (default 4096).
+fn pingpong(server: (&str, PathBuf), client: (&str, PathBuf), port: Option<u16>, extra: &[&str]) {
+    let iters = ITERS;
+    let size = flag_value(extra, "-s").unwrap_or(4096);
+    let mut common: Vec<String> = vec!["-d".into(), "rxe0".into(), "-g".into(), "1".into()];
+    common.extend(["-n".into(), iters.to_string()]);
+    if let Some(port) = port {
+        common.extend(["-p".into(), port.to_string()]);
+    }
     common.extend(extra.iter().map(|s| s.to_string()));
+    let port = port.unwrap_or(18515);
     let what_s = format!("{} (server) {common:?}", server.0);
     let srv = Command::new(&server.1)
         .args(&common)
@@ -297,8 +301,8 @@ fn pingpong(server: (&str, PathBuf), client: (&str, PathBuf), port: u16, extra: 
     let s_out = wait_bounded(srv, Duration::from_secs(30), &what_s);
     let s_text = stdout_ok(&s_out, &what_s);
     let c_text = stdout_ok(&c_out, &what_c);
-    check_closing_lines(&s_text, 4096, iters, &what_s);
-    check_closing_lines(&c_text, 4096, iters, &what_c);
+    check_closing_lines(&s_text, size, iters, &what_s);
+    check_closing_lines(&c_text, size, iters, &what_c);
     assert!(!c_text.contains("invalid data"), "{what_c}: {c_text}");
     // Each side's view of the other is what the other printed about itself.
     assert_eq!(
@@ -320,11 +324,76 @@ fn rc_pingpong_interoperates_with_ibv_rc_pingpong() {
     require_device("rxe0");
     let theirs = || ("ibv_rc_pingpong", PathBuf::from("ibv_rc_pingpong"));
     let mine = || ("rc_pingpong", example("rc_pingpong"));
-    pingpong(mine(), theirs(), 18601, &["-c"]);
-    pingpong(theirs(), mine(), 18602, &["-c"]);
-    pingpong(mine(), theirs(), 18603, &["-e"]);
-    pingpong(theirs(), mine(), 18604, &["-e"]);
-    pingpong(mine(), mine(), 18605, &["-e", "-c"]);
+    pingpong(mine(), theirs(), Some(18601), &["-c"]);
+    pingpong(theirs(), mine(), Some(18602), &["-c"]);
+    pingpong(mine(), theirs(), Some(18603), &["-e"]);
+    pingpong(theirs(), mine(), Some(18604), &["-e"]);
+    pingpong(mine(), mine(), Some(18605), &["-e", "-c"]);
+}
+
+/// Packets rxe0 has sent (its hardware counter).
+fn rxe0_sent_packets() -> u64 {
+    let path = "/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts";
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {text:?}: {e}"))
+}
+
+/// `-s -m -r -l -i` against ibv_rc_pingpong both ways, the default port both ways, and `-i`
+/// naming a port rxe0 lacks refused as ibv_rc_pingpong refuses it.
+///
+/// What each flag shows on rxe0: `-s` the byte count of the closing lines; `-m 512` the
+/// packets rxe0 sends (a 3072-byte SEND is 6 packets at MTU 512, 3 at the default 1024:
+/// both sides must use 512); `-i 1` is rxe0's only port, and `-i 2` fails at the move to
+/// INIT. `-r` (receives posted at a time) and `-l` (service level: rxe carries it in no
+/// header of an untagged RoCE v2 link) change nothing visible here: the runs show only that
+/// both sides accept them and still interoperate.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rc_pingpong_flags_and_default_port_interoperate_with_ibv_rc_pingpong() {
+    require_device("rxe0");
+    let theirs = || ("ibv_rc_pingpong", PathBuf::from("ibv_rc_pingpong"));
+    let mine = || ("rc_pingpong", example("rc_pingpong"));
+    let flags = ["-s", "3072", "-m", "512", "-r", "100", "-l", "1", "-i", "1"];
+    for (server, client, port) in [(mine(), theirs(), 18606), (theirs(), mine(), 18607)] {
+        let who = format!("{} serving {}", server.0, client.0);
+        let before = rxe0_sent_packets();
+        pingpong(server, client, Some(port), &flags);
+        let sent = rxe0_sent_packets() - before;
+        let least = 2 * ITERS * 3072_u64.div_ceil(512);
+        println!("{who} {flags:?}: rxe0 sent {sent} packets");
+        assert!(
+            sent >= least,
+            "{who} {flags:?}: rxe0 sent {sent} packets, fewer than the {least} data packets of \
+             {ITERS} round trips of 3072 bytes at MTU 512: a side ignored -m"
+        );
+    }
+    pingpong(mine(), theirs(), None, &[]);
+    pingpong(theirs(), mine(), None, &[]);
+    let refusal = |program: &PathBuf| {
+        let out = run_bounded(
+            Command::new(program).args(["-d", "rxe0", "-g", "1", "-i", "2", "-p", "18608"]),
+            Duration::from_secs(30),
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !out.status.success(),
+            "{} -i 2 succeeded: {err}",
+            program.display()
+        );
+        err
+    };
+    let (t, m) = (refusal(&theirs().1), refusal(&mine().1));
+    let first = t
+        .lines()
+        .next()
+        .expect("ibv_rc_pingpong -i 2 says why it failed");
+    assert_eq!(first, "Failed to modify QP to INIT", "{t}");
+    assert!(
+        m.starts_with(first),
+        "ours with -i 2: {m}\nibv_rc_pingpong: {t}"
+    );
 }
 
 #[test]

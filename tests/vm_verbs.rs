@@ -80,6 +80,9 @@ fn transition_missing_attributes_names_them() {
 /// Set in the child process of [`memlock_limit_is_reported`].
 const MEMLOCK_CHILD: &str = "RDMASOCK_VM_MEMLOCK_CHILD";
 
+/// The bytes [`memlock_limit_is_reported`] asks to register (4 MiB) under its 64 KiB limit.
+const MEMLOCK_ASKED: usize = 4 << 20;
+
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn memlock_limit_is_reported() {
@@ -95,9 +98,22 @@ fn memlock_limit_is_reported() {
         }
         let context = open_rxe0();
         let pd = context.alloc_pd().unwrap();
-        let err = pd.register(4 << 20, all_access()).unwrap_err();
-        assert!(matches!(err, Error::MemlockLimit { .. }), "{err:?}");
-        assert!(err.to_string().contains("ulimit -l"), "{err}");
+        let err = pd.register(MEMLOCK_ASKED, all_access()).unwrap_err();
+        match &err {
+            Error::MemlockLimit { requested, limit } => {
+                assert_eq!((*requested, limit.as_str()), (MEMLOCK_ASKED, "65536 bytes"));
+            }
+            other => panic!("expected MemlockLimit, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "cannot register 4194304 bytes: RLIMIT_MEMLOCK is 65536 bytes (locked-memory \
+                 limit too small)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("Fix: `ulimit -l unlimited`"), "{text}");
         println!("memlock child: {err}");
         return;
     }
@@ -116,5 +132,10 @@ fn memlock_limit_is_reported() {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed:\n{text}");
-    assert!(text.contains("memlock child: cannot register"), "{text}");
+    assert!(
+        text.contains(
+            "memlock child: cannot register 4194304 bytes: RLIMIT_MEMLOCK is 65536 bytes"
+        ),
+        "{text}"
+    );
 }

@@ -4,7 +4,8 @@
 
 use super::cm_support::{device_ip, CmPair, SideOptions};
 use super::{
-    pair_side_objects, CmIds, Dut, Link, Pair, PairOptions, RemoteErrors, COMPLETION_DEADLINE,
+    pair_side_objects, CmIds, Dut, Link, Outcome, Pair, PairOptions, RemoteErrors,
+    COMPLETION_DEADLINE,
 };
 use rdmasock::verbs::provider::Provider;
 use rdmasock::verbs::qp_attr::{QpAttrMask, QpAttributes};
@@ -27,9 +28,13 @@ pub const SIW: Dut = Dut {
     immediate: false,
     solicited_only_events: false,
     remote_errors: RemoteErrors {
-        bad_rkey_read: WcStatus::WorkRequestFlushError,
-        bad_rkey_write: WcStatus::Success,
-        no_receive: WcStatus::Success,
+        // siw keeps its own status code in the vendor error: 4 is SIW_WC_WR_FLUSH_ERR.
+        bad_rkey_read: Outcome {
+            status: WcStatus::WorkRequestFlushError,
+            vendor_err: 4,
+        },
+        bad_rkey_write: Outcome::SUCCESS,
+        no_receive: Outcome::SUCCESS,
         terminates: true,
         read_error_flushes_responder: false,
     },
@@ -48,9 +53,14 @@ pub const UIWARP: Dut = Dut {
     immediate: false,
     solicited_only_events: true,
     remote_errors: RemoteErrors {
-        bad_rkey_read: WcStatus::RemoteAccessError,
-        bad_rkey_write: WcStatus::Success,
-        no_receive: WcStatus::Success,
+        // The TERMINATE's code, 1 << 24 | layer << 16 | error type << 8 | error code: RDMAP
+        // (0), remote protection error (1), invalid STag (0).
+        bad_rkey_read: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0x0100_0100,
+        },
+        bad_rkey_write: Outcome::SUCCESS,
+        no_receive: Outcome::SUCCESS,
         terminates: true,
         read_error_flushes_responder: true,
     },

@@ -128,13 +128,14 @@ pub fn blocking_channel_waits_in_read(dut: &Dut) {
 }
 
 /// 10 000 SEND/receive round trips, each polled to completion, every byte checked: the
-/// rings wrap many times.
-pub fn ten_thousand_post_poll_cycles(dut: &Dut) {
+/// rings wrap many times, and leave the fd count unchanged and resident memory (nearly) so
+/// (counted from the 100th round trip, once every ring page has been touched).
+pub fn ten_thousand_post_poll_cycles_leak_nothing(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     let recv = [b.mr.slice(0, 64).unwrap()];
     let send = [a.mr.slice(0, 8).unwrap()];
-    for i in 0..10_000u64 {
+    let round_trip = |i: u64| {
         a.mr.write_at(0, &i.to_le_bytes()).unwrap();
         b.qp.post_recv(&[RecvRequest {
             wr_id: i,
@@ -148,7 +149,13 @@ pub fn ten_thousand_post_poll_cycles(dut: &Dut) {
         let r = poll_ok(&b.cq);
         assert_eq!((r.wr_id, r.byte_len), (i, 8));
         assert_eq!(&b.mr.as_slice()[..8], &i.to_le_bytes());
-    }
+    };
+    (0..100).for_each(round_trip);
+    let fds = open_fds();
+    let rss = rss_kib();
+    (100..10_000).for_each(round_trip);
+    assert_fds_back_to(fds, "9900 post/poll round trips");
+    assert_rss_bounded(rss, "9900 post/poll round trips");
     assert_empty(&a.cq);
     assert_empty(&b.cq);
     p.disconnect();
@@ -256,6 +263,31 @@ pub fn create_destroy_cycles_leak_nothing(dut: &Dut) {
     assert_fds_back_to(fds, "1000 create/destroy cycles");
     assert_rss_bounded(rss, "1000 create/destroy cycles");
 }
+
+/// 1000 device contexts opened (each asked for its port) and dropped leave the fd count
+/// unchanged and resident memory (nearly) so: every uverbs and async-event fd is closed.
+pub fn context_open_close_cycles_leak_nothing(dut: &Dut) {
+    let cycle = || {
+        let context = (dut.open)();
+        assert!(context.query_port(1).is_ok(), "port 1 of {}", dut.device);
+        drop(context);
+    };
+    (0..10).for_each(|_| cycle());
+    let fds = open_fds();
+    let rss = rss_kib();
+    let start = Instant::now();
+    (0..CONTEXT_CYCLES).for_each(|_| cycle());
+    println!(
+        "{CONTEXT_CYCLES} contexts opened and closed in {:?}",
+        start.elapsed()
+    );
+    let what = format!("{CONTEXT_CYCLES} context open/close cycles");
+    assert_fds_back_to(fds, &what);
+    assert_rss_bounded(rss, &what);
+}
+
+/// Contexts opened and dropped by [`context_open_close_cycles_leak_nothing`].
+const CONTEXT_CYCLES: usize = 1000;
 
 /// Connections made, used once and torn down leave the fd count unchanged and resident
 /// memory (nearly) so.

@@ -1,7 +1,7 @@
 //! Conformance bodies: what the responder refuses, as the requester sees it (with the
 //! status text), and, on iWARP, the TERMINATE that ends the connection.
 
-use super::{poll_one, post_recv, Dut, Pair, PairOptions};
+use super::{poll_one, post_recv, Dut, Outcome, Pair, PairOptions};
 use rdmasock::verbs::{
     RemoteKey, SendFlags, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -25,20 +25,53 @@ fn post_remote(p: &Pair, read: bool, offset: u64, rkey: RemoteKey) -> WorkComple
     wc
 }
 
-/// Asserts that `wc` has `status`; when that is an error, that its text names the status and
-/// the request.
-fn assert_status(wc: &WorkCompletion, status: WcStatus, opcode: WcOpcode) {
+/// What the error text of a completion with `status` must say about the likely cause, in
+/// words a user can act on (`None`: no cause is named).
+fn cause(status: WcStatus) -> Option<&'static str> {
+    match status {
+        WcStatus::RnrRetryExceededError => Some("the peer had no receive posted"),
+        WcStatus::RemoteAccessError => Some("the peer refused the access: wrong rkey"),
+        WcStatus::WorkRequestFlushError => Some("the queue pair is in the error state"),
+        _ => None,
+    }
+}
+
+/// Asserts that `wc`, a completion of work request 0x77 on `p.a`'s QP, is `expected`; when
+/// that is an error, that its text names the request, the QP, the status (text and number),
+/// the vendor error and the cause. Returns that text.
+fn assert_status(
+    p: &Pair,
+    wc: &WorkCompletion,
+    expected: Outcome,
+    opcode: WcOpcode,
+) -> Option<String> {
+    let Outcome { status, vendor_err } = expected;
+    assert_eq!(
+        (wc.status(), wc.vendor_err),
+        (status, vendor_err),
+        "status and vendor error of {wc:?}"
+    );
     match wc.ok() {
         Ok(_) => {
-            assert_eq!(status, WcStatus::Success, "{wc:?} succeeded");
             assert_eq!(wc.opcode(), opcode);
+            None
         }
         Err(e) => {
             let text = e.to_string();
             println!("as an error: {text}");
-            assert_eq!(wc.status(), status, "{text}");
-            assert!(text.contains(status.text()), "{text}");
-            assert!(text.contains("0x77"), "{text}");
+            assert_eq!(wc.qp_num, p.a.qp.qp_num(), "the completion's QP: {text}");
+            let head = format!(
+                "work request 0x77 on QP {} failed: {} (status {}, vendor error {vendor_err:#x})",
+                p.a.qp.qp_num(),
+                status.text(),
+                status.to_raw()
+            );
+            assert!(text.starts_with(&head), "expected `{head}…`, got: {text}");
+            if let Some(cause) = cause(status) {
+                let tail = &text[head.len()..];
+                assert!(tail.starts_with(": ") && tail.contains(cause), "{text}");
+            }
+            Some(text)
         }
     }
 }
@@ -63,6 +96,10 @@ fn assert_flushed(cq: &rdmasock::verbs::CompletionQueue, wr_id: u64) {
         "{text}"
     );
     assert!(text.contains("Work Request Flushed Error"), "{text}");
+    assert!(
+        text.contains("the queue pair is in the error state"),
+        "{text}"
+    );
 }
 
 fn wrong_rkey(p: &Pair) -> RemoteKey {
@@ -76,7 +113,7 @@ pub fn wrong_rkey_read_is_reported_with_its_status(dut: &Dut) {
     post_recv(&p.b, 0x55, &[(0, 64)]);
     let wc = post_remote(&p, true, 0, wrong_rkey(&p));
     assert_ne!(wc.status(), WcStatus::Success, "a READ under a wrong rkey");
-    assert_status(&wc, dut.remote_errors.bad_rkey_read, WcOpcode::RdmaRead);
+    assert_status(&p, &wc, dut.remote_errors.bad_rkey_read, WcOpcode::RdmaRead);
     if dut.remote_errors.read_error_flushes_responder {
         assert_terminated(dut, &p, 0x55);
     } else if dut.remote_errors.terminates {
@@ -90,7 +127,12 @@ pub fn wrong_rkey_write_is_reported_with_its_status(dut: &Dut) {
     let p = dut.pair();
     post_recv(&p.b, 0x56, &[(0, 64)]);
     let wc = post_remote(&p, false, 0, wrong_rkey(&p));
-    assert_status(&wc, dut.remote_errors.bad_rkey_write, WcOpcode::RdmaWrite);
+    assert_status(
+        &p,
+        &wc,
+        dut.remote_errors.bad_rkey_write,
+        WcOpcode::RdmaWrite,
+    );
     assert_terminated(dut, &p, 0x56);
 }
 
@@ -110,7 +152,15 @@ pub fn send_without_receive_is_reported(dut: &Dut) {
     let wc = poll_one(&p.a.cq);
     println!("SEND without a receive: {wc:?}");
     assert_eq!(wc.wr_id, 0x77);
-    assert_status(&wc, dut.remote_errors.no_receive, WcOpcode::Send);
+    let text = assert_status(&p, &wc, dut.remote_errors.no_receive, WcOpcode::Send);
+    if dut.remote_errors.no_receive.status == WcStatus::RnrRetryExceededError {
+        let text = text.expect("an RNR error");
+        assert!(
+            text.contains("RNR retry counter exceeded")
+                && text.contains(": the peer had no receive posted"),
+            "{text}"
+        );
+    }
     if dut.remote_errors.terminates {
         p.wait_terminated();
     }

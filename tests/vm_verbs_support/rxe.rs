@@ -2,7 +2,7 @@
 //! two RC queue pairs on it connected to each other by hand (RESET→INIT→RTR→RTS with the
 //! port's RoCE v2 GID).
 
-use super::{pair_side_objects, Dut, Link, Pair, PairOptions, RemoteErrors};
+use super::{pair_side_objects, Dut, Link, Outcome, Pair, PairOptions, RemoteErrors};
 use rdmasock::verbs::qp_attr::{AddressVector, GlobalRoute};
 use rdmasock::verbs::{
     AccessFlags, Context, DeviceList, Gid, GidType, InitAttributes, Psn, QueuePair, RtrAttributes,
@@ -23,9 +23,19 @@ pub const RXE: Dut = Dut {
     immediate: true,
     solicited_only_events: true,
     remote_errors: RemoteErrors {
-        bad_rkey_read: WcStatus::RemoteAccessError,
-        bad_rkey_write: WcStatus::RemoteAccessError,
-        no_receive: WcStatus::RnrRetryExceededError,
+        // The kernel's rxe leaves every completion's vendor error 0.
+        bad_rkey_read: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0,
+        },
+        bad_rkey_write: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0,
+        },
+        no_receive: Outcome {
+            status: WcStatus::RnrRetryExceededError,
+            vendor_err: 0,
+        },
         terminates: false,
         read_error_flushes_responder: false,
     },
