@@ -39,6 +39,9 @@ if [ $run_host = 1 ]; then
   # host tests that need a tool .ci/run installs (tshark): run, never skipped
   echo "=== host suite: tests that need tshark"
   if ! cargo test -p rdmasock-uiwarp --test tshark "${flags[@]}" -- --ignored; then host_status=FAILED; fi
+  # cargo fuzz, each target for 20 s (nightly; tests/setup.sh installs it): a crash fails
+  echo "=== host suite: fuzz targets (fuzz/smoke.sh 20)"
+  fuzz/smoke.sh 20 || host_status=FAILED
   # host tests that need release speed (ignored in a debug build, which cannot show the fault)
   echo "=== host suite: tests that need a release build"
   if ! cargo test --release -p rdmasock --test uiwarp_socket a_stream_does_not_nap_through_its_run; then

@@ -6,6 +6,7 @@
 #                 libraries (interop peers), perftest, tshark, gcc/make and the kernel source
 #                 for siw.ko (Debian's kernels lack CONFIG_RDMA_SIW)
 #   siw.ko:       built by tests/vm/build-siw.sh into the VM cache
+#   cargo fuzz:   Rust nightly (rustup) and cargo-fuzz (cargo install), for fuzz/smoke.sh
 #
 # Needs root (apt-get) only when something is missing; otherwise it says what is.
 set -euo pipefail
@@ -40,6 +41,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "=== setup: installing ${missing[*]}"
   [ "$(id -u)" = 0 ] && apt-get update -q
   apt_install "${missing[@]}"
+fi
+
+# cargo fuzz (a nightly toolchain and the cargo-fuzz subcommand): tests/run.sh runs each fuzz
+# target briefly (fuzz/smoke.sh)
+if ! cargo +nightly --version >/dev/null 2>&1; then
+  echo "=== setup: installing Rust nightly (cargo fuzz needs it)"
+  rustup toolchain install nightly --profile minimal \
+    || { echo "setup: could not install Rust nightly (rustup toolchain install nightly --profile minimal), which the fuzz smoke run needs" >&2; exit 1; }
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "=== setup: installing cargo-fuzz (cargo install --locked cargo-fuzz)"
+  cargo install --locked cargo-fuzz
 fi
 
 . tests/vm/common.sh
