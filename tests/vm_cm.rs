@@ -11,29 +11,15 @@ use rdmasock::verbs::{
 };
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
-use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use vm_support::device_ip;
+use vm_support::{device_ip, sh};
 
 const T: Duration = Duration::from_secs(10);
 
 fn at(ip: IpAddr, port: u16) -> SocketAddr {
     SocketAddr::new(ip, port)
-}
-
-fn sh(cmd: &str) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .expect("sh runs");
-    assert!(
-        out.status.success(),
-        "`{cmd}` failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn open_fds() -> usize {

@@ -20,20 +20,6 @@ const DEVICE: &str = "rxe9";
 const NETDEV: &str = "rmdummy0";
 const ADDRESS: &str = "10.98.9.1";
 
-/// Runs `cmd` with `sh -c`; panics with its stderr when it fails.
-fn sh(cmd: &str) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .expect("sh runs");
-    assert!(
-        out.status.success(),
-        "`{cmd}` failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `rxe9` on a dummy netdev with [`ADDRESS`], its port ACTIVE. On drop, the netdev is
 /// deleted when the device is gone; a device still there gets a removal started and left
 /// running: after a failed check a socket or listener may still hold the device, and the
@@ -44,7 +30,7 @@ struct SpareDevice;
 impl SpareDevice {
     fn create() -> SpareDevice {
         vm_support::device_ip("rxe0");
-        sh(&format!(
+        vm_support::sh(&format!(
             "ip link add {NETDEV} type dummy && ip addr add {ADDRESS}/24 dev {NETDEV} && \
              ip link set {NETDEV} up && rdma link add {DEVICE} type rxe netdev {NETDEV}"
         ));

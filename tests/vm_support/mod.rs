@@ -56,6 +56,20 @@ pub fn device_ip(name: &str) -> IpAddr {
         .unwrap_or_else(|e| panic!("{}={value:?} is not an IP address: {e}", vars[0]))
 }
 
+/// Runs `cmd` with `sh -c`; panics with its stderr when it fails.
+pub fn sh(cmd: &str) {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The address in environment variable `var`, which the VM sets (`RDMA_VM_RXE_IP6`,
 /// `RDMA_VM_PEER_SIW_IP`, ...); panics (loudly) outside the VM or when it is not an address.
 pub fn env_ip(var: &str) -> IpAddr {
