@@ -281,14 +281,26 @@ fn connect_close_cycles_on(ip: IpAddr) {
     );
 }
 
+/// On rxe0 a port nobody listens on is refused: `ConnectionRefused`, naming the address.
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn connection_refused_without_listener() {
-    let addr = SocketAddr::new(vm_ip(), 7301);
+    connection_refused_on(vm_ip(), 7301);
+}
+
+/// Connecting to `port` of `ip`, where nothing listens, fails at once with
+/// `ConnectionRefused`, and the error names the address.
+fn connection_refused_on(ip: IpAddr, port: u16) {
+    let addr = SocketAddr::new(ip, port);
     let err = RdmaSocket::connect(addr).expect_err("nothing listens");
     eprintln!("error text: {err}");
     assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
-    assert!(err.to_string().contains("10.99.0.2:7301"), "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "connection to {addr} refused: nothing listens on port {port}"
+        )),
+        "the same words on IB/RoCE (a REJ) and iWARP (ECONNREFUSED): {err}"
+    );
 }
 
 #[test]
@@ -563,6 +575,14 @@ fn siw_mio_echo_server_with_64_concurrent_nonblocking_connections() {
 #[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
 fn siw_thousand_connect_close_cycles_leak_nothing() {
     connect_close_cycles_on(siw_ip());
+}
+
+/// On siw0, where the kernel's iWARP connection manager connects over TCP, a port nobody
+/// listens on is refused as on rxe0: `ConnectionRefused`, naming siw0's address and port.
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_connection_refused_without_listener() {
+    connection_refused_on(siw_ip(), 7305);
 }
 
 /// Runs `examples/tcp_swap.rs` (one program over TcpStream and over RdmaSocket) on `ip`,

@@ -6,7 +6,7 @@
 
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
-use crate::event::{CmIdToken, ConnectionParameters};
+use crate::event::{CmIdToken, ConnectionParameters, RejectReason};
 use crate::sys::abi::port_space;
 use crate::sys::fd::{CmFd, NO_IBDEV_INDEX};
 use crate::sys::sockaddr;
@@ -234,7 +234,14 @@ impl CmId {
         )?;
         self.fd()
             .connect(self.kernel_id, &param.to_raw(true))
-            .map_err(|e| Error::command("CONNECT", self.describe(), e))
+            .map_err(|e| match (e.raw_os_error(), self.peer_hint()) {
+                // iWARP: the kernel's TCP connect is refused in the call itself.
+                (Some(libc::ECONNREFUSED), Some(addr)) => Error::ConnectionRefused {
+                    addr,
+                    reason: RejectReason::Errno(libc::ECONNREFUSED),
+                },
+                _ => Error::command("CONNECT", self.describe(), e),
+            })
     }
 
     /// ACCEPT a connection request on its new id (private data ≤ 196 bytes on IB/RoCE).
