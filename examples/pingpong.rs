@@ -11,9 +11,14 @@
 //! both print ibv_rc_pingpong's closing lines (`8192000 bytes in 0.62 seconds = 106.00
 //! Mbit/sec`, `1000 iters in 0.62 seconds = 621.30 usec/iter`). `--local` runs the server in a
 //! thread on the device's address and the client against it.
+//!
+//! `-d` picks the device: the server listens on its address, and a client refuses a host it
+//! would not reach through it (the route to the host must leave from the device's address).
+//! Each end reports on stderr how its waits went (`  client waits: 212 (channel sleeps 209,
+//! naps 0)`): with `-e` they sleep on the completion channel, without they mostly spin.
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -78,7 +83,8 @@ fn usage() {
     println!();
     println!("Options:");
     println!("  -p, --port=<port>      listen on/connect to port <port> (default 18515)");
-    println!("  -d, --ib-dev=<dev>     listen on the address of device <dev> (default first)");
+    println!("  -d, --ib-dev=<dev>     use device <dev>: listen on its address, or connect only");
+    println!("                         through it (default: the first / the route's)");
     println!("  -s, --size=<size>      size of message to exchange (default 4096)");
     println!("  -n, --iters=<iters>    number of exchanges (default 1000)");
     println!("  -e, --events           sleep on CQ events (default poll)");
@@ -161,7 +167,40 @@ fn serve(c: &Config, listener: RdmaListener) -> Result<(), String> {
             .map_err(|e| format!("server write, iteration {i}: {e}"))?;
     }
     report(c, start.elapsed());
+    report_waits("server", &s);
     Ok(())
+}
+
+/// Tells how `s`'s blocking calls waited: event mode sleeps on the completion channel in
+/// (nearly) every wait and never naps; polling mostly spins.
+fn report_waits(end: &str, s: &RdmaSocket) {
+    let w = s.wait_stats();
+    eprintln!(
+        "  {end} waits: {} (channel sleeps {}, naps {})",
+        w.waits, w.channel_sleeps, w.naps
+    );
+}
+
+/// Checks that `addr` is reached through `device`: the route to it must leave from the
+/// device's address, which rdma_cm then picks the device by (as the server binds to it).
+fn check_route(device: &str, addr: SocketAddr) -> Result<(), String> {
+    let ip = device_address(Some(device))?;
+    let any: SocketAddr = match addr {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    // Connecting a UDP socket sends nothing: it only asks the kernel for the route.
+    let source = UdpSocket::bind(any)
+        .and_then(|u| u.connect(addr).and_then(|()| u.local_addr()))
+        .map_err(|e| format!("no route to {addr}: {e}"))?
+        .ip();
+    if source == ip {
+        Ok(())
+    } else {
+        Err(format!(
+            "{addr} is not reached through {device} ({ip}): the route to it leaves from {source}"
+        ))
+    }
 }
 
 fn client(c: &Config, addr: SocketAddr) -> Result<(), String> {
@@ -181,6 +220,7 @@ fn client(c: &Config, addr: SocketAddr) -> Result<(), String> {
         return Err("the echoed bytes differ from the sent ones".into());
     }
     report(c, elapsed);
+    report_waits("client", &s);
     Ok(())
 }
 
@@ -206,6 +246,9 @@ fn run(c: Config) -> Result<(), String> {
             let addr = (host.as_str(), c.port)
                 .to_socket_addrs_first()
                 .map_err(|e| format!("resolving {host}: {e}"))?;
+            if let Some(d) = &c.device {
+                check_route(d, addr)?;
+            }
             client(&c, addr)
         }
         None => {

@@ -86,19 +86,31 @@ enum Who {
     RdmaCore,
 }
 
+/// librdmacm's examples' port when `-p` is not given.
+const DEFAULT_PORT: u16 = 7471;
+
 /// `server` (`rdma_server -p PORT`) and `client` (`rdma_client -s IP -p PORT`, IP being
-/// `device`'s address) exchange their message: both end with "end 0".
-fn exchange(device: &str, server: Who, client: Who, port: u16) {
+/// `device`'s address) exchange their message: both end with "end 0". With `port` `None`
+/// neither gets `-p`: both must use [`DEFAULT_PORT`].
+fn exchange(device: &str, server: Who, client: Who, port: Option<u16>) {
     let ip = vm_support::device_ip(device).to_string();
-    let port_text = port.to_string();
+    let port_text = port.map(|p| p.to_string());
+    let port_args: Vec<&str> = match &port_text {
+        Some(p) => vec!["-p", p],
+        None => vec![],
+    };
     let command = |who: Who, name: &str, args: &[&str]| match who {
         Who::Ours => ours(name, args),
         Who::RdmaCore => rdma_core(name, args),
     };
+    let client_args: Vec<&str> = ["-s", ip.as_str()]
+        .into_iter()
+        .chain(port_args.iter().copied())
+        .collect();
     let (so, co) = run_pair(
-        &command(server, "rdma_server", &["-p", &port_text]),
-        &command(client, "rdma_client", &["-s", &ip, "-p", &port_text]),
-        port,
+        &command(server, "rdma_server", &port_args),
+        &command(client, "rdma_client", &client_args),
+        port.unwrap_or(DEFAULT_PORT),
     );
     ended_well(server, "rdma_server", &so);
     ended_well(client, "rdma_client", &co);
@@ -114,19 +126,19 @@ fn ended_well(who: Who, name: &str, out: &str) {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn our_rdma_server_and_client() {
-    exchange("rxe0", Who::Ours, Who::Ours, 7481);
+    exchange("rxe0", Who::Ours, Who::Ours, Some(7481));
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn our_rdma_server_with_rdma_core_client() {
-    exchange("rxe0", Who::Ours, Who::RdmaCore, 7482);
+    exchange("rxe0", Who::Ours, Who::RdmaCore, Some(7482));
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn rdma_core_server_with_our_rdma_client() {
-    exchange("rxe0", Who::RdmaCore, Who::Ours, 7483);
+    exchange("rxe0", Who::RdmaCore, Who::Ours, Some(7483));
 }
 
 #[test]
@@ -152,11 +164,20 @@ fn our_rdma_client_without_server_says_refused() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn iwarp_our_rdma_server_with_rdma_core_client() {
-    exchange("siw0", Who::Ours, Who::RdmaCore, 7485);
+    exchange("siw0", Who::Ours, Who::RdmaCore, Some(7485));
 }
 
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn iwarp_rdma_core_server_with_our_rdma_client() {
-    exchange("siw0", Who::RdmaCore, Who::Ours, 7486);
+    exchange("siw0", Who::RdmaCore, Who::Ours, Some(7486));
+}
+
+/// With no `-p` our examples use librdmacm's default port, 7471, as rdma-core's do: our
+/// server serves rdma-core's client, and rdma-core's server ours.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn default_port_matches_rdma_core_both_ways() {
+    exchange("rxe0", Who::Ours, Who::RdmaCore, None);
+    exchange("rxe0", Who::RdmaCore, Who::Ours, None);
 }

@@ -17,7 +17,8 @@ pub const SIW_DEVICE: &str = "siw0";
 
 /// siw0 as the conformance suite sees it: no atomics, no immediate data, no solicited-only
 /// arming; a wrong rkey or a missing receive makes the responder TERMINATE the connection,
-/// and a READ that got no response is flushed.
+/// and a READ that got no response is flushed; a region without REMOTE_READ is read all the
+/// same.
 pub const SIW: Dut = Dut {
     device: SIW_DEVICE,
     transport: Transport::Iwarp,
@@ -34,6 +35,15 @@ pub const SIW: Dut = Dut {
             vendor_err: 4,
         },
         bad_rkey_write: Outcome::SUCCESS,
+        // siw (kernel 6.1, through our provider and rdma-core's libsiw alike) serves a READ
+        // from a region registered without REMOTE_READ: its receive path queues the READ
+        // response unchecked (siw_init_rresp) and its transmit path checks the source with no
+        // access rights asked (siw_check_sgl_tx(pd, wqe, 0) in siw_qp_sq_proc_tx). A kernel
+        // trait, not the provider's; the suite pins it so that a change shows.
+        denied_read: Outcome::SUCCESS,
+        denied_write: Outcome::SUCCESS,
+        // iWARP has no atomics.
+        denied_atomic: Outcome::SUCCESS,
         no_receive: Outcome::SUCCESS,
         terminates: true,
         read_error_flushes_responder: false,
@@ -60,6 +70,14 @@ pub const UIWARP: Dut = Dut {
             vendor_err: 0x0100_0100,
         },
         bad_rkey_write: Outcome::SUCCESS,
+        // RDMAP (0), remote protection error (1), access rights violation (2).
+        denied_read: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0x0100_0102,
+        },
+        denied_write: Outcome::SUCCESS,
+        // iWARP has no atomics.
+        denied_atomic: Outcome::SUCCESS,
         no_receive: Outcome::SUCCESS,
         terminates: true,
         read_error_flushes_responder: true,

@@ -96,6 +96,16 @@ pub struct RemoteErrors {
     /// The requester's completion of a SEND that finds no receive posted (RNR retries
     /// exceeded on InfiniBand transports; success on iWARP, which has no RNR).
     pub no_receive: Outcome,
+    /// The requester's completion of an RDMA READ, under the right rkey, from a region
+    /// registered without REMOTE_READ.
+    pub denied_read: Outcome,
+    /// The requester's completion of an RDMA WRITE, under the right rkey, to a region
+    /// registered without REMOTE_WRITE (success on iWARP, where a WRITE completes once it is
+    /// sent; the responder's TERMINATE shows the refusal).
+    pub denied_write: Outcome,
+    /// The requester's completion of an atomic, under the right rkey, on a region registered
+    /// without REMOTE_ATOMIC (unused on devices without atomics).
+    pub denied_atomic: Outcome,
     /// The responder ends the connection (iWARP's TERMINATE): both QPs go to the error state
     /// and the receives still posted are flushed.
     pub terminates: bool,
@@ -360,6 +370,9 @@ macro_rules! conformance_suite {
             sq_sig_all_signals_every_request,
             wrong_rkey_read_is_reported_with_its_status,
             wrong_rkey_write_is_reported_with_its_status,
+            region_without_remote_write_refuses_a_write,
+            region_without_remote_read_refuses_a_read,
+            region_without_remote_atomic_refuses_an_atomic,
             send_without_receive_is_reported,
             event_mode_wakes_the_channel_and_disarms,
             blocking_channel_waits_in_read,

@@ -1,10 +1,12 @@
 //! Conformance bodies: what the responder refuses, as the requester sees it (with the
 //! status text), and, on iWARP, the TERMINATE that ends the connection.
 
-use super::{poll_one, post_recv, Dut, Outcome, Pair, PairOptions};
+use super::{pattern, poll_one, post_recv, Dut, Outcome, Pair, PairOptions, COMPLETION_DEADLINE};
 use rdmasock::verbs::{
-    RemoteKey, SendFlags, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, MemoryRegion, RemoteKey, SendFlags, SendOp, SendRequest, WcOpcode, WcStatus,
+    WorkCompletion,
 };
+use std::time::Instant;
 
 /// Posts an RDMA READ or WRITE of 16 bytes from `a` to `offset` of `b`'s region under
 /// `rkey`; returns its completion.
@@ -165,4 +167,176 @@ pub fn send_without_receive_is_reported(dut: &Dut) {
         p.wait_terminated();
     }
     assert_flushed(&p.a.cq, 0x58);
+}
+
+/// What the error text of a refusal for a missing access right names as the likely cause.
+const MISSING_RIGHT: &str = "a region registered without REMOTE_READ/REMOTE_WRITE/REMOTE_ATOMIC";
+
+/// A 4 KiB region on the responder's PD with every right the device has but `missing`
+/// (LOCAL_WRITE always: the kernel wants it beside REMOTE_WRITE and REMOTE_ATOMIC), filled
+/// with a pattern. It keeps another remote right, so its rkey is valid: a refusal is about
+/// the right alone.
+fn region_without(dut: &Dut, p: &Pair, missing: AccessFlags) -> MemoryRegion {
+    let access = dut.access() - missing;
+    assert!(
+        access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ),
+        "{access:?} leaves the region no remote right"
+    );
+    let mr = p.b.pd.register(4096, access).expect("REG_MR");
+    assert_eq!(mr.access(), access);
+    mr.write_at(0, &pattern(4096, 0x3c)).unwrap();
+    mr
+}
+
+/// Posts `op` (signaled, work request `wr_id`) from `p.a` with `len` bytes of its region at
+/// `local` as the source or sink; returns its completion.
+fn post_op(p: &Pair, wr_id: u64, op: SendOp, local: usize, len: usize) -> WorkCompletion {
+    let sg = [p.a.mr.slice(local, len).unwrap()];
+    p.a.qp
+        .post_send(&[SendRequest::new(wr_id, op, &sg).with_flags(SendFlags::SIGNALED)])
+        .unwrap();
+    let wc = poll_one(&p.a.cq);
+    println!("{} (work request {wr_id:#x}): {wc:?}", op.name());
+    assert_eq!(wc.wr_id, wr_id);
+    wc
+}
+
+/// An RDMA READ of 16 bytes at `offset` of `mr` into `p.a`'s region at `local` succeeds and
+/// fetches them: the region's rkey is right.
+fn read_succeeds(p: &Pair, mr: &MemoryRegion, offset: usize, local: usize) {
+    let op = SendOp::RdmaRead {
+        remote_addr: mr.addr() + offset as u64,
+        rkey: mr.rkey(),
+    };
+    let wc = post_op(p, 0x76, op, local, 16);
+    wc.ok()
+        .unwrap_or_else(|e| panic!("a READ the region allows: {e}"));
+    assert_eq!(
+        &p.a.mr.as_slice()[local..local + 16],
+        &mr.as_slice()[offset..offset + 16]
+    );
+}
+
+/// When the completion `text` of a refusal names causes, it names the missing right.
+fn assert_names_missing_right(text: Option<String>) {
+    if let Some(text) = text.filter(|t| t.contains("the peer refused the access")) {
+        assert!(text.contains(MISSING_RIGHT), "{text}");
+    }
+}
+
+/// A region registered without REMOTE_WRITE serves a READ under its rkey but refuses an RDMA
+/// WRITE: a remote access error at the requester on InfiniBand transports (on iWARP the
+/// WRITE completes once sent and the responder terminates), and not one byte of the region
+/// changes.
+pub fn region_without_remote_write_refuses_a_write(dut: &Dut) {
+    let p = dut.pair();
+    let mr = region_without(dut, &p, AccessFlags::REMOTE_WRITE);
+    post_recv(&p.b, 0x57, &[(0, 64)]);
+    read_succeeds(&p, &mr, 64, 0);
+    let before = mr.as_slice().to_vec();
+    p.a.mr.write_at(0, &[0xa5; 16]).unwrap();
+    let op = SendOp::RdmaWrite {
+        remote_addr: mr.addr() + 64,
+        rkey: mr.rkey(),
+    };
+    let wc = post_op(&p, 0x77, op, 0, 16);
+    let text = assert_status(&p, &wc, dut.remote_errors.denied_write, WcOpcode::RdmaWrite);
+    assert_names_missing_right(text);
+    // On iWARP the TERMINATE comes once the responder has refused the WRITE's bytes.
+    assert_terminated(dut, &p, 0x57);
+    assert!(
+        mr.as_slice() == &before[..],
+        "an RDMA WRITE changed a region registered without REMOTE_WRITE"
+    );
+}
+
+/// A region registered without REMOTE_READ takes a WRITE under its rkey but refuses an RDMA
+/// READ: the requester's completion is a remote access error, the READ's sink keeps its
+/// bytes and the region is unchanged. siw, whose kernel never checks REMOTE_READ, serves the
+/// READ instead (pinned: see `SIW`).
+pub fn region_without_remote_read_refuses_a_read(dut: &Dut) {
+    let p = dut.pair();
+    let mr = region_without(dut, &p, AccessFlags::REMOTE_READ);
+    post_recv(&p.b, 0x55, &[(0, 64)]);
+    p.a.mr.write_at(0, b"written, allowed").unwrap();
+    let write = SendOp::RdmaWrite {
+        remote_addr: mr.addr() + 64,
+        rkey: mr.rkey(),
+    };
+    let wc = post_op(&p, 0x76, write, 0, 16);
+    wc.ok()
+        .unwrap_or_else(|e| panic!("a WRITE the region allows: {e}"));
+    // iWARP completes a WRITE once it is on the wire: wait for the bytes to land.
+    let deadline = Instant::now() + COMPLETION_DEADLINE;
+    while &mr.as_slice()[64..80] != b"written, allowed" {
+        assert!(Instant::now() < deadline, "the allowed WRITE never landed");
+        std::thread::yield_now();
+    }
+    let before = mr.as_slice().to_vec();
+    p.a.mr.write_at(256, &[0xee; 16]).unwrap();
+    let read = SendOp::RdmaRead {
+        remote_addr: mr.addr() + 64,
+        rkey: mr.rkey(),
+    };
+    let wc = post_op(&p, 0x77, read, 256, 16);
+    let text = assert_status(&p, &wc, dut.remote_errors.denied_read, WcOpcode::RdmaRead);
+    if dut.remote_errors.denied_read.status == WcStatus::Success {
+        // The device does not enforce REMOTE_READ (siw, see its `Dut`): it served the READ.
+        assert_eq!(&p.a.mr.as_slice()[256..272], b"written, allowed");
+        assert!(mr.as_slice() == &before[..], "the region changed");
+        println!(
+            "{} served a READ from a region without REMOTE_READ",
+            dut.device
+        );
+        return p.disconnect();
+    }
+    assert_names_missing_right(text);
+    if dut.remote_errors.read_error_flushes_responder {
+        assert_terminated(dut, &p, 0x55);
+    } else if dut.remote_errors.terminates {
+        p.wait_terminated();
+    }
+    assert_eq!(
+        &p.a.mr.as_slice()[256..272],
+        &[0xee; 16],
+        "the refused READ's sink changed"
+    );
+    assert!(mr.as_slice() == &before[..], "the region changed");
+}
+
+/// A region registered without REMOTE_ATOMIC serves a READ under its rkey but refuses a
+/// fetch-and-add: a remote access error at the requester, the target keeps its value and
+/// the requester's result buffer its bytes.
+pub fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
+    if !dut.atomics {
+        // iWARP (RFC 5040) has no atomics: siw and uiwarp refuse them at post time (see
+        // atomic_compare_swap_and_fetch_add), so no responder ever sees one to refuse.
+        println!("{} has no atomics: nothing to refuse", dut.device);
+        return;
+    }
+    let p = dut.pair();
+    let mr = region_without(dut, &p, AccessFlags::REMOTE_ATOMIC);
+    mr.write_at(0, &100u64.to_ne_bytes()).unwrap();
+    read_succeeds(&p, &mr, 0, 0);
+    let before = mr.as_slice().to_vec();
+    p.a.mr.write_at(64, &[0xee; 8]).unwrap();
+    let add = SendOp::AtomicFetchAdd {
+        remote_addr: mr.addr(),
+        rkey: mr.rkey(),
+        add: 1,
+    };
+    let wc = post_op(&p, 0x77, add, 64, 8);
+    let text = assert_status(&p, &wc, dut.remote_errors.denied_atomic, WcOpcode::FetchAdd);
+    assert_names_missing_right(text);
+    assert_eq!(
+        &mr.as_slice()[..8],
+        &100u64.to_ne_bytes(),
+        "the atomic's target changed"
+    );
+    assert!(mr.as_slice() == &before[..], "the region changed");
+    assert_eq!(
+        &p.a.mr.as_slice()[64..72],
+        &[0xee; 8],
+        "the refused atomic's result buffer changed"
+    );
 }

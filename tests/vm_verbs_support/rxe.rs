@@ -32,6 +32,18 @@ pub const RXE: Dut = Dut {
             status: WcStatus::RemoteAccessError,
             vendor_err: 0,
         },
+        denied_read: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0,
+        },
+        denied_write: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0,
+        },
+        denied_atomic: Outcome {
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0,
+        },
         no_receive: Outcome {
             status: WcStatus::RnrRetryExceededError,
             vendor_err: 0,
