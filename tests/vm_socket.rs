@@ -613,11 +613,27 @@ fn tcp_swap_on(ip: IpAddr) {
 
 /// With rxe0 and siw0 present, an address no kernel device serves (loopback) still works:
 /// the default connection manager falls back to the userspace iWARP provider and says so
-/// once on stderr (listener and client both pick it).
+/// once on stderr (listener and client both pick it). With a kernel provider forced
+/// (`RDMASOCK_PROVIDER=ibverbs`, the suite's bridge run), there is no fallback: tcp_swap
+/// fails naming the address and the devices.
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn loopback_beside_kernel_devices_falls_back_to_uiwarp_and_says_so_once() {
     vm_ip();
+    let forced = std::env::var("RDMASOCK_PROVIDER").unwrap_or_default();
+    if !forced.is_empty() && !forced.contains("uiwarp") {
+        let out = std::process::Command::new(vm_support::example("tcp_swap"))
+            .arg("127.0.0.1")
+            .output()
+            .expect("run the tcp_swap example");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "RDMASOCK_PROVIDER={forced}: no fallback");
+        assert!(
+            stderr.contains("127.0.0.1 is on no RDMA device") && !stderr.contains("uiwarp"),
+            "RDMASOCK_PROVIDER={forced}: {stderr}"
+        );
+        return;
+    }
     let stderr = run_tcp_swap("127.0.0.1".parse().unwrap());
     let notice = "rdmasock: no kernel RDMA device serves 127.0.0.1:";
     assert_eq!(

@@ -130,8 +130,10 @@ impl ConnectionManager for KernelCm {
         let id = CmId::new(&channel)?;
         id.bind(addr)?;
         id.listen(backlog)?;
+        let local = id.local_addr()?;
         Ok(Box::new(KernelListener {
             id,
+            local,
             removed: AtomicBool::new(false),
         }))
     }
@@ -266,6 +268,9 @@ impl CmEndpoint for KernelEndpoint {
 #[derive(Debug)]
 struct KernelListener {
     id: CmId,
+    /// The bound address with its port, as LISTEN left it (the id cannot be asked once its
+    /// device is gone).
+    local: Option<SocketAddr>,
     /// The device under the bound address was removed (DEVICE_REMOVAL): the id takes no more
     /// requests, and the kernel finishes the removal only once it is destroyed.
     removed: AtomicBool,
@@ -273,9 +278,9 @@ struct KernelListener {
 
 impl KernelListener {
     fn removed_error(&self) -> io::Error {
-        let addr = match self.id.local_addr() {
-            Ok(Some(a)) => a.to_string(),
-            _ => "the bound address".to_string(),
+        let addr = match self.local {
+            Some(a) => a.to_string(),
+            None => "the bound address".to_string(),
         };
         io::Error::new(
             io::ErrorKind::NotConnected,
@@ -320,7 +325,7 @@ impl CmListener for KernelListener {
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.id.local_addr()?.ok_or_else(|| {
+        self.local.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotConnected,
                 "the listener has no local address",
