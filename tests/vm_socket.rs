@@ -627,7 +627,10 @@ fn loopback_beside_kernel_devices_falls_back_to_uiwarp_and_says_so_once() {
             .output()
             .expect("run the tcp_swap example");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "RDMASOCK_PROVIDER={forced}: no fallback");
+        assert!(
+            !out.status.success(),
+            "RDMASOCK_PROVIDER={forced}: no fallback"
+        );
         assert!(
             stderr.contains("127.0.0.1 is on no RDMA device") && !stderr.contains("uiwarp"),
             "RDMASOCK_PROVIDER={forced}: {stderr}"
