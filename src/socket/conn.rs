@@ -265,7 +265,14 @@ impl Connection {
     /// keepalive. Returns whether anything happened.
     pub(crate) fn pump(&mut self) -> io::Result<bool> {
         let mut progress = self.progress()?;
+        let mut notices = Vec::new();
         while let Some(notice) = self.endpoint.poll_notice()? {
+            notices.push(notice);
+        }
+        // A removal explains a disconnect queued with it (a peer on the same device whose id
+        // the kernel destroyed first): the removal is said, not "the connection broke".
+        notices.sort_by_key(|n| *n != CmNotice::DeviceRemoved);
+        for notice in notices {
             progress = true;
             match notice {
                 CmNotice::Disconnected => {
