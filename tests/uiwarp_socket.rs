@@ -5,23 +5,15 @@
 
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::net::Shutdown;
 use std::thread;
 use std::time::{Duration, Instant};
 
 #[path = "socket_support/mod.rs"]
 mod socket_support;
-use socket_support::{both_ways, both_ways_with, listener_with, Calls};
+use socket_support::{both_ways, both_ways_with, listener_with, loopback_pair as pair_with, Calls};
 
 /// The largest piece one write or read of the random-size streams asks for.
 const MAX_PIECE: usize = 1 << 20;
-
-fn pair_with(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
-    let (l, addr) = listener_with(opts);
-    let t = thread::spawn(move || l.accept().expect("accept").0);
-    let c = RdmaSocket::connect_with(addr, opts).expect("connect");
-    (t.join().expect("accept thread"), c)
-}
 
 #[test]
 fn connect_accept_echo_over_uiwarp() {
@@ -333,156 +325,6 @@ fn small_rings_selective_signalling_and_event_mode() {
         .unwrap();
     let (s, c) = pair_with(&opts);
     both_ways(s, c, 4 << 20, MAX_PIECE);
-}
-
-#[test]
-fn half_close_client_first() {
-    let (l, addr) = listener_with(&SocketOptions::default());
-    socket_support::half_close_client_first(l, addr);
-}
-
-#[test]
-fn half_close_server_first() {
-    let (l, addr) = listener_with(&SocketOptions::default());
-    socket_support::half_close_server_first(l, addr);
-}
-
-/// Read and write timeouts of 10 s, so that a call that should return at once but waits
-/// fails the test instead of hanging it.
-fn bound_blocking_calls(sockets: &[&RdmaSocket]) {
-    for s in sockets {
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    }
-}
-
-/// `shutdown(Read)` behaves like `TcpStream`'s on Linux: a read that finds nothing received
-/// returns `Ok(0)` at once (a blocking socket does not wait), but nothing is discarded and the
-/// peer is not told. Bytes received before the shutdown are still read; the peer's writes
-/// after it succeed, are held back by flow control while we do not read (a nonblocking
-/// writer gets `WouldBlock`, never an error), and are delivered: reads return them, and 0
-/// whenever nothing is queued. Our write side stays open. (The write-side half-closes are in
-/// `half_close_client_first` / `half_close_server_first`.)
-#[test]
-fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends() {
-    let (mut s, mut c) = pair_with(&SocketOptions::default());
-    bound_blocking_calls(&[&s, &c]);
-    s.write_all(b"before").unwrap();
-    let mut buf = vec![0u8; 64 << 10];
-    // A blocking peek waits until the message is here; it arrives whole.
-    assert_eq!(c.peek(&mut buf).unwrap(), 6);
-    c.shutdown(Shutdown::Read).unwrap();
-    let n = c.read(&mut buf).unwrap();
-    assert_eq!(
-        &buf[..n],
-        b"before",
-        "received before the shutdown: still readable"
-    );
-    assert_eq!(
-        c.read(&mut buf).unwrap(),
-        0,
-        "then end-of-stream, without waiting"
-    );
-    assert_eq!(c.peek(&mut buf).unwrap(), 0, "peek too");
-    assert_eq!(c.read(&mut buf).unwrap(), 0, "and it stays");
-
-    c.write_all(b"still writing").unwrap();
-    let mut got = [0u8; 13];
-    s.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"still writing", "our write side is open");
-    // The peer was not told (it read our later bytes, so it would have read a message sent
-    // by the shutdown): it sees no end-of-stream.
-    s.set_nonblocking(true).unwrap();
-    let err = s.read(&mut got).expect_err("the peer has nothing to read");
-    assert_eq!(err.kind(), ErrorKind::WouldBlock, "{err}");
-
-    // The peer writes a counting pattern until flow control stops it.
-    let byte = |i: usize| (i % 251) as u8;
-    let mut sent = 0;
-    loop {
-        let chunk: Vec<u8> = (sent..sent + 4096).map(byte).collect();
-        match s.write(&chunk) {
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) => panic!("the peer's write after our shutdown(Read): {e}"),
-        }
-        assert!(sent < 64 << 20, "the peer's writes were never held back");
-    }
-    assert!(sent > 0, "the peer could write nothing");
-    // A blocking flush returns once every byte written is in our memory.
-    s.set_nonblocking(false).unwrap();
-    s.flush().expect("the peer's flush");
-    // A read that runs before the arrivals are processed returns 0: read until all are here.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut received = Vec::with_capacity(sent);
-    while received.len() < sent {
-        let n = c.read(&mut buf).expect("read after shutdown(Read)");
-        received.extend_from_slice(&buf[..n]);
-        if n == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "{} of the peer's {sent} bytes arrived in 30 s",
-                received.len()
-            );
-            thread::yield_now();
-        }
-    }
-    assert_eq!(received.len(), sent, "no more than the peer wrote");
-    assert!(
-        received.iter().enumerate().all(|(i, &b)| b == byte(i)),
-        "the peer's bytes arrive in order"
-    );
-    assert_eq!(c.read(&mut buf).unwrap(), 0, "drained: end-of-stream again");
-    // Our reads returned the credits: the peer, blocking now, writes on.
-    s.write_all(&buf[..sent.min(buf.len())])
-        .expect("the peer writes after we read");
-}
-
-/// `shutdown(Both)`, like `TcpStream`'s: our writes fail with `BrokenPipe`, our reads return
-/// what was received before and then 0. The peer reads what we wrote before the shutdown,
-/// then end-of-stream, and from then on its writes fail with `BrokenPipe` as well: our
-/// DISCONNECT message closed both its directions (a `TcpStream` peer's first write may still
-/// succeed until our RST comes back).
-#[test]
-fn shutdown_both_closes_each_direction_at_both_ends() {
-    let (mut s, mut c) = pair_with(&SocketOptions::default());
-    bound_blocking_calls(&[&s, &c]);
-    s.write_all(b"to you").unwrap();
-    let mut buf = [0u8; 64];
-    // A blocking peek waits until the message is here; it arrives whole.
-    assert_eq!(c.peek(&mut buf).unwrap(), 6);
-    c.write_all(b"last words").unwrap();
-    c.shutdown(Shutdown::Both).unwrap();
-    let err = c.write(b"x").expect_err("writing after shutdown(Both)");
-    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
-    let n = c.read(&mut buf).unwrap();
-    assert_eq!(
-        &buf[..n],
-        b"to you",
-        "received before the shutdown: still readable"
-    );
-    assert_eq!(c.read(&mut buf).unwrap(), 0, "then end-of-stream");
-
-    let mut got = Vec::new();
-    s.read_to_end(&mut got)
-        .expect("the peer reads to end-of-stream");
-    assert_eq!(got, b"last words", "written before the shutdown: delivered");
-    let err = s
-        .write(b"x")
-        .expect_err("the peer writing after our shutdown(Both)");
-    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
-    assert_eq!(
-        s.read(&mut buf).unwrap(),
-        0,
-        "the peer's end-of-stream stays"
-    );
-
-    // However far the disconnect has gone by now, our side answers the same.
-    let err = c
-        .write(b"x")
-        .expect_err("writing after shutdown(Both), again");
-    assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
-    assert_eq!(c.read(&mut buf).unwrap(), 0);
 }
 
 fn open_fds() -> usize {

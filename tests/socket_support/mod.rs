@@ -261,6 +261,14 @@ pub fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
     (l, addr)
 }
 
+/// A connected pair with `opts` on loopback: (the accepted end, the client).
+pub fn loopback_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let (l, addr) = listener_with(opts);
+    let t = thread::spawn(move || l.accept().expect("accept").0);
+    let c = RdmaSocket::connect_with(addr, opts).expect("connect");
+    (t.join().expect("accept thread"), c)
+}
+
 /// A well-formed rsocket hello (version 1, 64 credits, a 64 KiB buffer) for a hand-made
 /// client: a listener takes it and answers; the addresses in it are never used by a test
 /// that lets the handshake finish.
