@@ -74,11 +74,11 @@ impl Victim {
         let outer =
             std::sync::Arc::new(RegisteredMemory::allocate(GUARD + REGION + GUARD).unwrap());
         outer.write_at(0, &victim_fill()).unwrap();
+        let start = (outer.addr() + GUARD as u64) as *mut u8;
         // SAFETY: the range lies inside `outer`, which this struct keeps alive until after the
         // QP and the registration are dropped (field order), and the test holds no Rust
         // reference into it: it reads it only through `RegisteredMemory::read_at`.
-        let inner =
-            unsafe { RegisteredMemory::from_raw((outer.addr() + GUARD as u64) as *mut u8, REGION) };
+        let inner = unsafe { RegisteredMemory::from_raw(start, REGION) };
         let region = pd
             .register_memory(inner, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
             .unwrap();

@@ -200,12 +200,11 @@ impl Endpoint {
             link.close(engine);
         }
         st.qp_state = QpState::Error;
-        st.ended = Some(format!(
-            "the userspace iWARP provider failed internally (a bug: {what})"
-        ));
+        let why = format!("the userspace iWARP provider failed internally (a bug: {what})");
         if matches!(st.outcome, Outcome::Connecting) {
-            st.outcome = Outcome::Failed(st.ended.clone().unwrap_or_default());
+            st.outcome = Outcome::Failed(why.clone());
         }
+        st.ended = Some(why);
         if st.notices.is_empty() {
             let _ = self.notice_fd.write(1);
         }
