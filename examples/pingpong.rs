@@ -175,10 +175,12 @@ fn serve(c: &Config, listener: RdmaListener) -> Result<(), String> {
 /// (nearly) every wait and never naps; polling mostly spins.
 fn report_waits(end: &str, s: &RdmaSocket) {
     let w = s.wait_stats();
-    eprintln!(
-        "  {end} waits: {} (channel sleeps {}, naps {})",
+    // One write: stderr is unbuffered, and with --local both ends print at once.
+    let line = format!(
+        "  {end} waits: {} (channel sleeps {}, naps {})\n",
         w.waits, w.channel_sleeps, w.naps
     );
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// Checks that `addr` is reached through `device`: the route to it must leave from the
