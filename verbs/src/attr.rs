@@ -52,6 +52,74 @@ pub struct DeviceAttributes {
     pub max_pkeys: u16,
     pub local_ca_ack_delay: u8,
     pub phys_port_cnt: u8,
+    /// What `ibv_query_device_ex` adds (all zero where the kernel or provider has no
+    /// extended query).
+    pub extended: ExtendedDeviceAttributes,
+}
+
+/// The kernel-reported part of `struct ibv_device_attr_ex` beyond `ibv_device_attr`
+/// (EX_QUERY_DEVICE). Field names follow rdma-core's. TSO and packet-pacing capabilities
+/// are not here: only mlx5's provider data reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct ExtendedDeviceAttributes {
+    pub odp_caps: OdpCaps,
+    pub completion_timestamp_mask: u64,
+    /// kHz (0: no clock).
+    pub hca_core_clock: u64,
+    /// The full 64-bit `IB_UVERBS_DEVICE_*` mask (the low 32 bits are `device_cap_flags`).
+    pub device_cap_flags_ex: u64,
+    pub rss_caps: RssCaps,
+    pub max_wq_type_rq: u32,
+    pub raw_packet_caps: u32,
+    pub tm_caps: TagMatchingCaps,
+    pub cq_mod_caps: CqModerationCaps,
+    /// Bytes of on-device memory.
+    pub max_dm_size: u64,
+    pub xrc_odp_caps: u32,
+}
+
+/// On-demand paging support (`struct ibv_odp_caps`): `IBV_ODP_SUPPORT*` and, per transport,
+/// `IBV_ODP_SUPPORT_{SEND,RECV,WRITE,READ,ATOMIC,SRQ_RECV}` bits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct OdpCaps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// Receive-side scaling (`struct ibv_rss_caps`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct RssCaps {
+    /// Bit n: QP type n.
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_function: u32,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// Tag matching (`struct ibv_tm_caps`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct TagMatchingCaps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+/// CQ moderation (`struct ibv_cq_moderation_caps`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct CqModerationCaps {
+    pub max_cq_count: u16,
+    /// Microseconds.
+    pub max_cq_period: u16,
 }
 
 impl DeviceAttributes {
@@ -90,6 +158,10 @@ pub struct PortAttributes {
     pub link_layer: u8,
     /// Bit 0: a GRH is required in address vectors (RoCE).
     pub flags: u8,
+    /// `IBV_PORT_*2` capability bits (only the ioctl QUERY_PORT reports them; 0 otherwise).
+    pub port_cap_flags2: u16,
+    /// The extended speed code (Linux 6.7+; 0 otherwise).
+    pub active_speed_ex: u32,
 }
 
 impl PortAttributes {

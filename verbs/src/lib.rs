@@ -31,7 +31,10 @@ pub mod types;
 pub mod wc;
 pub mod wr;
 
-pub use attr::{DeviceAttributes, PortAttributes};
+pub use attr::{
+    CqModerationCaps, DeviceAttributes, ExtendedDeviceAttributes, OdpCaps, PortAttributes, RssCaps,
+    TagMatchingCaps,
+};
 pub use device::{
     DeviceInfo, DeviceList, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport,
 };

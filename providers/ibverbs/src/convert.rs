@@ -167,6 +167,9 @@ pub fn device_attributes(a: &IbvDeviceAttr) -> DeviceAttributes {
         max_pkeys: a.max_pkeys,
         local_ca_ack_delay: a.local_ca_ack_delay,
         phys_port_cnt: a.phys_port_cnt,
+        // ibv_query_device_ex is an inline function of verbs.h that reads libibverbs' private
+        // context layout, not a symbol the bridge can look up: no extended attributes.
+        extended: Default::default(),
     }
 }
 
@@ -194,6 +197,8 @@ pub fn port_attributes(a: &IbvPortAttr) -> PortAttributes {
         phys_state: a.phys_state,
         link_layer: a.link_layer,
         flags: a.flags,
+        port_cap_flags2: a.port_cap_flags2,
+        active_speed_ex: 0,
     }
 }
 

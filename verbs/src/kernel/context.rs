@@ -1,6 +1,8 @@
 //! [`KernelContext`]: an open uverbs device and every write command on it.
 
-use super::convert::{device_attributes, modify_request, port_attributes};
+use super::convert::{
+    device_attributes, device_attributes_ex, modify_request, port_attributes, port_attributes_ex,
+};
 use super::objects::{KernelChannel, KernelPd};
 use super::{DriverData, KernelDriver};
 use crate::attr::{DeviceAttributes, PortAttributes};
@@ -266,6 +268,11 @@ impl KernelContext {
     }
 }
 
+/// Whether `e` is one of the `errnos` by which a kernel says it lacks a command or method.
+fn unsupported(e: &std::io::Error, errnos: &[i32]) -> bool {
+    e.raw_os_error().is_some_and(|n| errnos.contains(&n))
+}
+
 impl ContextOps for KernelContext {
     fn num_comp_vectors(&self) -> Option<u32> {
         Some(self.inner.num_comp_vectors)
@@ -278,12 +285,35 @@ impl ContextOps for KernelContext {
         self.inner.driver.name()
     }
 
+    /// EX_QUERY_DEVICE, or QUERY_DEVICE where the kernel has no extended query (as
+    /// `ibv_query_device_ex` does).
     fn query_device(&self) -> Result<DeviceAttributes> {
+        let fw_ver = &self.inner.device.fw_ver;
+        match self.inner.file.ex_query_device() {
+            Ok(r) => return Ok(device_attributes_ex(&r, fw_ver)),
+            Err(e) if !unsupported(&e, &[libc::EOPNOTSUPP, libc::ENOSYS]) => {
+                return Err(Error::kernel("EX_QUERY_DEVICE", &self.inner.device.name, e))
+            }
+            Err(_) => {}
+        }
         let r = self.execute(&QueryDeviceRequest::default(), &[], &mut [])?;
-        Ok(device_attributes(&r, &self.inner.device.fw_ver))
+        Ok(device_attributes(&r, fw_ver))
     }
 
+    /// The ioctl QUERY_PORT (which adds `port_cap_flags2`), or the write command where the
+    /// kernel has no such ioctl (before 5.0) or the device's driver id is unknown (no
+    /// netlink answer: the ioctl header must carry it), as `ibv_query_port` does.
     fn query_port(&self, port: u8) -> Result<PortAttributes> {
+        let no_ioctl = [libc::ENOTTY, libc::EPROTONOSUPPORT, libc::EOPNOTSUPP];
+        if let Some(driver_id) = self.inner.device.driver_id {
+            match self.inner.file.query_port_ex(driver_id, port) {
+                Ok(r) => return Ok(port_attributes_ex(&r)),
+                Err(e) if !unsupported(&e, &no_ioctl) => {
+                    return Err(Error::kernel("QUERY_PORT", &self.inner.device.name, e))
+                }
+                Err(_) => {}
+            }
+        }
         let req = QueryPortRequest {
             port_num: port,
             ..Default::default()

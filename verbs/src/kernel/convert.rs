@@ -1,12 +1,16 @@
 //! Conversions between the verbs types and the kernel's structs: QP attributes both ways
 //! (MODIFY_QP, QUERY_QP, rdma_cm's INIT_QP_ATTR), device and port attributes.
 
-use crate::attr::{DeviceAttributes, PortAttributes};
+use crate::attr::{
+    CqModerationCaps, DeviceAttributes, OdpCaps, PortAttributes, RssCaps, TagMatchingCaps,
+};
 use crate::memory::AccessFlags;
 use crate::qp_attr::{AddressVector, GlobalRoute, QpAttrMask, QpAttributes, QpCapabilities};
 use crate::sys::abi::{QueryDeviceResponse, QueryPortResponse};
 use crate::sys::abi_qp::{AhAttrDesc, ModifyQpRequest, QpAttrDesc, QpDest, QueryQpResponse};
+use crate::sys::extended::{ExQueryDeviceResponse, QueryPortResponseEx};
 use crate::types::{Gid, Mtu, PortState, Psn, QpNumber, QpState};
+use std::mem::offset_of;
 
 /// The attribute bits the legacy MODIFY_QP accepts (0..=20).
 const LEGACY_MASK: u32 = 0x1f_ffff;
@@ -236,7 +240,71 @@ pub fn device_attributes(r: &QueryDeviceResponse, fw_ver: &str) -> DeviceAttribu
         max_pkeys: r.max_pkeys,
         local_ca_ack_delay: r.local_ca_ack_delay,
         phys_port_cnt: r.phys_port_cnt,
+        extended: Default::default(),
     }
+}
+
+/// EX_QUERY_DEVICE's answer: the legacy part as [`device_attributes`], then the fields the
+/// kernel filled (`response_length`; the rest stay zero, as libibverbs leaves them).
+pub fn device_attributes_ex(r: &ExQueryDeviceResponse, fw_ver: &str) -> DeviceAttributes {
+    let mut a = device_attributes(&r.base, fw_ver);
+    let filled = r.response_length as usize;
+    // A field counts once the kernel filled it whole, that is up to the next field's offset.
+    let has = |end: usize| filled >= end;
+    let e = &mut a.extended;
+    if has(offset_of!(ExQueryDeviceResponse, timestamp_mask)) {
+        e.odp_caps = OdpCaps {
+            general_caps: r.odp_caps.general_caps,
+            rc_odp_caps: r.odp_caps.rc_odp_caps,
+            uc_odp_caps: r.odp_caps.uc_odp_caps,
+            ud_odp_caps: r.odp_caps.ud_odp_caps,
+        };
+    }
+    if has(offset_of!(ExQueryDeviceResponse, hca_core_clock)) {
+        e.completion_timestamp_mask = r.timestamp_mask;
+    }
+    if has(offset_of!(ExQueryDeviceResponse, device_cap_flags_ex)) {
+        e.hca_core_clock = r.hca_core_clock;
+    }
+    if has(offset_of!(ExQueryDeviceResponse, rss_caps)) {
+        e.device_cap_flags_ex = r.device_cap_flags_ex;
+    }
+    if has(offset_of!(ExQueryDeviceResponse, max_wq_type_rq)) {
+        e.rss_caps = RssCaps {
+            supported_qpts: r.rss_caps.supported_qpts,
+            max_rwq_indirection_tables: r.rss_caps.max_rwq_indirection_tables,
+            max_rwq_indirection_table_size: r.rss_caps.max_rwq_indirection_table_size,
+            ..Default::default()
+        };
+    }
+    if has(offset_of!(ExQueryDeviceResponse, raw_packet_caps)) {
+        e.max_wq_type_rq = r.max_wq_type_rq;
+    }
+    if has(offset_of!(ExQueryDeviceResponse, tm_caps)) {
+        e.raw_packet_caps = r.raw_packet_caps;
+    }
+    if has(offset_of!(ExQueryDeviceResponse, cq_moderation_caps)) {
+        e.tm_caps = TagMatchingCaps {
+            max_rndv_hdr_size: r.tm_caps.max_rndv_hdr_size,
+            max_num_tags: r.tm_caps.max_num_tags,
+            flags: r.tm_caps.flags,
+            max_ops: r.tm_caps.max_ops,
+            max_sge: r.tm_caps.max_sge,
+        };
+    }
+    if has(offset_of!(ExQueryDeviceResponse, max_dm_size)) {
+        e.cq_mod_caps = CqModerationCaps {
+            max_cq_count: r.cq_moderation_caps.max_cq_moderation_count,
+            max_cq_period: r.cq_moderation_caps.max_cq_moderation_period,
+        };
+    }
+    if has(offset_of!(ExQueryDeviceResponse, xrc_odp_caps)) {
+        e.max_dm_size = r.max_dm_size;
+    }
+    if has(offset_of!(ExQueryDeviceResponse, reserved)) {
+        e.xrc_odp_caps = r.xrc_odp_caps;
+    }
+    a
 }
 
 /// QUERY_PORT's answer as [`PortAttributes`].
@@ -263,12 +331,52 @@ pub fn port_attributes(r: &QueryPortResponse) -> PortAttributes {
         phys_state: r.phys_state,
         link_layer: r.link_layer,
         flags: r.flags,
+        port_cap_flags2: 0,
+        active_speed_ex: 0,
+    }
+}
+
+/// The ioctl QUERY_PORT's answer: the legacy part, `port_cap_flags2` and `active_speed_ex`.
+pub fn port_attributes_ex(r: &QueryPortResponseEx) -> PortAttributes {
+    PortAttributes {
+        port_cap_flags2: r.port_cap_flags2,
+        active_speed_ex: r.active_speed_ex,
+        ..port_attributes(&r.legacy)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only what the kernel says it filled is taken: a 5.x kernel that stops after
+    /// `device_cap_flags_ex` leaves RSS and the rest zero.
+    #[test]
+    fn extended_attributes_stop_at_the_response_length() {
+        let mut r = ExQueryDeviceResponse::default();
+        r.base.device_cap_flags = 0x2000;
+        r.odp_caps.general_caps = 1;
+        r.hca_core_clock = 156_250;
+        r.device_cap_flags_ex = 0x4_0000_2000;
+        r.rss_caps.supported_qpts = 1 << 8;
+        r.xrc_odp_caps = 3;
+        r.response_length = std::mem::offset_of!(ExQueryDeviceResponse, rss_caps) as u32;
+        let a = device_attributes_ex(&r, "1.2.3");
+        assert_eq!(a.fw_ver, "1.2.3");
+        assert_eq!(a.device_cap_flags, 0x2000);
+        assert_eq!(a.extended.odp_caps.general_caps, 1);
+        assert_eq!(a.extended.hca_core_clock, 156_250);
+        assert_eq!(a.extended.device_cap_flags_ex, 0x4_0000_2000);
+        assert_eq!(a.extended.rss_caps, RssCaps::default());
+        assert_eq!(a.extended.xrc_odp_caps, 0);
+        r.response_length = size_of::<ExQueryDeviceResponse>() as u32;
+        let a = device_attributes_ex(&r, "");
+        assert_eq!(a.extended.rss_caps.supported_qpts, 1 << 8);
+        assert_eq!(a.extended.xrc_odp_caps, 3);
+        // Before the ODP caps end, nothing extended is taken.
+        r.response_length = 184;
+        assert_eq!(device_attributes_ex(&r, "").extended, Default::default());
+    }
     use crate::qp_attr::{RtrAttributes, RtsAttributes};
 
     fn rtr() -> RtrAttributes {

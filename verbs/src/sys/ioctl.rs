@@ -43,6 +43,15 @@ pub struct IoctlAttr {
 
 impl_pod!(IoctlHeader, IoctlAttr);
 
+nix::ioctl_readwrite!(
+    /// `ioctl(fd, RDMA_VERBS_IOCTL, hdr)`: runs the method the header names; `hdr` points
+    /// at the header followed by its `num_attrs` attributes, `length` bytes in all.
+    rdma_verbs_ioctl,
+    RDMA_IOCTL_MAGIC,
+    1,
+    IoctlHeader
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,7 +126,7 @@ impl UverbsFile {
     /// makes sure that memory is valid, as long as the header's out_words say, and not
     /// accessed by anything else until this returns.
     #[inline]
-    unsafe fn write_command(&self, what: &str, bytes: &[u8]) -> io::Result<()> {
+    pub(super) unsafe fn write_command(&self, what: &str, bytes: &[u8]) -> io::Result<()> {
         // SAFETY: `bytes` is a valid, initialized buffer of `bytes.len()` bytes; the memory
         // the kernel writes through the request's response pointer is the caller's promise.
         let written =

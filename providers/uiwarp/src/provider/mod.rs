@@ -167,6 +167,8 @@ impl ContextOps for UiwarpContext {
             phys_state: 5,
             link_layer: 2,
             flags: 0,
+            port_cap_flags2: 0,
+            active_speed_ex: 0,
         })
     }
     fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {

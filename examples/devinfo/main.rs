@@ -8,14 +8,14 @@
 //!   -v, --verbose       print all the attributes
 //! ```
 //!
-//! Not printed, because the write-path QUERY_DEVICE/QUERY_PORT do not report them:
-//! `port_cap_flags2` (only the ioctl QUERY_PORT method returns it) and the extended device
-//! attributes of `ibv_query_device_ex` (ODP, timestamp, `device_cap_flags_ex`, TSO/RSS,
-//! packet pacing, tag matching). `num_comp_vectors`, which `ibv_devinfo` prints after
-//! those, comes from GET_CONTEXT and is printed after `local_ca_ack_delay`.
+//! With `-v` it prints what `ibv_query_device_ex` adds (EX_QUERY_DEVICE: ODP, timestamp,
+//! `device_cap_flags_ex`, RSS, tag matching; see [`extended`]) and each port's
+//! `port_cap_flags2` (the ioctl QUERY_PORT), as `ibv_devinfo` does.
 #![forbid(unsafe_code)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod extended;
 
 use common::{c_long, parse_args, OptSpec};
 use rdmasock::verbs::{
@@ -157,6 +157,7 @@ fn print_hca_cap(dev: &DeviceInfo, ib_port: u8, verbose: bool) -> Result<(), ()>
     let mut out = String::new();
     device_section(&mut out, dev, &attr, verbose);
     if verbose {
+        extended::print(&mut out, &attr.extended);
         if let Some(n) = ctx.ops().num_comp_vectors() {
             let _ = writeln!(out, "\tnum_comp_vectors:\t\t{}", n as i32);
         }
@@ -435,6 +436,7 @@ fn port_section(out: &mut String, dev: &DeviceInfo, port: u8, pa: &PortAttribute
     if verbose {
         let _ = writeln!(out, "\t\t\tmax_msg_sz:\t\t0x{:x}", pa.max_msg_sz);
         let _ = writeln!(out, "\t\t\tport_cap_flags:\t\t0x{:08x}", pa.port_cap_flags);
+        let _ = writeln!(out, "\t\t\tport_cap_flags2:\t0x{:04x}", pa.port_cap_flags2);
         let _ = writeln!(
             out,
             "\t\t\tmax_vl_num:\t\t{} ({})",
