@@ -384,3 +384,4 @@ impl Side {
         self.drain(Instant::now());
     }
 }
+pub mod victim;
