@@ -449,7 +449,7 @@ fn random_immediates_never_panic() {
             target[(rng.below(32)) as usize] = rng.next() as u8;
             match rng.below(4) {
                 0 => e.on_send_completion(WrId(rng.below(8)), rng.below(2) == 0),
-                1 => e.on_receive_failed(WrId(1 << 63)),
+                1 => e.on_receive_failed(WrId(1 << 63), None),
                 _ => e.on_receive(WrId(1 << 63), Received::Immediate(word), &target),
             }
             let _ = e.read(rng.below(70_000) as usize, |c: CopySpan| {
@@ -574,4 +574,26 @@ fn peer_disconnect_after_unsignalled_sends_completes_them() {
     let r = f.sides[0].engine.readiness();
     assert!(r.disconnected);
     assert!(f.sides[0].engine.all_sends_done());
+}
+
+/// A receive flushed while connected is a reset, not an end of stream, and says why the
+/// connection ended when the connection manager knows it (uiwarp: TCP gave up on the peer).
+#[test]
+fn a_flushed_receive_is_a_reset_that_names_its_cause() {
+    for cause in [None, Some("the peer stopped acknowledging")] {
+        let mut e = StreamEngine::new(StreamConfig::default(), local_regions());
+        let peer = e.hello();
+        e.on_connected(&peer).unwrap();
+        e.on_receive_failed(WrId(1 << 63), cause);
+        let err = e.read(100, |_| {}).expect_err("a reset");
+        let text = err.to_string();
+        assert_eq!(
+            std::io::Error::from(err).kind(),
+            std::io::ErrorKind::ConnectionReset
+        );
+        assert!(text.contains("without a DISCONNECT message"), "{text}");
+        if let Some(c) = cause {
+            assert!(text.ends_with(&format!(": {c}")), "{text}");
+        }
+    }
 }

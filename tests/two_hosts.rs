@@ -454,12 +454,14 @@ const CUT: Duration = Duration::from_secs(45);
 /// A peer that vanishes without a word (its wire cut: no DREQ, no reset) fails the
 /// connection within the keepalive time plus the transport's retries, on a blocking reader
 /// and on a socket that only sits registered with mio (its keepalives come from the readiness
-/// thread). The server accepts two connections on rxe0 with a 500 ms keepalive; the client
-/// echoes a byte on each, takes eth0 down for [`CUT`], then brings it back for the tests
-/// after this one.
+/// thread), and over the userspace iWARP provider on the same wire (whose keepalive WRITE
+/// completes once TCP takes it: the TCP user timeout the keepalive sets ends it). The server
+/// accepts two connections on rxe0 and one over uiwarp, each with a 500 ms keepalive; the
+/// client echoes a byte on each, takes eth0 down for [`CUT`], then brings it back for the
+/// tests after this one.
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
-fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
+fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
     device("rxe0");
     match role() {
         Role::Server => {
@@ -486,15 +488,26 @@ fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                 s.write_all(&b).expect("echo");
                 s
             };
-            let (mut blocking, mut registered) = (accept(), accept());
+            let (blocking, mut registered) = (accept(), accept());
+            let uiwarp_addr = SocketAddr::new(addr.ip(), 7612);
+            let ul = RdmaListener::bind_via(&UiwarpCm, uiwarp_addr, &opts)
+                .unwrap_or_else(|e| panic!("bind {uiwarp_addr} over uiwarp: {e}"));
+            let (mut over_tcp, _) = ul
+                .accept()
+                .unwrap_or_else(|e| panic!("accept on {uiwarp_addr}: {e}"));
+            let mut b = [0u8; 1];
+            over_tcp
+                .read_exact(&mut b)
+                .expect("the uiwarp client's byte");
+            over_tcp.write_all(&b).expect("echo");
             let start = Instant::now();
-            let reader = thread::spawn(move || {
-                blocking
-                    .set_read_timeout(Some(Duration::from_secs(60)))
-                    .unwrap();
-                let r = blocking.read(&mut [0u8; 1]);
+            let read_until_failure = move |mut s: RdmaSocket| {
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let r = s.read(&mut [0u8; 1]);
                 (r, start.elapsed())
-            });
+            };
+            let reader = thread::spawn(move || read_until_failure(blocking));
+            let uiwarp_reader = thread::spawn(move || read_until_failure(over_tcp));
             use mio::{Events, Interest, Poll, Token};
             registered.set_nonblocking(true).unwrap();
             let mut poll = Poll::new().unwrap();
@@ -513,9 +526,26 @@ fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             };
             let mio_waited = start.elapsed();
             let (blocking_result, blocking_waited) = reader.join().expect("reader thread");
-            for (what, r, waited) in [
-                ("blocking read", blocking_result, blocking_waited),
-                ("read after a mio event", mio_result, mio_waited),
+            let (uiwarp_result, uiwarp_waited) = uiwarp_reader.join().expect("uiwarp reader");
+            for (what, r, waited, cause) in [
+                (
+                    "blocking read",
+                    blocking_result,
+                    blocking_waited,
+                    "retry counter exceeded",
+                ),
+                (
+                    "read after a mio event",
+                    mio_result,
+                    mio_waited,
+                    "retry counter exceeded",
+                ),
+                (
+                    "blocking read over uiwarp",
+                    uiwarp_result,
+                    uiwarp_waited,
+                    "stopped acknowledging",
+                ),
             ] {
                 eprintln!("{what} after {waited:?}: {r:?}");
                 let err = r.expect_err("the vanished peer fails the connection");
@@ -525,8 +555,8 @@ fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                     "{what}: {err}"
                 );
                 assert!(
-                    err.to_string().contains("retry counter exceeded"),
-                    "{what}: the keepalive's completion status, not a disconnect: {err}"
+                    err.to_string().contains(cause),
+                    "{what}: says {cause:?}, not a disconnect: {err}"
                 );
                 assert!(waited < Duration::from_secs(40), "{what} took {waited:?}");
             }
@@ -547,6 +577,19 @@ fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                 }
             };
             let kept = (connect(), connect());
+            let uiwarp_addr = SocketAddr::new(addr.ip(), 7612);
+            let over_tcp = loop {
+                match RdmaSocket::connect_via(&UiwarpCm, uiwarp_addr, &SocketOptions::default()) {
+                    Ok(mut c) => {
+                        c.write_all(b"u").unwrap();
+                        let mut b = [0u8; 1];
+                        c.read_exact(&mut b).expect("the uiwarp echo");
+                        break c;
+                    }
+                    Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(200)),
+                    Err(e) => panic!("connect to {uiwarp_addr} over uiwarp for {MEET:?}: {e}"),
+                }
+            };
             let ip = |state: &str| {
                 let out = Command::new("ip")
                     .args(["link", "set", "eth0", state])
@@ -569,7 +612,7 @@ fn rxe_peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                 );
                 thread::sleep(Duration::from_millis(100));
             }
-            drop(kept);
+            drop((kept, over_tcp));
         }
     }
 }

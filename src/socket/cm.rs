@@ -19,6 +19,10 @@ pub enum CmNotice {
     Disconnected,
     /// The device was removed.
     DeviceRemoved,
+    /// The transport gave up on a peer that stopped acknowledging (uiwarp: TCP's user
+    /// timeout, see [`CmEndpoint::set_liveness_timeout`]); [`CmEndpoint::end_reason`] says
+    /// it in words.
+    Lost,
 }
 
 /// A connection manager: makes endpoints by resolving a peer or by listening.
@@ -72,6 +76,18 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     /// `RdmaListener::accept`'s wait for our first frame, which then runs out and sends).
     fn nudge_after_first_receive(&self) -> bool {
         false
+    }
+    /// Bounds how long the transport keeps retrying data the peer does not acknowledge,
+    /// once the connection is up (`None`: the transport's default). Only uiwarp has such a
+    /// knob (its TCP socket's `TCP_USER_TIMEOUT`); on rxe the queue pair's retry count and
+    /// timeout bound it, and the kernel's siw keeps its TCP socket to itself, so there this
+    /// does nothing.
+    fn set_liveness_timeout(&self, _timeout: Option<Duration>) -> io::Result<()> {
+        Ok(())
+    }
+    /// Why the connection ended, in words, once it has (where the manager knows).
+    fn end_reason(&self) -> Option<String> {
+        None
     }
 }
 

@@ -230,7 +230,8 @@ impl Connection {
         if id.is_receive() {
             if !ok {
                 self.receive_flushed = true;
-                self.engine.on_receive_failed(id);
+                let cause = self.endpoint.end_reason();
+                self.engine.on_receive_failed(id, cause.as_deref());
                 return Ok(());
             }
             let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
@@ -279,6 +280,15 @@ impl Connection {
                     self.cm_closed = true;
                     self.flush_before_close()?;
                     self.engine.on_cm_disconnected();
+                }
+                CmNotice::Lost => {
+                    let why = self
+                        .endpoint
+                        .end_reason()
+                        .unwrap_or_else(|| "the peer stopped acknowledging".into());
+                    self.engine.fail(StreamError::ConnectionReset(format!(
+                        "connection lost: {why}"
+                    )));
                 }
                 CmNotice::DeviceRemoved => {
                     self.engine.fail(StreamError::ConnectionReset(

@@ -162,7 +162,8 @@ impl SocketOptionsBuilder {
     }
     /// Send a keepalive (a zero-length RDMA WRITE) every `interval` while a blocking call
     /// waits or the socket is registered with mio; a dead peer then fails the connection
-    /// (`None`: off, the default; see [`RdmaSocket::set_keepalive`](crate::RdmaSocket::set_keepalive)).
+    /// (`None`: off, the default; see [`RdmaSocket::set_keepalive`](crate::RdmaSocket::set_keepalive)
+    /// for how soon on each kind of device).
     pub fn keepalive(mut self, interval: Option<Duration>) -> Self {
         self.rest.keepalive = interval;
         self
@@ -200,6 +201,14 @@ pub(crate) fn check_keepalive(interval: Option<Duration>) -> Result<(), String> 
         )),
         _ => Ok(()),
     }
+}
+
+/// How long the transport may retry unacknowledged data once a keepalive `interval` is set:
+/// three intervals, at least 2 s (so that a live peer's delayed ACK or a retransmission is
+/// not taken for a vanished one). Only uiwarp applies it (TCP's `TCP_USER_TIMEOUT`); a
+/// vanished peer then fails the connection within about `interval` plus this.
+pub(crate) fn liveness_timeout(interval: Option<Duration>) -> Option<Duration> {
+    interval.map(|k| k.saturating_mul(3).max(Duration::from_secs(2)))
 }
 
 #[cfg(test)]
@@ -264,5 +273,19 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.to_string().contains("keepalive"), "{e}");
+    }
+
+    #[test]
+    fn the_liveness_timeout_is_three_keepalives_and_at_least_two_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(liveness_timeout(None), None);
+        assert_eq!(liveness_timeout(Some(ms(500))), Some(ms(2000)));
+        assert_eq!(liveness_timeout(Some(ms(1000))), Some(ms(3000)));
+        assert_eq!(liveness_timeout(Some(ms(60_000))), Some(ms(180_000)));
+        assert_eq!(
+            liveness_timeout(Some(Duration::MAX)),
+            Some(Duration::MAX),
+            "no overflow"
+        );
     }
 }

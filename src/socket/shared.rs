@@ -46,6 +46,7 @@ impl Shared {
     pub(crate) fn new(conn: Connection) -> io::Result<Shared> {
         let cq_channel = conn.res.cq_channel.clone();
         let endpoint = conn.endpoint.clone();
+        endpoint.set_liveness_timeout(super::options::liveness_timeout(conn.opts.keepalive))?;
         let waker = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(io::Error::from)?;
         Ok(Shared {

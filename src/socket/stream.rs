@@ -160,14 +160,26 @@ impl RdmaSocket {
 
     /// Sets the keepalive interval (`None`: off): a zero-length RDMA WRITE goes out every
     /// `interval` while a blocking call waits, and all the time while the socket is registered
-    /// with mio, so a vanished peer fails the connection (after the transport's retries; on
-    /// an iWARP device that is when TCP gives up, since the WRITE completes once TCP takes it).
+    /// with mio, so a vanished peer fails the connection: reads and writes then return a
+    /// `ConnectionReset` error saying why. How soon depends on the transport's retries:
+    /// - rxe (RoCE): when the WRITE's retries run out (the queue pair's retry count and
+    ///   timeout; about 16 s after a cut with the defaults): "transport retry counter
+    ///   exceeded";
+    /// - the userspace iWARP provider: the WRITE completes once TCP takes it, so its TCP
+    ///   socket gets a user timeout of three intervals (at least 2 s), and the connection is
+    ///   lost within about an interval plus that: "the peer stopped acknowledging";
+    /// - the kernel's siw: its TCP socket is the kernel's, so only TCP's own retransmission
+    ///   limit ends the connection (about 15 minutes by default, `net.ipv4.tcp_retries2`).
+    ///
     /// An interval under 1 ms is refused (as by [`SocketOptionsBuilder::keepalive`]).
     ///
     /// [`SocketOptionsBuilder::keepalive`]: super::SocketOptionsBuilder::keepalive
     pub fn set_keepalive(&self, interval: Option<Duration>) -> io::Result<()> {
         super::options::check_keepalive(interval)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.shared
+            .endpoint()
+            .set_liveness_timeout(super::options::liveness_timeout(interval))?;
         self.shared.lock().opts.keepalive = interval;
         super::readiness::keepalive_changed();
         Ok(())

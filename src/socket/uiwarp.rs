@@ -161,7 +161,21 @@ impl CmEndpoint for UiwarpEndpoint {
             .qp
             .get()
             .and_then(|e| e.poll_notice())
-            .map(|Notice::Disconnected| CmNotice::Disconnected))
+            .map(|n| match n {
+                Notice::Disconnected => CmNotice::Disconnected,
+                Notice::Lost => CmNotice::Lost,
+            }))
+    }
+
+    fn set_liveness_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self.qp.get() {
+            Some(e) => e.set_tcp_user_timeout(timeout),
+            None => Ok(()),
+        }
+    }
+
+    fn end_reason(&self) -> Option<String> {
+        self.qp.get().and_then(|e| e.end_reason())
     }
 
     fn event_fd(&self) -> BorrowedFd<'_> {

@@ -76,12 +76,14 @@ impl StreamEngine {
     }
 
     /// A receive completed with an error status (flushed when the queue pair left the
-    /// connected state, or broken).
-    pub fn on_receive_failed(&mut self, wr_id: WrId) {
+    /// connected state, or broken); `cause` is why the connection ended, where the
+    /// connection manager knows it.
+    pub fn on_receive_failed(&mut self, wr_id: WrId, cause: Option<&str>) {
         if self.phase == Phase::Connected && self.error.is_none() {
+            let cause = cause.map(|c| format!(": {c}")).unwrap_or_default();
             self.fail(StreamError::ConnectionReset(format!(
                 "receive work request {:#x} completed with an error: the connection broke \
-                 without a DISCONNECT message from the peer",
+                 without a DISCONNECT message from the peer{cause}",
                 wr_id.0
             )));
         }

@@ -363,7 +363,7 @@ impl Side {
                 let target = self.target.clone();
                 self.engine.on_receive(wr_id, received, &target);
             }
-            Completion::RecvFailed(wr_id) => self.engine.on_receive_failed(wr_id),
+            Completion::RecvFailed(wr_id) => self.engine.on_receive_failed(wr_id, None),
         }
         self.drain_ops();
         true

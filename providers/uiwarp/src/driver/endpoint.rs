@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 pub enum Notice {
     /// The connection is over: the peer closed it, reset it, or a TERMINATE ended it.
     Disconnected,
+    /// The connection is over because the peer stopped acknowledging what was sent, for
+    /// longer than [`Endpoint::set_tcp_user_timeout`] allows (a vanished peer, or a cut
+    /// wire). [`Endpoint::end_reason`] says it in words.
+    Lost,
 }
 
 /// Where connection setup stands.
@@ -230,6 +234,25 @@ impl Endpoint {
     /// The peer's TCP address, once connected.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.lock().peer
+    }
+
+    /// Bounds how long data sent on the connection may stay unacknowledged before TCP gives
+    /// up on the peer (`TCP_USER_TIMEOUT`; `None`: the system's default, about 15 minutes of
+    /// retransmissions). When it fires, the connection ends with [`Notice::Lost`]. Applies
+    /// to the connection now up; without one it does nothing.
+    pub fn set_tcp_user_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match &self.lock().link {
+            Some(link) => link.set_user_timeout(timeout),
+            None => Ok(()),
+        }
+    }
+
+    /// The connection's `TCP_USER_TIMEOUT` (`None`: the system's default, or no connection).
+    pub fn tcp_user_timeout(&self) -> std::io::Result<Option<Duration>> {
+        match &self.lock().link {
+            Some(link) => link.user_timeout(),
+            None => Ok(None),
+        }
     }
 
     /// Why the connection ended, once it has.
@@ -534,7 +557,15 @@ impl Endpoint {
                     if st.notices.is_empty() {
                         let _ = self.notice_fd.write(1);
                     }
-                    st.notices.push_back(Notice::Disconnected);
+                    let timed_out = link
+                        .io_error
+                        .as_ref()
+                        .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
+                    st.notices.push_back(if timed_out {
+                        Notice::Lost
+                    } else {
+                        Notice::Disconnected
+                    });
                     changed = true;
                 }
                 Event::ConnectRequest(_) => {}
@@ -578,6 +609,10 @@ pub(crate) fn close_text(reason: &CloseReason, io: Option<&std::io::Error>) -> S
         CloseReason::Terminated => "a TERMINATE ended the connection",
     };
     match io {
+        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => format!(
+            "the peer stopped acknowledging what was sent, and TCP gave up on it ({e}): \
+             the peer's host or the network between went away"
+        ),
         Some(e) => format!("{base} ({e})"),
         None => base.to_string(),
     }

@@ -326,6 +326,16 @@ impl Link {
         }
     }
 
+    /// Sets the socket's `TCP_USER_TIMEOUT` (`None`: the system's default).
+    pub(crate) fn set_user_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        socket2::SockRef::from(&self.socket).set_tcp_user_timeout(timeout)
+    }
+
+    /// The socket's `TCP_USER_TIMEOUT` (`None`: the system's default).
+    pub(crate) fn user_timeout(&self) -> io::Result<Option<Duration>> {
+        socket2::SockRef::from(&self.socket).tcp_user_timeout()
+    }
+
     /// Deregisters and closes the socket.
     pub(crate) fn close(mut self, engine: &Engine) {
         if self.interest.is_some() {
