@@ -205,10 +205,15 @@ pub(crate) fn check_keepalive(interval: Option<Duration>) -> Result<(), String> 
 
 /// How long the transport may retry unacknowledged data once a keepalive `interval` is set:
 /// three intervals, at least 2 s (so that a live peer's delayed ACK or a retransmission is
-/// not taken for a vanished one). Only uiwarp applies it (TCP's `TCP_USER_TIMEOUT`); a
-/// vanished peer then fails the connection within about `interval` plus this.
+/// not taken for a vanished one) and at most 10 minutes (below TCP's own limit of about 15,
+/// which a long interval must not stretch). Only uiwarp applies it (TCP's
+/// `TCP_USER_TIMEOUT`); a vanished peer then fails the connection within about `interval`
+/// plus this.
 pub(crate) fn liveness_timeout(interval: Option<Duration>) -> Option<Duration> {
-    interval.map(|k| k.saturating_mul(3).max(Duration::from_secs(2)))
+    interval.map(|k| {
+        k.saturating_mul(3)
+            .clamp(Duration::from_secs(2), Duration::from_secs(600))
+    })
 }
 
 #[cfg(test)]
@@ -276,15 +281,16 @@ mod tests {
     }
 
     #[test]
-    fn the_liveness_timeout_is_three_keepalives_and_at_least_two_seconds() {
+    fn the_liveness_timeout_is_three_keepalives_within_two_seconds_and_ten_minutes() {
         let ms = Duration::from_millis;
         assert_eq!(liveness_timeout(None), None);
         assert_eq!(liveness_timeout(Some(ms(500))), Some(ms(2000)));
         assert_eq!(liveness_timeout(Some(ms(1000))), Some(ms(3000)));
         assert_eq!(liveness_timeout(Some(ms(60_000))), Some(ms(180_000)));
+        assert_eq!(liveness_timeout(Some(ms(3_600_000))), Some(ms(600_000)));
         assert_eq!(
             liveness_timeout(Some(Duration::MAX)),
-            Some(Duration::MAX),
+            Some(ms(600_000)),
             "no overflow"
         );
     }

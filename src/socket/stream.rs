@@ -166,8 +166,9 @@ impl RdmaSocket {
     ///   timeout; about 16 s after a cut with the defaults): "transport retry counter
     ///   exceeded";
     /// - the userspace iWARP provider: the WRITE completes once TCP takes it, so its TCP
-    ///   socket gets a user timeout of three intervals (at least 2 s), and the connection is
-    ///   lost within about an interval plus that: "the peer stopped acknowledging";
+    ///   socket gets a user timeout of three intervals (at least 2 s, at most 10 minutes),
+    ///   and the connection is lost within about an interval plus that: "the peer stopped
+    ///   acknowledging";
     /// - the kernel's siw: its TCP socket is the kernel's, so only TCP's own retransmission
     ///   limit ends the connection (about 15 minutes by default, `net.ipv4.tcp_retries2`).
     ///
