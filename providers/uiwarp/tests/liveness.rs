@@ -7,6 +7,7 @@ mod loopback;
 
 use loopback::*;
 use rdmasock_uiwarp::driver::endpoint;
+use rdmasock_uiwarp::{connect, UiwarpListener};
 use std::time::Duration;
 
 #[test]
@@ -31,4 +32,52 @@ fn the_tcp_user_timeout_is_set_and_cleared_on_the_connection() {
     );
     a.set_tcp_user_timeout(None).unwrap();
     assert_eq!(a.tcp_user_timeout().unwrap(), None);
+}
+
+#[test]
+fn a_tcp_user_timeout_set_before_the_connection_applies_to_it() {
+    let ctx = context();
+    let (a, b) = (
+        Side::new(&ctx, caps(), false),
+        Side::new(&ctx, caps(), false),
+    );
+    init(&a.qp);
+    init(&b.qp);
+    let (ea, eb) = (endpoint(&a.qp).unwrap(), endpoint(&b.qp).unwrap());
+    let (ta, tb) = (Duration::from_millis(2000), Duration::from_millis(3000));
+    ea.set_tcp_user_timeout(Some(ta)).unwrap();
+    eb.set_tcp_user_timeout(Some(tb)).unwrap();
+    assert_eq!(ea.tcp_user_timeout().unwrap(), Some(ta), "remembered");
+    let listener = UiwarpListener::bind("127.0.0.1:0".parse().unwrap(), 8).unwrap();
+    let addr = listener.local_addr();
+    std::thread::scope(|s| {
+        let bq = &b.qp;
+        let server = s.spawn(move || {
+            let req = listener.get_request(Some(TIMEOUT)).unwrap();
+            req.accept(bq, b"", TIMEOUT).unwrap();
+        });
+        connect(&a.qp, addr, b"", TIMEOUT).unwrap();
+        server.join().unwrap();
+    });
+    assert_eq!(
+        ea.tcp_user_timeout().unwrap(),
+        Some(ta),
+        "on the connecting side"
+    );
+    assert_eq!(
+        eb.tcp_user_timeout().unwrap(),
+        Some(tb),
+        "on the accepting side"
+    );
+}
+
+#[test]
+fn a_tcp_user_timeout_beyond_what_linux_takes_is_cut_to_its_most() {
+    let p = pair();
+    let a = endpoint(&p.a.qp).unwrap();
+    a.set_tcp_user_timeout(Some(Duration::MAX)).unwrap();
+    assert_eq!(
+        a.tcp_user_timeout().unwrap(),
+        Some(Duration::from_millis(i32::MAX as u64))
+    );
 }

@@ -185,6 +185,9 @@ pub fn connect(
     for r in st.early_recvs.drain(..) {
         conn.post_recv(r).map_err(core_error)?;
     }
+    if st.user_timeout.is_some() {
+        super::link::set_user_timeout(&stream, st.user_timeout)?;
+    }
     let token = engine.add(Target::Endpoint(endpoint.clone()));
     let mut link = Link::new(conn, mio::net::TcpStream::from_std(stream), token);
     link.register(&engine)?;
@@ -516,6 +519,9 @@ impl UiwarpRequest {
                     endpoint.qpn
                 ),
             ));
+        }
+        if st.user_timeout.is_some() {
+            link.set_user_timeout(st.user_timeout)?;
         }
         link.conn.set_queue_pair(
             endpoint.qpn,

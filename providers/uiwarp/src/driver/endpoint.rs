@@ -64,6 +64,9 @@ pub(crate) struct EndpointState {
     pub(crate) ended: Option<String>,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) peer: Option<SocketAddr>,
+    /// The TCP user timeout asked for (see [`Endpoint::set_tcp_user_timeout`]): the link
+    /// made by a later connect or accept gets it too.
+    pub(crate) user_timeout: Option<Duration>,
 }
 
 impl EndpointState {
@@ -167,6 +170,7 @@ impl Endpoint {
                 ended: None,
                 local: None,
                 peer: None,
+                user_timeout: None,
             }),
             changed: Condvar::new(),
             notice_fd,
@@ -237,21 +241,27 @@ impl Endpoint {
     }
 
     /// Bounds how long data sent on the connection may stay unacknowledged before TCP gives
-    /// up on the peer (`TCP_USER_TIMEOUT`; `None`: the system's default, about 15 minutes of
-    /// retransmissions). When it fires, the connection ends with [`Notice::Lost`]. Applies
-    /// to the connection now up; without one it does nothing.
+    /// up on the peer (`TCP_USER_TIMEOUT`, in whole milliseconds, at most `i32::MAX` of
+    /// them; `None`: the system's default, about 15 minutes of retransmissions). When it
+    /// fires, the connection ends with [`Notice::Lost`]. Applies to the connection now up,
+    /// and is remembered for the one a later [`connect`](super::connect) or
+    /// [`UiwarpRequest::accept`](super::UiwarpRequest::accept) makes.
     pub fn set_tcp_user_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
-        match &self.lock().link {
-            Some(link) => link.set_user_timeout(timeout),
-            None => Ok(()),
+        let mut st = self.lock();
+        if let Some(link) = &st.link {
+            link.set_user_timeout(timeout)?;
         }
+        st.user_timeout = timeout;
+        Ok(())
     }
 
-    /// The connection's `TCP_USER_TIMEOUT` (`None`: the system's default, or no connection).
+    /// The connection's `TCP_USER_TIMEOUT` (`None`: the system's default); without a
+    /// connection, the one [`Endpoint::set_tcp_user_timeout`] remembers for it.
     pub fn tcp_user_timeout(&self) -> std::io::Result<Option<Duration>> {
-        match &self.lock().link {
+        let st = self.lock();
+        match &st.link {
             Some(link) => link.user_timeout(),
-            None => Ok(None),
+            None => Ok(st.user_timeout),
         }
     }
 

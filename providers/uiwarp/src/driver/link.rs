@@ -326,9 +326,9 @@ impl Link {
         }
     }
 
-    /// Sets the socket's `TCP_USER_TIMEOUT` (`None`: the system's default).
+    /// Sets the socket's `TCP_USER_TIMEOUT` (see [`set_user_timeout`]).
     pub(crate) fn set_user_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        socket2::SockRef::from(&self.socket).set_tcp_user_timeout(timeout)
+        set_user_timeout(&self.socket, timeout)
     }
 
     /// The socket's `TCP_USER_TIMEOUT` (`None`: the system's default).
@@ -343,6 +343,17 @@ impl Link {
         }
         engine.remove(self.token);
     }
+}
+
+/// Sets a TCP socket's `TCP_USER_TIMEOUT` (`None`: the system's default). Longer than
+/// `i32::MAX` milliseconds (24.8 days) is cut to that: Linux takes the value as an `int` and
+/// refuses a negative one.
+pub(crate) fn set_user_timeout(
+    socket: &impl std::os::fd::AsFd,
+    timeout: Option<Duration>,
+) -> io::Result<()> {
+    let max = Duration::from_millis(i32::MAX as u64);
+    socket2::SockRef::from(socket).set_tcp_user_timeout(timeout.map(|t| t.min(max)))
 }
 
 /// One writev of up to `N` of `out`'s pieces.
