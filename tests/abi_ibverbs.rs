@@ -62,8 +62,92 @@ fn checks() -> Checks {
         VerbsContext,
         "struct verbs_context",
         query_port,
+        query_device_ex,
         sz,
         context
+    );
+    layout!(
+        c,
+        IbvDeviceAttrEx,
+        "struct ibv_device_attr_ex",
+        orig_attr,
+        comp_mask,
+        odp_caps,
+        completion_timestamp_mask,
+        hca_core_clock,
+        device_cap_flags_ex,
+        tso_caps,
+        rss_caps,
+        max_wq_type_rq,
+        packet_pacing_caps,
+        raw_packet_caps,
+        tm_caps,
+        cq_mod_caps,
+        max_dm_size,
+        pci_atomic_caps,
+        xrc_odp_caps,
+        phys_port_cnt_ex
+    );
+    layout!(c, IbvOdpCaps, "struct ibv_odp_caps", general_caps);
+    for (field, rust) in [
+        ("rc_odp_caps", offset_of!(IbvOdpCaps, rc_odp_caps)),
+        ("uc_odp_caps", offset_of!(IbvOdpCaps, uc_odp_caps)),
+        ("ud_odp_caps", offset_of!(IbvOdpCaps, ud_odp_caps)),
+    ] {
+        c.add(
+            format!("offsetof(struct ibv_odp_caps, per_transport_caps.{field})"),
+            rust,
+        );
+    }
+    layout!(
+        c,
+        IbvTsoCaps,
+        "struct ibv_tso_caps",
+        max_tso,
+        supported_qpts
+    );
+    layout!(
+        c,
+        IbvRssCaps,
+        "struct ibv_rss_caps",
+        supported_qpts,
+        max_rwq_indirection_tables,
+        max_rwq_indirection_table_size,
+        rx_hash_fields_mask,
+        rx_hash_function
+    );
+    layout!(
+        c,
+        IbvPacketPacingCaps,
+        "struct ibv_packet_pacing_caps",
+        qp_rate_limit_min,
+        qp_rate_limit_max,
+        supported_qpts
+    );
+    layout!(
+        c,
+        IbvTmCaps,
+        "struct ibv_tm_caps",
+        max_rndv_hdr_size,
+        max_num_tags,
+        flags,
+        max_ops,
+        max_sge
+    );
+    layout!(
+        c,
+        IbvCqModerationCaps,
+        "struct ibv_cq_moderation_caps",
+        max_cq_count,
+        max_cq_period
+    );
+    layout!(
+        c,
+        IbvPciAtomicCaps,
+        "struct ibv_pci_atomic_caps",
+        fetch_add,
+        swap,
+        compare_swap
     );
     c.add(
         "offsetof(struct verbs_context, _ABI_placeholder3)",

@@ -1,10 +1,9 @@
 //! The block `ibv_devinfo -v` prints from `ibv_query_device_ex` (rdma-core v44's format),
 //! between `local_ca_ack_delay` and `num_comp_vectors`.
-//!
-//! TSO and packet pacing: only mlx5's provider data reports them, so for every device here
-//! they are zero, and print as rdma-core prints zero.
 
-use rdmasock::verbs::{CqModerationCaps, ExtendedDeviceAttributes, RssCaps, TagMatchingCaps};
+use rdmasock::verbs::{
+    CqModerationCaps, ExtendedDeviceAttributes, PacketPacingCaps, RssCaps, TagMatchingCaps, TsoCaps,
+};
 use std::fmt::Write as _;
 
 /// `IBV_ODP_SUPPORT`, `IBV_ODP_SUPPORT_IMPLICIT`.
@@ -78,15 +77,10 @@ pub fn print(out: &mut String, e: &ExtendedDeviceAttributes) {
     );
     let upper = e.device_cap_flags_ex & 0xffff_ffff_0000_0000;
     named_bits(out, upper, &DEVICE_FLAGS_EX);
-    // TSO: zero (see the module docs).
-    let _ = writeln!(out, "\ttso_caps:");
-    let _ = writeln!(out, "\t\tmax_tso:\t\t\t0");
+    tso(out, &e.tso_caps);
     rss(out, &e.rss_caps);
     let _ = writeln!(out, "\tmax_wq_type_rq:\t\t\t{}", e.max_wq_type_rq);
-    // Packet pacing: zero (see the module docs).
-    let _ = writeln!(out, "\tpacket_pacing_caps:");
-    let _ = writeln!(out, "\t\tqp_rate_limit_min:\t0kbps");
-    let _ = writeln!(out, "\t\tqp_rate_limit_max:\t0kbps");
+    packet_pacing(out, &e.packet_pacing_caps);
     tag_matching(out, &e.tm_caps);
     cq_moderation(out, &e.cq_mod_caps);
     if e.max_dm_size != 0 {
@@ -131,7 +125,7 @@ fn odp(out: &mut String, e: &ExtendedDeviceAttributes) {
     }
 }
 
-/// The `supported_qp:` list of an RSS, TSO or pacing mask.
+/// The `supported_qp:` list of a TSO, RSS or pacing mask.
 fn supported_qpts(out: &mut String, qpts: u32) {
     let _ = writeln!(out, "\t\tsupported_qp:");
     let names = [
@@ -139,6 +133,23 @@ fn supported_qpts(out: &mut String, qpts: u32) {
         (1u64 << QPT_UD, "SUPPORT_UD"),
     ];
     named_bits(out, qpts.into(), &names);
+}
+
+fn tso(out: &mut String, t: &TsoCaps) {
+    let _ = writeln!(out, "\ttso_caps:");
+    let _ = writeln!(out, "\t\tmax_tso:\t\t\t{}", t.max_tso as i32);
+    if t.max_tso != 0 {
+        supported_qpts(out, t.supported_qpts);
+    }
+}
+
+fn packet_pacing(out: &mut String, p: &PacketPacingCaps) {
+    let _ = writeln!(out, "\tpacket_pacing_caps:");
+    let _ = writeln!(out, "\t\tqp_rate_limit_min:\t{}kbps", p.qp_rate_limit_min);
+    let _ = writeln!(out, "\t\tqp_rate_limit_max:\t{}kbps", p.qp_rate_limit_max);
+    if p.qp_rate_limit_max != 0 {
+        supported_qpts(out, p.supported_qpts);
+    }
 }
 
 fn rss(out: &mut String, r: &RssCaps) {
@@ -224,6 +235,15 @@ mod tests {
         e.device_cap_flags_ex = 0x1_0000_0000 | 1 << 34 | 0x1234;
         e.raw_packet_caps = 1 << 2;
         e.rss_caps.supported_qpts = 1 << QPT_UD;
+        e.tso_caps = TsoCaps {
+            max_tso: 262_144,
+            supported_qpts: 1 << QPT_RAW_PACKET,
+        };
+        e.packet_pacing_caps = PacketPacingCaps {
+            qp_rate_limit_min: 1,
+            qp_rate_limit_max: 100_000_000,
+            supported_qpts: 1 << QPT_RAW_PACKET | 1 << 2,
+        };
         e.cq_mod_caps = CqModerationCaps {
             max_cq_count: 65535,
             max_cq_period: 4095,
@@ -237,6 +257,9 @@ mod tests {
             "\tdevice_cap_flags_ex:\t\t0x500001234\n\t\t\t\t\tRAW_SCATTER_FCS\n\
              \t\t\t\t\tUnknown flags: 0x100000000\n",
             "\t\tsupported_qp:\n\t\t\t\t\tSUPPORT_UD\n",
+            "\ttso_caps:\n\t\tmax_tso:\t\t\t262144\n\t\tsupported_qp:\n\t\t\t\t\tSUPPORT_RAW_PACKET\n",
+            "\t\tqp_rate_limit_max:\t100000000kbps\n\t\tsupported_qp:\n\
+             \t\t\t\t\tSUPPORT_RAW_PACKET\n\t\t\t\t\tUnknown flags: 0x4\n",
             "\n\tcq moderation caps:\n\t\tmax_cq_count:\t65535\n\t\tmax_cq_period:\t4095 us\n\n",
         ] {
             assert!(out.contains(line), "{line:?} not in\n{out}");

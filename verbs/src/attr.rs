@@ -57,9 +57,10 @@ pub struct DeviceAttributes {
     pub extended: ExtendedDeviceAttributes,
 }
 
-/// The kernel-reported part of `struct ibv_device_attr_ex` beyond `ibv_device_attr`
-/// (EX_QUERY_DEVICE). Field names follow rdma-core's. TSO and packet-pacing capabilities
-/// are not here: only mlx5's provider data reports them.
+/// What `struct ibv_device_attr_ex` adds to `ibv_device_attr` (EX_QUERY_DEVICE, or the
+/// provider's `query_device_ex` through the rdma-core bridge). Field names follow
+/// rdma-core's. TSO and packet pacing come only from a provider's own data (mlx5), so the
+/// kernel providers leave them zero.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[allow(missing_docs)]
 pub struct ExtendedDeviceAttributes {
@@ -69,8 +70,10 @@ pub struct ExtendedDeviceAttributes {
     pub hca_core_clock: u64,
     /// The full 64-bit `IB_UVERBS_DEVICE_*` mask (the low 32 bits are `device_cap_flags`).
     pub device_cap_flags_ex: u64,
+    pub tso_caps: TsoCaps,
     pub rss_caps: RssCaps,
     pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: PacketPacingCaps,
     pub raw_packet_caps: u32,
     pub tm_caps: TagMatchingCaps,
     pub cq_mod_caps: CqModerationCaps,
@@ -88,6 +91,25 @@ pub struct OdpCaps {
     pub rc_odp_caps: u32,
     pub uc_odp_caps: u32,
     pub ud_odp_caps: u32,
+}
+
+/// TCP segmentation offload (`struct ibv_tso_caps`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct TsoCaps {
+    pub max_tso: u32,
+    /// Bit n: QP type n.
+    pub supported_qpts: u32,
+}
+
+/// Per-QP rate limits (`struct ibv_packet_pacing_caps`), in kbps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct PacketPacingCaps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    /// Bit n: QP type n.
+    pub supported_qpts: u32,
 }
 
 /// Receive-side scaling (`struct ibv_rss_caps`).

@@ -32,8 +32,8 @@ pub mod wc;
 pub mod wr;
 
 pub use attr::{
-    CqModerationCaps, DeviceAttributes, ExtendedDeviceAttributes, OdpCaps, PortAttributes, RssCaps,
-    TagMatchingCaps,
+    CqModerationCaps, DeviceAttributes, ExtendedDeviceAttributes, OdpCaps, PacketPacingCaps,
+    PortAttributes, RssCaps, TagMatchingCaps, TsoCaps,
 };
 pub use device::{
     DeviceInfo, DeviceList, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport,

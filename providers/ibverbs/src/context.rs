@@ -2,7 +2,7 @@
 //! memory regions and completion channels.
 #![forbid(unsafe_code)]
 
-use crate::convert::{device_attributes, port_attributes, WcFlagsEncoding};
+use crate::convert::{device_attributes_ex, port_attributes, WcFlagsEncoding};
 use crate::cq::{BridgeChannel, BridgeCq};
 use crate::error::{load_error, not_listed, verb_error, Selection};
 use crate::qp::BridgeQp;
@@ -114,9 +114,9 @@ impl ContextOps for BridgeContext {
         let a = self
             .inner
             .raw
-            .query_device()
-            .map_err(|e| self.error("ibv_query_device", e))?;
-        Ok(device_attributes(&a))
+            .query_device_ex()
+            .map_err(|e| self.error("ibv_query_device_ex", e))?;
+        Ok(device_attributes_ex(&a))
     }
 
     fn query_port(&self, port: u8) -> Result<PortAttributes> {

@@ -4,13 +4,14 @@
 #![forbid(unsafe_code)]
 
 use crate::sys::abi::{
-    IbvAhAttr, IbvDeviceAttr, IbvGid, IbvGlobalRoute, IbvPortAttr, IbvQpAttr, IbvQpCap, IbvSendWr,
-    IbvWc, IbvWr,
+    IbvAhAttr, IbvDeviceAttr, IbvDeviceAttrEx, IbvGid, IbvGlobalRoute, IbvPortAttr, IbvQpAttr,
+    IbvQpCap, IbvSendWr, IbvWc, IbvWr,
 };
 use rdmasock_verbs::qp_attr::{AddressVector, GlobalRoute};
 use rdmasock_verbs::{
-    AccessFlags, DeviceAttributes, Gid, Mtu, PortAttributes, PortState, Psn, QpAttributes,
-    QpCapabilities, QpNumber, QpState, SendOp, SendRequest, WcFlags, WorkCompletion,
+    AccessFlags, CqModerationCaps, DeviceAttributes, ExtendedDeviceAttributes, Gid, Mtu, OdpCaps,
+    PacketPacingCaps, PortAttributes, PortState, Psn, QpAttributes, QpCapabilities, QpNumber,
+    QpState, RssCaps, SendOp, SendRequest, TagMatchingCaps, TsoCaps, WcFlags, WorkCompletion,
 };
 
 /// libibverbs' `IBV_WC_IP_CSUM_OK` (the kernel's bit 3).
@@ -167,9 +168,56 @@ pub fn device_attributes(a: &IbvDeviceAttr) -> DeviceAttributes {
         max_pkeys: a.max_pkeys,
         local_ca_ack_delay: a.local_ca_ack_delay,
         phys_port_cnt: a.phys_port_cnt,
-        // ibv_query_device_ex is an inline function of verbs.h that reads libibverbs' private
-        // context layout, not a symbol the bridge can look up: no extended attributes.
         extended: Default::default(),
+    }
+}
+
+/// `ibv_query_device_ex`'s answer.
+pub fn device_attributes_ex(a: &IbvDeviceAttrEx) -> DeviceAttributes {
+    DeviceAttributes {
+        extended: ExtendedDeviceAttributes {
+            odp_caps: OdpCaps {
+                general_caps: a.odp_caps.general_caps,
+                rc_odp_caps: a.odp_caps.rc_odp_caps,
+                uc_odp_caps: a.odp_caps.uc_odp_caps,
+                ud_odp_caps: a.odp_caps.ud_odp_caps,
+            },
+            completion_timestamp_mask: a.completion_timestamp_mask,
+            hca_core_clock: a.hca_core_clock,
+            device_cap_flags_ex: a.device_cap_flags_ex,
+            tso_caps: TsoCaps {
+                max_tso: a.tso_caps.max_tso,
+                supported_qpts: a.tso_caps.supported_qpts,
+            },
+            rss_caps: RssCaps {
+                supported_qpts: a.rss_caps.supported_qpts,
+                max_rwq_indirection_tables: a.rss_caps.max_rwq_indirection_tables,
+                max_rwq_indirection_table_size: a.rss_caps.max_rwq_indirection_table_size,
+                rx_hash_function: a.rss_caps.rx_hash_function.into(),
+                rx_hash_fields_mask: a.rss_caps.rx_hash_fields_mask,
+            },
+            max_wq_type_rq: a.max_wq_type_rq,
+            packet_pacing_caps: PacketPacingCaps {
+                qp_rate_limit_min: a.packet_pacing_caps.qp_rate_limit_min,
+                qp_rate_limit_max: a.packet_pacing_caps.qp_rate_limit_max,
+                supported_qpts: a.packet_pacing_caps.supported_qpts,
+            },
+            raw_packet_caps: a.raw_packet_caps,
+            tm_caps: TagMatchingCaps {
+                max_rndv_hdr_size: a.tm_caps.max_rndv_hdr_size,
+                max_num_tags: a.tm_caps.max_num_tags,
+                flags: a.tm_caps.flags,
+                max_ops: a.tm_caps.max_ops,
+                max_sge: a.tm_caps.max_sge,
+            },
+            cq_mod_caps: CqModerationCaps {
+                max_cq_count: a.cq_mod_caps.max_cq_count,
+                max_cq_period: a.cq_mod_caps.max_cq_period,
+            },
+            max_dm_size: a.max_dm_size,
+            xrc_odp_caps: a.xrc_odp_caps,
+        },
+        ..device_attributes(&a.orig_attr)
     }
 }
 

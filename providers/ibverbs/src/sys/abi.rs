@@ -51,16 +51,112 @@ pub struct IbvContext {
 pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 
 /// `struct verbs_context`: the extended context that embeds [`IbvContext`] as its last
-/// field. Only `query_port` (what the inline `ibv_query_port` prefers) and `sz` are used.
+/// field. Only `query_port` and `query_device_ex` (what the inline `ibv_query_port` and
+/// `ibv_query_device_ex` call) and `sz` are used.
 #[repr(C)]
 pub struct VerbsContext {
     pub query_port:
         Option<unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr, usize) -> c_int>,
-    /// `advise_mr` .. `close_xrcd`: 36 function pointers and `priv`.
-    pub _ops: [*const c_void; 37],
+    /// `advise_mr` .. `priv`: 25 function pointers and a pointer.
+    pub _ops_a: [*const c_void; 26],
+    /// `(context, input, attr, attr_size)`; `input` may be null.
+    pub query_device_ex: Option<
+        unsafe extern "C" fn(*mut IbvContext, *const c_void, *mut IbvDeviceAttrEx, usize) -> c_int,
+    >,
+    /// `ibv_destroy_flow` .. `close_xrcd`: 10 function pointers.
+    pub _ops_b: [*const c_void; 10],
     pub _abi_placeholder3: u64,
     pub sz: usize,
     pub context: IbvContext,
+}
+
+/// `struct ibv_device_attr_ex` (rdma-core v44; newer versions only append).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvDeviceAttrEx {
+    pub orig_attr: IbvDeviceAttr,
+    pub comp_mask: u32,
+    pub odp_caps: IbvOdpCaps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: IbvTsoCaps,
+    pub rss_caps: IbvRssCaps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: IbvPacketPacingCaps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: IbvTmCaps,
+    pub cq_mod_caps: IbvCqModerationCaps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: IbvPciAtomicCaps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
+/// `struct ibv_odp_caps` (its `per_transport_caps` struct flattened: same layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvOdpCaps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_tso_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvTsoCaps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_rss_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvRssCaps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+/// `struct ibv_packet_pacing_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvPacketPacingCaps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_tm_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvTmCaps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+/// `struct ibv_cq_moderation_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvCqModerationCaps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+/// `struct ibv_pci_atomic_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvPciAtomicCaps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
 }
 
 /// `struct ibv_device_attr`.
@@ -435,6 +531,9 @@ mod tests {
         assert_eq!(offset_of!(IbvContextOps, post_send), 200);
         assert_eq!(offset_of!(IbvContextOps, post_recv), 208);
         assert_eq!(size_of::<IbvContext>(), 328);
+        assert_eq!(offset_of!(VerbsContext, query_device_ex), 216);
+        assert_eq!(size_of::<IbvDeviceAttrEx>(), 400);
+        assert_eq!(offset_of!(IbvDeviceAttrEx, xrc_odp_caps), 392);
         assert_eq!(offset_of!(VerbsContext, sz), 312);
         assert_eq!(offset_of!(VerbsContext, context), 320);
         assert_eq!(size_of::<IbvGid>(), 16);

@@ -98,34 +98,77 @@ impl RawContext {
         Ok(attr)
     }
 
+    /// The extended context around this one, when it has one (verbs.h's `verbs_get_ctx`),
+    /// and its `sz`.
+    fn verbs_context(&self) -> Option<*const VerbsContext> {
+        let ctx = self.raw();
+        // SAFETY: plain field of a live context.
+        let extended = unsafe { (*ctx).abi_compat } as usize == VERBS_ABI_IS_EXTENDED;
+        let offset = std::mem::offset_of!(VerbsContext, context);
+        // SAFETY: an extended context is the last field of a verbs_context (verbs.h's
+        // verbs_get_ctx), so the struct starts `offset` bytes before it, in the same
+        // allocation; callers read only the fields `sz` says exist.
+        extended.then(|| unsafe { (ctx as *mut u8).sub(offset) as *const VerbsContext })
+    }
+
+    /// `ibv_query_device_ex` as verbs.h's inline does it: the extended context's
+    /// `query_device_ex` when `sz` says the context has it (`verbs_get_ctx_op`) and the
+    /// provider implements it, else (or when it answers EOPNOTSUPP or ENOSYS) `ibv_query_device`
+    /// with the extended fields zero.
+    pub fn query_device_ex(&self) -> io::Result<IbvDeviceAttrEx> {
+        // SAFETY: IbvDeviceAttrEx is plain data; zeroed is valid.
+        let mut attr: IbvDeviceAttrEx = unsafe { std::mem::zeroed() };
+        let needed = std::mem::size_of::<VerbsContext>()
+            - std::mem::offset_of!(VerbsContext, query_device_ex);
+        // SAFETY: `sz` says how much of the verbs_context precedes the context's end
+        // (verbs_get_ctx_op); the op is read only when sz covers it.
+        let op = self.verbs_context().and_then(|v| unsafe {
+            if (*v).sz >= needed {
+                (*v).query_device_ex
+            } else {
+                None
+            }
+        });
+        if let Some(op) = op {
+            // SAFETY: the provider's query_device_ex, given a live context, no input, and a
+            // writable struct of the size passed (it writes at most that many bytes).
+            let rc = unsafe {
+                op(
+                    self.raw(),
+                    std::ptr::null(),
+                    &mut attr,
+                    std::mem::size_of::<IbvDeviceAttrEx>(),
+                )
+            };
+            if rc.abs() != libc::EOPNOTSUPP && rc.abs() != libc::ENOSYS {
+                return check(rc).map(|()| attr);
+            }
+        }
+        attr.orig_attr = self.query_device()?;
+        Ok(attr)
+    }
+
     /// `ibv_query_port` as verbs.h's inline does it: the extended context's `query_port`
     /// with the struct size when the context has one, else the exported compat function.
     pub fn query_port(&self, port: u8) -> io::Result<IbvPortAttr> {
         let mut attr = IbvPortAttr::default();
         let ctx = self.raw();
-        // SAFETY: plain field of a live context.
-        let extended = unsafe { (*ctx).abi_compat } as usize == VERBS_ABI_IS_EXTENDED;
-        if extended {
-            let offset = std::mem::offset_of!(VerbsContext, context);
-            // SAFETY: an extended context is the last field of a verbs_context (verbs.h's
-            // verbs_get_ctx); `sz` says how much of it precedes the context, and query_port,
-            // the first field, exists when sz covers the whole struct (verbs_get_ctx_op).
-            let query_port = unsafe {
-                let vctx = (ctx as *mut u8).sub(offset) as *const VerbsContext;
-                if (*vctx).sz >= std::mem::size_of::<VerbsContext>() {
-                    (*vctx).query_port
-                } else {
-                    None
-                }
-            };
-            if let Some(query_port) = query_port {
-                // SAFETY: the provider's query_port, given a live context and a writable
-                // struct of the size passed.
-                return check(unsafe {
-                    query_port(ctx, port, &mut attr, std::mem::size_of::<IbvPortAttr>())
-                })
-                .map(|()| attr);
+        // SAFETY: query_port, the first field, exists when sz covers the whole struct
+        // (verbs_get_ctx_op).
+        let op = self.verbs_context().and_then(|v| unsafe {
+            if (*v).sz >= std::mem::size_of::<VerbsContext>() {
+                (*v).query_port
+            } else {
+                None
             }
+        });
+        if let Some(query_port) = op {
+            // SAFETY: the provider's query_port, given a live context and a writable
+            // struct of the size passed.
+            return check(unsafe {
+                query_port(ctx, port, &mut attr, std::mem::size_of::<IbvPortAttr>())
+            })
+            .map(|()| attr);
         }
         // SAFETY: the compat function writes a prefix of ibv_port_attr; the rest stays zero.
         check(unsafe { (self.lib.query_port)(ctx, port, &mut attr) })?;
