@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 const ODP_GENERAL: [(u64, &str); 2] = [(1, "ODP_SUPPORT"), (1 << 1, "ODP_SUPPORT_IMPLICIT")];
 
 /// `IBV_ODP_SUPPORT_{SEND,RECV,WRITE,READ,ATOMIC,SRQ_RECV}`.
-const ODP_TRANSPORT: [(u32, &str); 6] = [
+const ODP_TRANSPORT: [(u64, &str); 6] = [
     (1, "SUPPORT_SEND"),
     (1 << 1, "SUPPORT_RECV"),
     (1 << 2, "SUPPORT_WRITE"),
@@ -36,6 +36,12 @@ const RAW_PACKET: [(u32, &str); 4] = [
 /// `IBV_QPT_UD`, `IBV_QPT_RAW_PACKET`: the QP types of the `supported_qpts` masks.
 const QPT_UD: u32 = 4;
 const QPT_RAW_PACKET: u32 = 8;
+
+/// The named bits of a `supported_qpts` mask, in rdma-core's order.
+const SUPPORTED_QPTS: [(u64, &str); 2] = [
+    (1 << QPT_RAW_PACKET, "SUPPORT_RAW_PACKET"),
+    (1 << QPT_UD, "SUPPORT_UD"),
+];
 
 /// `IBV_TM_CAP_RC`.
 const TM_CAP_RC: u32 = 1;
@@ -119,8 +125,7 @@ fn odp(out: &mut String, e: &ExtendedDeviceAttributes) {
         if caps == 0 {
             cap(out, "NO SUPPORT");
         } else {
-            let names = ODP_TRANSPORT.map(|(bit, n)| (u64::from(bit), n));
-            named_bits(out, caps.into(), &names);
+            named_bits(out, caps.into(), &ODP_TRANSPORT);
         }
     }
 }
@@ -128,11 +133,7 @@ fn odp(out: &mut String, e: &ExtendedDeviceAttributes) {
 /// The `supported_qp:` list of a TSO, RSS or pacing mask.
 fn supported_qpts(out: &mut String, qpts: u32) {
     let _ = writeln!(out, "\t\tsupported_qp:");
-    let names = [
-        (1u64 << QPT_RAW_PACKET, "SUPPORT_RAW_PACKET"),
-        (1u64 << QPT_UD, "SUPPORT_UD"),
-    ];
-    named_bits(out, qpts.into(), &names);
+    named_bits(out, qpts.into(), &SUPPORTED_QPTS);
 }
 
 fn tso(out: &mut String, t: &TsoCaps) {

@@ -46,7 +46,10 @@ impl Shared {
     pub(crate) fn new(conn: Connection) -> io::Result<Shared> {
         let cq_channel = conn.res.cq_channel.clone();
         let endpoint = conn.endpoint.clone();
-        endpoint.set_liveness_timeout(super::options::liveness_timeout(conn.opts.keepalive))?;
+        // Without a keepalive the transport's default stands: nothing to set.
+        if let Some(t) = super::options::liveness_timeout(conn.opts.keepalive) {
+            endpoint.set_liveness_timeout(Some(t))?;
+        }
         let waker = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(io::Error::from)?;
         Ok(Shared {

@@ -7,7 +7,6 @@ mod loopback;
 
 use loopback::*;
 use rdmasock_uiwarp::driver::endpoint;
-use rdmasock_uiwarp::{connect, UiwarpListener};
 use std::time::Duration;
 
 #[test]
@@ -36,29 +35,13 @@ fn the_tcp_user_timeout_is_set_and_cleared_on_the_connection() {
 
 #[test]
 fn a_tcp_user_timeout_set_before_the_connection_applies_to_it() {
-    let ctx = context();
-    let (a, b) = (
-        Side::new(&ctx, caps(), false),
-        Side::new(&ctx, caps(), false),
-    );
-    init(&a.qp);
-    init(&b.qp);
+    let (a, b) = sides(caps(), false);
     let (ea, eb) = (endpoint(&a.qp).unwrap(), endpoint(&b.qp).unwrap());
     let (ta, tb) = (Duration::from_millis(2000), Duration::from_millis(3000));
     ea.set_tcp_user_timeout(Some(ta)).unwrap();
     eb.set_tcp_user_timeout(Some(tb)).unwrap();
     assert_eq!(ea.tcp_user_timeout().unwrap(), Some(ta), "remembered");
-    let listener = UiwarpListener::bind("127.0.0.1:0".parse().unwrap(), 8).unwrap();
-    let addr = listener.local_addr();
-    std::thread::scope(|s| {
-        let bq = &b.qp;
-        let server = s.spawn(move || {
-            let req = listener.get_request(Some(TIMEOUT)).unwrap();
-            req.accept(bq, b"", TIMEOUT).unwrap();
-        });
-        connect(&a.qp, addr, b"", TIMEOUT).unwrap();
-        server.join().unwrap();
-    });
+    let _pair = connect_sides(a, b);
     assert_eq!(
         ea.tcp_user_timeout().unwrap(),
         Some(ta),

@@ -100,14 +100,25 @@ pub fn init(qp: &QueuePair) {
 }
 
 pub fn pair_with(caps: QpCapabilities, sig_all: bool, recvs_b: &[(u64, usize, usize)]) -> Pair {
+    let (a, b) = sides(caps, sig_all);
+    for &(id, at, len) in recvs_b {
+        b.post_recv(id, &[(at, len)]);
+    }
+    connect_sides(a, b)
+}
+
+/// Two sides on one context, their QPs in INIT, not connected.
+pub fn sides(caps: QpCapabilities, sig_all: bool) -> (Side, Side) {
     let ctx = context();
     let a = Side::new(&ctx, caps, sig_all);
     let b = Side::new(&ctx, caps, sig_all);
     init(&a.qp);
     init(&b.qp);
-    for &(id, at, len) in recvs_b {
-        b.post_recv(id, &[(at, len)]);
-    }
+    (a, b)
+}
+
+/// Connects `a` to `b` over loopback TCP (b accepts), checking both reach RTS.
+pub fn connect_sides(a: Side, b: Side) -> Pair {
     let listener = UiwarpListener::bind("127.0.0.1:0".parse().unwrap(), 8).unwrap();
     let addr = listener.local_addr();
     std::thread::scope(|s| {
