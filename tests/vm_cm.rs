@@ -486,9 +486,10 @@ fn rxe_queue_pairs_retry_a_finite_number_of_times() {
 
 /// Every error event a connect or resolve can meet becomes the error it means, naming the
 /// peer's address (ADDR_ERROR, ROUTE_ERROR, UNREACHABLE, CONNECT_ERROR, REJECTED both ways,
-/// DEVICE_REMOVAL) or the event that came instead of the one awaited. UNREACHABLE and
-/// CONNECT_ERROR need a peer CM that stays silent or fails, which one VM cannot stage;
-/// the others also arrive for real in other tests (vm_socket, vm_device_removal).
+/// DEVICE_REMOVAL) or the event that came instead of the one awaited. All but ROUTE_ERROR
+/// also arrive for real elsewhere: UNREACHABLE, CONNECT_ERROR and an iWARP REJECTED from
+/// TCP services that are not RDMA listeners on siw0 (vm_siw_services), the others in
+/// vm_socket and vm_device_removal.
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn error_events_become_errors_naming_the_address() {
@@ -517,7 +518,7 @@ fn error_events_become_errors_naming_the_address() {
         ),
         (
             CmEvent::ConnectError { status: -22 },
-            std::io::ErrorKind::InvalidInput,
+            std::io::ErrorKind::ConnectionAborted,
             "connect",
         ),
         (

@@ -110,8 +110,8 @@ pub enum Error {
     /// Nobody listens at the address (REJECTED with "invalid service ID" on IB/RoCE,
     /// ECONNREFUSED on iWARP).
     #[error(
-        "connection to {addr} refused: nothing listens on port {port} there ({reason}). Start \
-         the server first, or check the port", port = addr.port()
+        "connection to {addr} refused: nothing listens on port {port} there (REJECTED: \
+         {reason}). Start the server first, or check the port", port = addr.port()
     )]
     ConnectionRefused {
         /// The address.
@@ -122,7 +122,7 @@ pub enum Error {
 
     /// The peer's application rejected the connection (REJECTED for another reason).
     #[error(
-        "connection to {addr} rejected by the peer ({reason}); {}",
+        "connection to {addr} rejected by the peer (REJECTED: {reason}); {}",
         describe_private_data(private_data)
     )]
     Rejected {
@@ -136,8 +136,10 @@ pub enum Error {
 
     /// The connection request or reply got no answer (UNREACHABLE).
     #[error(
-        "{addr} unreachable: the connection request got no answer ({source}). Is the peer \
-         up, its RDMA device active, and RoCE (UDP 4791) or iWARP traffic allowed between us?"
+        "{addr} unreachable: the connection request got no answer (UNREACHABLE: {source}). \
+         Is the peer up, its RDMA device active, and RoCE (UDP 4791) or iWARP traffic allowed \
+         between us? On iWARP a TCP service that is not an RDMA listener and stays silent \
+         looks the same: check the port"
     )]
     Unreachable {
         /// The address.
@@ -147,8 +149,13 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// Connection establishment failed (CONNECT_ERROR).
-    #[error("connecting to {addr} failed: {source}")]
+    /// Connection establishment failed (CONNECT_ERROR): on iWARP the peer's answer to the
+    /// MPA request was not an MPA reply (a service that is not an RDMA listener).
+    #[error(
+        "connecting to {addr} failed (CONNECT_ERROR: {source}): the peer answered, but not \
+         as an RDMA listener would (on iWARP its answer was no MPA reply). Check that an RDMA \
+         listener serves that port"
+    )]
     ConnectError {
         /// The address.
         addr: SocketAddr,
@@ -297,6 +304,8 @@ impl From<Error> for io::Error {
                 io::ErrorKind::ConnectionRefused
             }
             Error::Unreachable { .. } | Error::TimedOut { .. } => io::ErrorKind::TimedOut,
+            // As the userspace provider says when its peer does not speak MPA.
+            Error::ConnectError { .. } => io::ErrorKind::ConnectionAborted,
             Error::DeviceRemoved { .. } => io::ErrorKind::NotConnected,
             Error::PrivateDataTooLong { .. } | Error::InvalidArgument(_) => {
                 io::ErrorKind::InvalidInput
@@ -304,7 +313,6 @@ impl From<Error> for io::Error {
             Error::Command { source, .. }
             | Error::AddressResolution { source, .. }
             | Error::RouteResolution { source, .. }
-            | Error::ConnectError { source, .. }
             | Error::Io { source, .. } => source.kind(),
             Error::UnexpectedEvent { .. } => io::ErrorKind::Other,
         };

@@ -143,6 +143,11 @@ impl fmt::Display for RejectReason {
                 };
                 write!(f, "IB CM reject reason {code}, {text}")
             }
+            RejectReason::Errno(libc::ECONNRESET) => write!(
+                f,
+                "iWARP: an MPA reject, or the peer closed the TCP connection ({})",
+                io::Error::from_raw_os_error(libc::ECONNRESET)
+            ),
             RejectReason::Errno(e) => write!(f, "{}", io::Error::from_raw_os_error(e)),
         }
     }
