@@ -6,7 +6,8 @@
 //! CONNECT_ERROR, and one that stays silent as UNREACHABLE when its 10 s MPA timer runs out.
 //! rdma-core's `rping` meets the same services first, as a control: it prints the event it
 //! got, so these tests check that ours names the same event and turns it into the right
-//! error. Each test panics when siw0 is missing.
+//! error. And a listener on siw0 outlives raw TCP clients that are not iWARP initiators.
+//! Each test panics when siw0 is missing.
 //!
 //! A web server's answer is not among them: it crashes Debian 6.1's kernel (see
 //! `known_bug_siw_oops_on_a_reply_announcing_too_much_private_data`, which the suite skips).
@@ -190,4 +191,60 @@ fn known_bug_siw_oops_on_a_reply_announcing_too_much_private_data() {
         "the kernel answered: {err}"
     );
     t.join().expect("the service");
+}
+
+/// The other way round: raw TCP clients that are not iWARP initiators against an
+/// `RdmaListener` on siw0: a web client, one that connects and leaves, one that stalls in
+/// the middle of the MPA key, and an MPA request announcing 65,535 bytes of private data.
+/// siw closes on each that sent something (never a crash: the request side checks the
+/// length before it tells anyone), none reaches `accept`, and a good client is served while
+/// the staller still holds its connection.
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn a_siw_listener_goes_on_after_clients_that_are_not_iwarp() {
+    use rdmasock::RdmaListener;
+    use std::net::TcpStream;
+    let ip = vm_support::device_ip("siw0");
+    let l = RdmaListener::bind_via(&KernelCm, SocketAddr::new(ip, 0), &SocketOptions::default())
+        .expect("bind on siw0's address");
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("the good client after the others");
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).expect("the good client's bytes");
+        s.write_all(&b).expect("echo");
+        b
+    });
+    // Each of these must be closed by siw; what it answered first, if anything.
+    let answer_to = |what: &str, send: &[u8]| {
+        let mut tcp = TcpStream::connect(addr).expect("TCP connect to the listener");
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        tcp.write_all(send).expect("send");
+        let mut answer = Vec::new();
+        let end = tcp.read_to_end(&mut answer);
+        eprintln!(
+            "{what}: {end:?}, answered {:?}",
+            answer.escape_ascii().to_string()
+        );
+        assert!(
+            !matches!(&end, Err(e) if e.kind() == ErrorKind::WouldBlock),
+            "{what}: siw did not close within 30 s"
+        );
+    };
+    answer_to("HTTP", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut oversized = REQUEST_KEY.to_vec();
+    oversized.extend_from_slice(&[0x00, 0x02, 0xff, 0xff]);
+    oversized.extend_from_slice(&[0u8; 64]);
+    answer_to("oversized private data", &oversized);
+    drop(TcpStream::connect(addr).expect("connect and leave"));
+    let mut staller = TcpStream::connect(addr).expect("the staller connects");
+    staller.write_all(&REQUEST_KEY[..10]).unwrap();
+    let mut c = RdmaSocket::connect_via(&KernelCm, addr, &SocketOptions::default())
+        .expect("a good client still gets in");
+    c.write_all(b"ok").unwrap();
+    let mut b = [0u8; 2];
+    c.read_exact(&mut b).expect("the echo");
+    assert_eq!(&b, b"ok");
+    assert_eq!(&server.join().unwrap(), b"ok");
+    drop(staller);
 }
