@@ -63,6 +63,52 @@ fn rejected_hello_and_refused_port_say_why() {
     assert!(text.contains(&addr.to_string()), "{err}");
 }
 
+/// The services that stage the connect failures on the kernel's siw in the VM
+/// (`vm_siw_services.rs`), against the userspace provider: the same kinds of error. An echo
+/// service answers the MPA request with itself (siw: CONNECT_ERROR, ConnectionAborted), and
+/// a silent one lets the connect time out (siw: UNREACHABLE, TimedOut).
+#[test]
+fn echo_and_silent_services_fail_the_connect_as_on_siw() {
+    let tcp = std::net::TcpListener::bind(loopback()).unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let t = thread::spawn(move || {
+        let (mut s, _) = tcp.accept().unwrap();
+        let _ = std::io::copy(&mut s.try_clone().unwrap(), &mut s);
+    });
+    let err = RdmaSocket::connect_via(&UiwarpCm, addr, &SocketOptions::default())
+        .expect_err("an echo service is no iWARP listener");
+    eprintln!("echo: {err}");
+    assert_eq!(err.kind(), ErrorKind::ConnectionAborted, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("the peer sent an MPA request, not a reply"),
+        "{err}"
+    );
+    assert!(text.contains(&addr.to_string()), "{err}");
+    t.join().unwrap();
+
+    let tcp = std::net::TcpListener::bind(loopback()).unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let t = thread::spawn(move || {
+        let (mut s, _) = tcp.accept().unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let err = RdmaSocket::connect_via(&UiwarpCm, addr, &opts)
+        .expect_err("a silent service never answers");
+    let waited = start.elapsed();
+    eprintln!("silent, after {waited:?}: {err}");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(err.to_string().contains("did not answer the MPA request"), "{err}");
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    t.join().unwrap();
+}
+
 /// What a raw TCP client gets back before the listener closes on it (bounded).
 fn answer_to(addr: SocketAddr, send: &[u8]) -> Vec<u8> {
     let mut tcp = std::net::TcpStream::connect(addr).expect("TCP connect to the listener");

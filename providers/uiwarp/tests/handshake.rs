@@ -406,6 +406,33 @@ fn a_peer_that_is_not_mpa_is_quoted_in_the_failure() {
 }
 
 #[test]
+fn a_request_where_a_reply_belongs_is_named_even_when_it_comes_in_pieces() {
+    // An echo service (or another initiator) answers the initiator with an MPA request.
+    let t = RegionTable::new();
+    let mut a = Side::new(Connection::initiator(Config::default(), b"", Instant::now()).unwrap());
+    let request = transmit(&mut a.conn, &t);
+    for piece in request.chunks(5) {
+        a.conn.handle_input(piece, &t);
+    }
+    a.expect_terminate(TerminateCode::LLP_INVALID_REQUEST_REPLY);
+    let reason = a.terminated().expect("terminated").reason.clone();
+    assert!(
+        reason.contains("the peer sent an MPA request, not a reply"),
+        "{reason}"
+    );
+    // And a responder that is sent a reply.
+    let mut b = Side::new(Connection::responder(Config::default(), Instant::now()));
+    b.conn
+        .handle_input(b"MPA ID Rep Frame\x80\x01\x00\x00", &b.table);
+    b.expect_terminate(TerminateCode::LLP_INVALID_REQUEST_REPLY);
+    let reason = b.terminated().expect("terminated").reason.clone();
+    assert!(
+        reason.contains("the peer sent an MPA reply, not a request"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn initiator_checks_the_rtr_choice() {
     let t = RegionTable::new();
     let now = Instant::now();

@@ -31,6 +31,12 @@ pub(crate) struct PendingRequest {
     private_data: Vec<u8>,
 }
 
+/// Why an initiator fails when its peer answers with an MPA request.
+const OTHER_REQUEST: &str = "an MPA request, not a reply: another initiator, or a service \
+    that echoes what it gets, is on that port, not an iWARP listener";
+/// Why a responder fails when its peer opens with an MPA reply.
+const OTHER_REPLY: &str = "an MPA reply, not a request: it acts as a listener, not an initiator";
+
 fn check_private_data(pd: &[u8]) -> Result<(), CoreError> {
     if pd.len() > MAX_USER_PRIVATE_DATA {
         return Err(CoreError::PrivateDataTooLong {
@@ -195,12 +201,25 @@ impl Connection {
         // Judge the key and PD_Length as soon as they are here, before buffering a body.
         let have = rx.len().min(expected.len());
         if rx[..have] != expected[..have] {
-            // Another service on the port is the usual cause: its first words say which.
-            let why = format!(
-                "the peer's first bytes are not an MPA frame key: it sent \"{}\"; is \
-                 something other than an iWARP peer listening there?",
-                rx[..rx.len().min(PREVIEW_LEN)].escape_ascii()
-            );
+            let (other, what) = if self.role == Role::Initiator {
+                (&REQUEST_KEY, OTHER_REQUEST)
+            } else {
+                (&REPLY_KEY, OTHER_REPLY)
+            };
+            let why = if rx[..have] == other[..have] {
+                if have < other.len() {
+                    // Which of the two it is shows in a few more bytes.
+                    return 0;
+                }
+                format!("the peer sent {what}")
+            } else {
+                // Another service on the port is the usual cause: its first words say which.
+                format!(
+                    "the peer's first bytes are not an MPA frame key: it sent \"{}\"; is \
+                     something other than an iWARP peer listening there?",
+                    rx[..rx.len().min(PREVIEW_LEN)].escape_ascii()
+                )
+            };
             self.handshake_failed(&why);
             return 0;
         }

@@ -221,7 +221,11 @@ pub fn connect(
             close_endpoint(&endpoint, &engine);
             Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("iWARP connection to {dst}: no MPA reply within {timeout:?}"),
+                format!(
+                    "iWARP connection to {dst}: no MPA reply within {timeout:?}; the peer took \
+                     the TCP connection but did not answer the MPA request (an overloaded \
+                     listener, or a service there that is not an iWARP listener)"
+                ),
             ))
         }
     }
