@@ -104,7 +104,10 @@ fn echo_and_silent_services_fail_the_connect_as_on_siw() {
     eprintln!("silent, after {waited:?}: {err}");
     assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
-    assert!(err.to_string().contains("did not answer the MPA request"), "{err}");
+    assert!(
+        err.to_string().contains("did not answer the MPA request"),
+        "{err}"
+    );
     assert!(waited >= Duration::from_millis(500), "{waited:?}");
     t.join().unwrap();
 }
