@@ -18,6 +18,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Listens for RDMA stream connections (rsocket peers and rdmasock alike). Clones
 /// ([`try_clone`](Self::try_clone)) share the listening id and its nonblocking mode, so
 /// several threads can accept from one port; the last one dropped stops listening.
+///
+/// On the kernel's siw (soft-iWARP) of Linux 6.1, a TCP client that connects to the port
+/// and closes at once (a port scanner, a TCP health check) can kill the kernel's listener:
+/// later clients are refused and `accept` waits for ever, since the connection manager
+/// reports nothing (a siw bug; rdma-core's listeners die the same way). Keep such clients
+/// off siw ports, or listen on the userspace provider, which is not affected.
 pub struct RdmaListener {
     pub(crate) cm: Arc<dyn CmListener>,
     opts: SocketOptions,
