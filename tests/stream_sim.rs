@@ -597,3 +597,36 @@ fn a_flushed_receive_is_a_reset_that_names_its_cause() {
         }
     }
 }
+
+/// `received_end` is where the peer's next bytes land: past everything received, read or
+/// not, modulo the ring (the socket brings the pages there in ahead of the peer's writes on
+/// devices that pin nothing).
+#[test]
+fn received_end_follows_the_bytes_round_the_ring() {
+    let ring = 8192;
+    let small = || {
+        StreamConfig::builder()
+            .recv_ring(ring)
+            .send_ring(ring)
+            .build()
+            .unwrap()
+    };
+    let mut f = pair(small(), small());
+    assert_eq!(f.sides[1].engine.received_end(), 0);
+    let (mut read, mut wrapped) = (0usize, false);
+    for i in 0..200usize {
+        let n = 1 + (i * 977) % 3000;
+        if f.sides[0].app_write(n).is_ok() {
+            f.pump();
+        }
+        let queued = f.sides[1].engine.readable_bytes();
+        let end = f.sides[1].engine.received_end();
+        assert_eq!(end, (read + queued) % ring, "message {i}");
+        wrapped |= read + queued >= ring;
+        if let Ok(k) = f.sides[1].app_read(queued.min(2500), false) {
+            read += k;
+        }
+        f.pump();
+    }
+    assert!(wrapped, "the test went round the ring");
+}

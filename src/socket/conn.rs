@@ -8,6 +8,7 @@ use super::lend::Lend;
 use super::options::SocketOptions;
 use super::spin::{SpinPolicy, WaitPlan, WaitStats};
 use super::vectored;
+use super::warm::{warm, RingWarmer};
 use crate::stream::{
     CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
     TARGET_LIST_LEN,
@@ -53,6 +54,10 @@ pub(crate) struct Resources {
     /// The largest message posted from the caller's buffer (0: the queue pair does not lend
     /// inline sends; see `lend`).
     pub(crate) lend_limit: usize,
+    /// On a device whose registrations pin nothing, what brings the send and receive rings'
+    /// pages in ahead of use (see `warm`); `None` once a ring is in.
+    send_warm: Option<RingWarmer>,
+    recv_warm: Option<RingWarmer>,
 }
 
 impl Resources {
@@ -66,7 +71,8 @@ impl Resources {
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
         }
-        if context.device().uverbs_path.is_none() {
+        let unpinned = context.device().uverbs_path.is_none();
+        if unpinned {
             // No kernel device: registrations pin nothing (see UNPINNED_RING).
             opts.unpinned_rings();
         }
@@ -110,8 +116,18 @@ impl Resources {
         } else {
             0
         };
+        let (send_warm, recv_warm) = if unpinned {
+            (
+                RingWarmer::new(&send_mr, cfg.send_ring()),
+                RingWarmer::new(&recv_mr, cfg.recv_ring()),
+            )
+        } else {
+            (None, None)
+        };
         Ok(Resources {
             lend_limit,
+            send_warm,
+            recv_warm,
             qp,
             cq,
             send_mr,
@@ -327,6 +343,11 @@ impl Connection {
             }
             progress |= n > 0;
             if n < POLL_BATCH {
+                if progress && self.res.recv_warm.is_some() {
+                    // The next bytes land behind these: bring their pages in.
+                    let end = self.engine.received_end();
+                    warm(&mut self.res.recv_warm, &self.res.recv_mr, end);
+                }
                 return Ok(progress);
             }
         }
@@ -447,8 +468,11 @@ impl Connection {
     /// Copies up to `buf.len()` bytes into the send ring.
     pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
         if !self.lends(buf.len()) {
-            let mr = &self.res.send_mr;
-            return self.engine.write(buf.len(), |s| copy_to_ring(mr, buf, s));
+            let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+            return self.engine.write(buf.len(), |s| {
+                warm(warmer, mr, s.ring_offset + s.len);
+                copy_to_ring(mr, buf, s)
+            });
         }
         // Lend: the ring space is reserved but not written; the messages are posted now,
         // while `buf` is borrowed (see `lend`).
@@ -483,10 +507,12 @@ impl Connection {
             // One buffer after all: the plain write, which may lend it.
             return self.write(only);
         }
-        let mr = &self.res.send_mr;
+        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
         let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        self.engine
-            .write(total, |s| vectored::gather_to_ring(mr, bufs, s))
+        self.engine.write(total, |s| {
+            warm(warmer, mr, s.ring_offset + s.len);
+            vectored::gather_to_ring(mr, bufs, s)
+        })
     }
 
     /// A scattering read into `bufs` in order.

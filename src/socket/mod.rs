@@ -34,6 +34,7 @@ mod spin;
 mod stream;
 mod uiwarp;
 mod vectored;
+mod warm;
 
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};

@@ -177,6 +177,12 @@ impl StreamEngine {
         self.rbuf_queued
     }
 
+    /// The receive ring's offset just past the last byte received: where the peer's next
+    /// bytes land.
+    pub fn received_end(&self) -> usize {
+        (self.rbuf_offset + self.rbuf_queued) % self.cfg.recv_ring
+    }
+
     fn copy_out(
         &mut self,
         len: usize,

@@ -105,6 +105,12 @@ impl MemoryRegion {
         self.memory.write_at(offset, src)
     }
 
+    /// Faults in the pages of `offset..offset+len` ahead of their first write (see
+    /// [`RegisteredMemory::populate`]).
+    pub fn populate(&self, offset: usize, len: usize) -> Result<()> {
+        self.memory.populate(offset, len)
+    }
+
     /// Copies from the region at `offset` into `dst`.
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.memory.read_at(offset, dst)
