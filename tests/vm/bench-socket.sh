@@ -14,7 +14,7 @@
 #         over the userspace provider (RDMASOCK_PROVIDER=uiwarp) on eth1's address (issue #5:
 #         uiwarp against the kernel's siw, same workload), with MPA CRC (uiwarp's default)
 #         and without (RDMASOCK_UIWARP_CRC=0: how siw0 talks to siw0), and with siw0's ring
-#         size (128 KiB; uiwarp's default is 1 MiB, whose pages fault in on the first pass)
+#         size (128 KiB; uiwarp's default is 1 MiB)
 # Latency is one-way (half a round trip, perftest's convention; rstream's usec/xfer is the
 # same), the median of N round trips (default 200) after warm-up: perftest's t_typical and
 # bench_socket's median (TCG's scheduling makes averages swing with a few slow round trips);
@@ -107,13 +107,13 @@ if [ "${1:-}" = --guest ]; then
     record "$dev" "$kind" "$tool" "$size" "$value"
   }
 
-  # ours DEVICE IP [uiwarp|uiwarp-nocrc]: RdmaSocket and TcpStream; with "uiwarp", only
+  # ours DEVICE IP [uiwarp|uiwarp-nocrc|uiwarp-ring128k]: RdmaSocket and TcpStream; with "uiwarp", only
   # RdmaSocket over the userspace provider on the device's netdev (recorded as tool
   # "uiwarp"); "uiwarp-nocrc" the same without MPA CRC (RDMASOCK_UIWARP_CRC=0), the wire
   # mode siw uses between two siw peers (its 6.1 build never asks for CRC); "uiwarp-ring128k"
   # with CRC and 128 KiB rings, the size siw0's RdmaSocket gets (uiwarp's default is 1 MiB,
-  # whose pages are first touched as data flows: 200 round trips of 4 KiB stay within the
-  # first pass, where siw0's pinned rings were faulted in at registration)
+  # whose pages come in as data first flows, a window ahead; siw0's pinned rings were all
+  # faulted in at registration): it tells ring effects from the wire engine's
   ours() {
     local dev=$1 ip=$2 kind out kinds="rdma tcp" provider= crc=1 tool rings=$ring
     case ${3:-} in
@@ -235,20 +235,20 @@ if [ "${1:-}" = --guest ]; then
   # issue #5: the userspace provider against the kernel's siw, same workload, same netdev
   echo
   echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00). siw0 to siw0 runs without MPA CRC; uiwarp asks for it by default, uiwarp-nocrc does not; uiwarp-128k is uiwarp with siw0's ring size (128 KiB, not 1 MiB)"
-  local_row() { printf '%-10s %10s %13s %11s %10s %9s %13s %11s\n' "$@"; }
-  local_row workload uiwarp uiwarp-nocrc uiwarp-128k siw0 ÷siw0 "nocrc÷siw0" "128k÷siw0"
+  siw_row() { printf '%-10s %10s %13s %11s %10s %9s %13s %11s\n' "$@"; }
+  siw_row workload uiwarp uiwarp-nocrc uiwarp-128k siw0 ÷siw0 "nocrc÷siw0" "128k÷siw0"
   for size in $sizes; do
     u=$(value siw0 lat uiwarp "$size") n=$(value siw0 lat uiwarp-nocrc "$size") r=$(value siw0 lat uiwarp-ring128k "$size") k=$(value siw0 lat RdmaSocket "$size")
-    local_row "lat $size" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")" "$(ratio "$r" "$k")"
+    siw_row "lat $size" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")" "$(ratio "$r" "$k")"
   done
   u=$(value siw0 bw uiwarp 65536) n=$(value siw0 bw uiwarp-nocrc 65536) r=$(value siw0 bw uiwarp-ring128k 65536) k=$(value siw0 bw RdmaSocket 65536)
-  local_row "bw 64KiB" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")" "$(ratio "$r" "$k")"
+  siw_row "bw 64KiB" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")" "$(ratio "$r" "$k")"
   if [ "$reps" -gt 1 ]; then
     echo "the same ratios as the median over rounds of each round's ratio:"
     for size in $sizes; do
-      local_row "lat $size" "" "" "" "" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-ring128k RdmaSocket "$size")"
+      siw_row "lat $size" "" "" "" "" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-ring128k RdmaSocket "$size")"
     done
-    local_row "bw 64KiB" "" "" "" "" "$(round_ratio siw0 bw uiwarp RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket 65536)"
+    siw_row "bw 64KiB" "" "" "" "" "$(round_ratio siw0 bw uiwarp RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket 65536)"
   fi
   echo
   echo "raw results (device kind tool size value round):"
