@@ -118,8 +118,8 @@ impl Resources {
         };
         let (send_warm, recv_warm) = if unpinned {
             (
-                RingWarmer::new(&send_mr, cfg.send_ring()),
-                RingWarmer::new(&recv_mr, cfg.recv_ring()),
+                Some(RingWarmer::new(&send_mr, cfg.send_ring())),
+                Some(RingWarmer::new(&recv_mr, cfg.recv_ring())),
             )
         } else {
             (None, None)

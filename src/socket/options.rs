@@ -25,9 +25,9 @@ pub struct SocketOptions {
 /// 128 KiB (bench_uiwarp, 1 MiB streams: 2191-2269 MB/s with 128 KiB rings against
 /// 2716-2780 with 1 MiB, 7 rounds each, same run; 4 KiB streams about the same). Pages come
 /// in only as data flows through them, as TCP's autotuned buffers (up to 4-6 MiB) do: the
-/// socket brings each ring's pages in a window (64-128 KiB) ahead of where bytes go next,
-/// with one `MADV_POPULATE_WRITE` per window, rather than one page fault per page on the
-/// data path.
+/// socket brings each ring's pages in a window ahead of where bytes go next (growing with
+/// use up to 64 KiB), with one `MADV_POPULATE_WRITE` per window, rather than one page fault
+/// per page on the data path.
 pub const UNPINNED_RING: usize = 1 << 20;
 
 impl Default for SocketOptions {

@@ -9,7 +9,7 @@
 //! well under a microsecond, but under QEMU's TCG, where the VM benchmarks run, each costs
 //! tens of microseconds and the first pass ran at 1.7x siw0's one-way time at 4 KiB (0.98x
 //! with 128 KiB rings, which 200 round trips pass several times). So each ring is faulted in
-//! with `MADV_POPULATE_WRITE` (one system call for 16 to 32 pages) a window ahead of its
+//! with `MADV_POPULATE_WRITE` (one system call for up to 32 pages) a window ahead of its
 //! cursor: the send ring's as the application's bytes are copied in, the receive ring's
 //! behind the bytes that arrived (where the next land), as their completions are taken.
 //! Pages still come in only as far as data has gone, plus the window, as with TCP's
@@ -35,9 +35,14 @@ impl Populate for MemoryRegion {
     }
 }
 
-/// How far ahead of a ring's cursor its pages are brought in; each populate covers at least
-/// this much.
+/// The most a ring's pages are brought in ahead of its cursor; each populate covers the
+/// window too.
 pub(crate) const WARM_AHEAD: usize = 64 * 1024;
+/// The window while little of the ring has been used: it grows with the populated part
+/// (4, 8, 16 … KiB), so a connection that moves a few bytes brings in a few pages, and none
+/// at connect (populating 128 KiB per ring at connect added ~160 µs to each of
+/// `connect_cycles`' loopback connections).
+pub(crate) const MIN_AHEAD: usize = 4 * 1024;
 
 /// Brings one ring's pages in, from its start, ahead of a cursor that goes round it.
 #[derive(Debug)]
@@ -49,24 +54,24 @@ pub(crate) struct RingWarmer {
 }
 
 impl RingWarmer {
-    /// A warmer for the first `ring` bytes of `mr`, with its first window brought in; `None`
-    /// when the kernel cannot populate (before Linux 5.14: the pages fault in as before).
-    pub(crate) fn new(mr: &impl Populate, ring: usize) -> Option<RingWarmer> {
-        let mut w = RingWarmer {
+    /// A warmer for the first `ring` bytes of `mr`; nothing is brought in yet.
+    pub(crate) fn new(mr: &impl Populate, ring: usize) -> RingWarmer {
+        RingWarmer {
             populated: 0,
             ring: ring.min(mr.len()),
-        };
-        w.ahead_of(mr, 0).then_some(w)
+        }
     }
 
-    /// Brings in the pages up to `cursor + WARM_AHEAD` (at most the ring) if they are not
-    /// yet, together with the window after them; false when the kernel refused.
+    /// Brings in the pages up to a window past `cursor` (at most the ring) if they are not
+    /// yet, together with the window after them; false when the kernel refused (before
+    /// Linux 5.14: the pages then fault in as they are first written).
     pub(crate) fn ahead_of(&mut self, mr: &impl Populate, cursor: usize) -> bool {
-        let want = cursor.saturating_add(WARM_AHEAD).min(self.ring);
+        let ahead = self.populated.clamp(MIN_AHEAD, WARM_AHEAD);
+        let want = cursor.saturating_add(ahead).min(self.ring);
         if want <= self.populated {
             return true;
         }
-        let end = want.saturating_add(WARM_AHEAD).min(self.ring);
+        let end = want.saturating_add(ahead).min(self.ring);
         let ok = mr.populate(self.populated, end - self.populated);
         if ok {
             self.populated = end;
@@ -128,38 +133,45 @@ mod tests {
     const KIB: usize = 1024;
 
     #[test]
-    fn brings_pages_in_ahead_in_windows_and_stops_at_the_ring_end() {
+    fn brings_pages_in_ahead_in_growing_windows_and_stops_at_the_ring_end() {
         // The ring is the memory's first 1 MiB (the send ring has control slots after it).
         let mr = Fake::new(1024 * KIB + 4 * KIB);
-        let mut w = RingWarmer::new(&mr, 1024 * KIB);
-        assert_eq!(
-            mr.take(),
-            vec![(0, 2 * WARM_AHEAD)],
-            "the first two windows at once"
-        );
-        // 4 KiB messages: nothing while a window is still in ahead of the cursor...
-        for i in 1..=16 {
-            warm(&mut w, &mr, i * 4 * KIB);
-        }
-        assert_eq!(mr.take(), vec![]);
-        // ...then what the window needs and a window more, in one call.
-        warm(&mut w, &mr, 68 * KIB);
-        assert_eq!(mr.take(), vec![(2 * WARM_AHEAD, 4 * KIB + WARM_AHEAD)]);
-        // Round the ring: every byte once, in order, never past the ring.
-        let mut cursor = 68 * KIB;
+        let mut w = Some(RingWarmer::new(&mr, 1024 * KIB));
+        assert_eq!(mr.take(), vec![], "nothing at connect");
+        // A 1-byte message: a few pages.
+        warm(&mut w, &mr, 1);
+        assert_eq!(mr.take(), vec![(0, 8 * KIB + 1)]);
+        // 4 KiB messages: the window grows with what is in, up to WARM_AHEAD.
+        let mut cursor = 1;
+        let mut calls = Vec::new();
         while w.is_some() {
             cursor += 4 * KIB;
             warm(&mut w, &mr, cursor % (1024 * KIB));
+            for (offset, len) in mr.take() {
+                calls.push((cursor, offset, len));
+            }
         }
-        let calls = mr.take();
-        let mut next = 4 * KIB + 3 * WARM_AHEAD;
-        for &(offset, len) in &calls {
+        // Every byte of the ring once, in order, never past it; each call ahead of the
+        // cursor by at least the window, which doubles up to WARM_AHEAD.
+        let mut next = 8 * KIB + 1;
+        for &(at, offset, len) in &calls {
             assert_eq!(offset, next, "{calls:?}");
-            assert!(len >= WARM_AHEAD || offset + len == 1024 * KIB, "{calls:?}");
+            let ahead = offset.clamp(MIN_AHEAD, WARM_AHEAD);
+            assert!(
+                offset + len >= (at + 2 * ahead).min(1024 * KIB),
+                "{calls:?}"
+            );
             next = offset + len;
         }
         assert_eq!(next, 1024 * KIB, "up to the ring's end, no further");
         assert!(cursor < 1024 * KIB, "done before the cursor got there");
+        let windows: Vec<usize> = calls.iter().map(|c| c.2).collect();
+        assert!(windows[..4].windows(2).all(|p| p[1] > p[0]), "{windows:?}");
+        assert!(
+            calls.len() < 1024 / 64 + 8,
+            "one call per window: {}",
+            calls.len()
+        );
     }
 
     #[test]
@@ -168,20 +180,18 @@ mod tests {
             refuse: true,
             ..Fake::new(256 * KIB)
         };
-        assert!(RingWarmer::new(&mr, 256 * KIB).is_none());
-        let mut w = Some(RingWarmer {
-            populated: 0,
-            ring: 256 * KIB,
-        });
-        warm(&mut w, &mr, 0);
+        let mut w = Some(RingWarmer::new(&mr, 256 * KIB));
+        warm(&mut w, &mr, 100);
         assert!(w.is_none(), "one refusal and it stops asking");
+        assert_eq!(mr.take().len(), 1);
     }
 
     #[test]
     fn a_ring_smaller_than_the_windows_is_done_at_once() {
-        let mr = Fake::new(64 * KIB);
-        let w = RingWarmer::new(&mr, 128 * KIB).expect("populated");
-        assert_eq!(mr.take(), vec![(0, 64 * KIB)], "never past the memory");
-        assert!(w.done());
+        let mr = Fake::new(8 * KIB);
+        let mut w = Some(RingWarmer::new(&mr, 128 * KIB));
+        warm(&mut w, &mr, 1000);
+        assert_eq!(mr.take(), vec![(0, 8 * KIB)], "never past the memory");
+        assert!(w.is_none(), "done");
     }
 }
