@@ -10,8 +10,12 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
-/// Bytes read from TCP per call.
+/// Bytes read from TCP per call, at most: the buffer starts at [`FIRST_READ_CHUNK`] and
+/// doubles each time a read fills it.
 const READ_CHUNK: usize = 256 * 1024;
+/// The read buffer of a new connection: a connection that moves little never zeroes (and
+/// faults in) 256 KiB.
+const FIRST_READ_CHUNK: usize = 16 * 1024;
 /// Bytes asked of `poll_transmit` at a time.
 const TRANSMIT_CHUNK: usize = 256 * 1024;
 /// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
@@ -181,8 +185,8 @@ impl Link {
         if self.read_done {
             return false;
         }
-        if self.scratch.len() < READ_CHUNK {
-            self.scratch.resize(READ_CHUNK, 0);
+        if self.scratch.is_empty() {
+            self.scratch.resize(FIRST_READ_CHUNK, 0);
         }
         let mut moved = false;
         loop {
@@ -198,13 +202,18 @@ impl Link {
                         f.inbound(&self.scratch[..n]);
                     }
                     self.conn.handle_input(&self.scratch[..n], memory);
+                    let full = n == self.scratch.len();
+                    if full && n < READ_CHUNK {
+                        // TCP had more than the buffer holds: a stream, read bigger.
+                        self.scratch.resize(2 * n, 0);
+                    }
                     // Answers (READ responses, a TERMINATE) go out as they arise.
                     self.flush(memory);
                     // Read on after a short read too: the peer's FIN behind the bytes shows
                     // only as the next read's 0, and no new edge announces it (stopping here
                     // left closed connections to the linger timer). Unless the caller
                     // polls again at once, which sees it (one read that would block saved).
-                    if until_short && n < self.scratch.len() {
+                    if until_short && !full {
                         return true;
                     }
                 }
