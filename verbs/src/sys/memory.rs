@@ -20,6 +20,15 @@ unsafe impl Send for RawMemory {}
 // SAFETY: see Send above.
 unsafe impl Sync for RawMemory {}
 
+/// The system's page size (4096 if sysconf cannot say).
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant and has no memory effects.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    }
+}
+
 impl RawMemory {
     /// Maps `len` zeroed bytes of anonymous, page-aligned memory.
     pub fn allocate(len: usize) -> io::Result<RawMemory> {
@@ -108,11 +117,7 @@ impl RawMemory {
             ));
         }
         assert!(offset + len <= self.len);
-        // SAFETY: sysconf has no memory effects.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            n if n > 0 => n as usize,
-            _ => 4096,
-        };
+        let page = page_size();
         let start = offset / page * page;
         // The mapping covers whole pages, so rounding the end up stays inside it.
         let end = (offset + len).div_ceil(page) * page;
@@ -213,8 +218,7 @@ mod tests {
 
     /// Which of the pages of `m` are resident (mincore).
     fn resident(m: &RawMemory) -> Vec<bool> {
-        // SAFETY: sysconf has no memory effects.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let page = page_size();
         let mut v = vec![0u8; m.len().div_ceil(page)];
         // SAFETY: the range is the mapping made by `allocate`; `v` has a byte per page.
         let rc = unsafe { libc::mincore(m.ptr.as_ptr().cast(), m.len(), v.as_mut_ptr()) };
@@ -224,8 +228,7 @@ mod tests {
 
     #[test]
     fn populate_write_brings_in_exactly_the_pages_asked_and_keeps_the_bytes() {
-        // SAFETY: sysconf has no memory effects.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let page = page_size();
         let m = RawMemory::allocate(8 * page).expect("mmap");
         assert!(
             resident(&m).iter().all(|r| !r),
