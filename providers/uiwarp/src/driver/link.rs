@@ -6,7 +6,7 @@ use super::Engine;
 use crate::core::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Read};
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -251,9 +251,9 @@ impl Link {
             }
             // A message's frames are a few pieces: a short array spares initialising 64.
             let written = if self.out.piece_count() <= FEW_SLICES {
-                write_pieces::<FEW_SLICES>(&mut self.socket, &mut self.out)
+                write_pieces::<FEW_SLICES>(&self.socket, &mut self.out)
             } else {
-                write_pieces::<WRITE_SLICES>(&mut self.socket, &mut self.out)
+                write_pieces::<WRITE_SLICES>(&self.socket, &mut self.out)
             };
             match written {
                 Ok(n) => {
@@ -365,9 +365,57 @@ pub(crate) fn set_user_timeout(
     socket2::SockRef::from(socket).set_tcp_user_timeout(timeout.map(|t| t.min(max)))
 }
 
-/// One writev of up to `N` of `out`'s pieces.
-fn write_pieces<const N: usize>(socket: &mut TcpStream, out: &mut TxQueue) -> io::Result<usize> {
+/// One gathering write of up to `N` of `out`'s pieces: sendmsg(2) with `MSG_NOSIGNAL`, as
+/// `std`'s `TcpStream::write` sends. A writev(2) (what `write_vectored` makes) to a socket
+/// whose connection is shut down or reset raises SIGPIPE besides failing with EPIPE, and a
+/// library must not kill a host process that left SIGPIPE at its default (a C program, a
+/// command-line tool that resets it for `| head`).
+fn write_pieces<const N: usize>(socket: &TcpStream, out: &mut TxQueue) -> io::Result<usize> {
     let mut slices = [IoSlice::new(&[]); N];
     let n = out.io_slices(&mut slices);
-    socket.write_vectored(&slices[..n])
+    socket2::SockRef::from(socket).send_vectored_with_flags(&slices[..n], libc::MSG_NOSIGNAL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+
+    /// Whether SIGPIPE is pending for this thread (`SigPnd` of /proc/thread-self/status).
+    fn sigpipe_pending() -> bool {
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("proc status");
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigPnd:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).expect("hex mask"))
+            .expect("a SigPnd line");
+        mask & (1 << (Signal::SIGPIPE as u64 - 1)) != 0
+    }
+
+    #[test]
+    fn a_write_to_a_shut_socket_fails_with_epipe_and_raises_no_sigpipe() {
+        // Blocked, a SIGPIPE stays pending where the test can see it (the test harness
+        // ignores it, and an ignored signal is dropped at once).
+        let mut pipe = SigSet::empty();
+        pipe.add(Signal::SIGPIPE);
+        let mut old = SigSet::empty();
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&pipe), Some(&mut old)).unwrap();
+        assert!(!sigpipe_pending(), "SIGPIPE pending before the test");
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let socket = TcpStream::from_std(client);
+        let mut out = TxQueue::new();
+        out.bytes().extend_from_slice(b"frames after the FIN");
+        let result = write_pieces::<FEW_SLICES>(&socket, &mut out);
+        let raised = sigpipe_pending();
+        // Unblocked under the harness's SIG_IGN, a pending SIGPIPE is discarded.
+        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None).unwrap();
+
+        let e = result.expect_err("a write after shutdown(Write) fails");
+        assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+        assert!(!raised, "the failed write raised SIGPIPE");
+    }
 }
