@@ -8,8 +8,10 @@
 //! ```
 //! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
 //! alternating, each round on fresh connections; the table gives each side's median and
-//! range and the ratio of the medians (one round can be off by 2x on a virtualised host,
-//! where waking a thread on the other core costs a few or tens of microseconds). `--event`
+//! range, the ratio of the medians, and the median of each round's own ratio ("paired":
+//! uiwarp's run over the TcpStream run just before it), which a host whose speed drifts
+//! between rounds sways less (one round can be off by 2x on a virtualised host, where
+//! waking a thread on the other core costs a few or tens of microseconds). `--event`
 //! uses event mode (sleep on the completion channel) instead of the library's adaptive
 //! busy-poll. `--waits` prints each uiwarp round's result and both ends' `WaitStats` (how
 //! often the blocking calls waited, napped, overslept a nap and slept on the channel).
@@ -224,8 +226,13 @@ fn main() {
             t.extend(run(key, true));
             u.extend(run(key, false));
         }
+        // Each round runs TcpStream and uiwarp back to back, so the median of the rounds'
+        // own ratios is not swayed by the host's speed drifting between rounds.
+        let mut paired: Vec<f64> = t.iter().zip(&u).map(|(t, u)| u / t).collect();
+        paired.sort_by(f64::total_cmp);
+        let paired = paired.get(paired.len() / 2).copied();
         let (t, u) = (Summary::of(t), Summary::of(u));
-        rows.push((name, t, u, target));
+        rows.push((name, t, u, paired, target));
     }
     println!(
         "RdmaSocket over uiwarp vs TcpStream, loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream",
@@ -235,13 +242,14 @@ fn main() {
         a.megabytes
     );
     println!(
-        "{:<34} {:>22} {:>22} {:>8} {:>8}",
-        "workload (median [min-max])", "TcpStream", "uiwarp", "ratio", "target"
+        "{:<34} {:>22} {:>22} {:>8} {:>8} {:>8}",
+        "workload (median [min-max])", "TcpStream", "uiwarp", "ratio", "paired", "target"
     );
-    for (name, tcp, rdma, target) in rows {
+    for (name, tcp, rdma, paired, target) in rows {
         let ratio = rdma.median / tcp.median;
+        let paired = paired.map_or("-".to_string(), |p| format!("{p:.2}"));
         println!(
-            "{name:<34} {:>22} {:>22} {ratio:>8.2} {target:>8}",
+            "{name:<34} {:>22} {:>22} {ratio:>8.2} {paired:>8} {target:>8}",
             tcp.text(),
             rdma.text()
         );
