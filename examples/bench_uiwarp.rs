@@ -228,9 +228,7 @@ fn main() {
         }
         // Each round runs TcpStream and uiwarp back to back, so the median of the rounds'
         // own ratios is not swayed by the host's speed drifting between rounds.
-        let mut paired: Vec<f64> = t.iter().zip(&u).map(|(t, u)| u / t).collect();
-        paired.sort_by(f64::total_cmp);
-        let paired = paired.get(paired.len() / 2).copied();
+        let paired = Summary::of(t.iter().zip(&u).map(|(t, u)| u / t).collect()).median;
         let (t, u) = (Summary::of(t), Summary::of(u));
         rows.push((name, t, u, paired, target));
     }
@@ -247,7 +245,10 @@ fn main() {
     );
     for (name, tcp, rdma, paired, target) in rows {
         let ratio = rdma.median / tcp.median;
-        let paired = paired.map_or("-".to_string(), |p| format!("{p:.2}"));
+        let paired = match paired {
+            p if p.is_nan() => "-".to_string(),
+            p => format!("{p:.2}"),
+        };
         println!(
             "{name:<34} {:>22} {:>22} {ratio:>8.2} {paired:>8} {target:>8}",
             tcp.text(),
