@@ -232,6 +232,7 @@ fn zero_length_operations_and_unsignaled_requests() {
                 rkey: RemoteKey(0xbeef),
             },
             segments: Default::default(),
+            small: None,
             signaled: false,
             fence: false,
         })
@@ -296,4 +297,59 @@ fn ord_limits_outstanding_reads() {
         .enumerate()
         .all(|(i, c)| c.0 == i as u64 && c.1 == WcStatus::Success));
     assert!(mem.as_slice()[..500].iter().all(|&b| b == 7));
+}
+
+#[test]
+fn small_payloads_carried_by_the_request_arrive_like_gathered_ones() {
+    use rdmasock_uiwarp::core::{SendWork, SmallPayload, SMALL_PAYLOAD};
+    for (seed, delivery) in [(11, Delivery::Whole), (12, Delivery::Random { max: 3 })] {
+        let mut sim = Sim::new(seed, Config::default(), Config::default(), delivery);
+        let (rk, raddr, rmem) = sim.b.region(4096, AccessFlags::LOCAL_WRITE);
+        sim.b.recv(10, rk, raddr, 64);
+        let (wk, waddr, wmem) = sim.b.region(4096, AccessFlags::REMOTE_WRITE);
+        sim.connect();
+        let sent = b"small, in the WR";
+        assert_eq!(sent.len(), SMALL_PAYLOAD);
+        assert!(SmallPayload::new(&[0; SMALL_PAYLOAD + 1]).is_none());
+        let post = |sim: &mut Sim, wr_id, op, bytes: &[u8]| {
+            sim.a
+                .conn
+                .post_send(SendWork {
+                    wr_id,
+                    op,
+                    segments: Default::default(),
+                    small: SmallPayload::new(bytes),
+                    signaled: true,
+                    fence: false,
+                })
+                .expect("post_send");
+        };
+        let send = SendOperation::Send {
+            solicited: false,
+            invalidate: None,
+        };
+        post(&mut sim, 1, send, &sent[..5]);
+        let write = SendOperation::RdmaWrite {
+            remote_addr: waddr + 3,
+            rkey: RemoteKey(wk),
+        };
+        post(&mut sim, 2, write, sent);
+        sim.run();
+        assert_eq!(
+            sim.a.completions_of(WorkQueue::Send),
+            vec![(1, WcStatus::Success, 5), (2, WcStatus::Success, 16)]
+        );
+        assert_eq!(
+            sim.b.completions_of(WorkQueue::Receive),
+            vec![(10, WcStatus::Success, 5)]
+        );
+        let mut got = [0u8; 5];
+        rmem.read_at(0, &mut got).unwrap();
+        assert_eq!(&got, &sent[..5]);
+        let mut got = [0u8; 20];
+        wmem.read_at(0, &mut got).unwrap();
+        assert_eq!(&got[..3], &[0; 3]);
+        assert_eq!(&got[3..19], sent);
+        assert_eq!(got[19], 0);
+    }
 }

@@ -50,6 +50,7 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
             invalidate: None,
         },
         segments: Default::default(),
+        small: None,
         signaled: true,
         fence: false,
     })

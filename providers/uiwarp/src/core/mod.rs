@@ -46,7 +46,10 @@ pub use handshake::{MAX_USER_PRIVATE_DATA, SIW_MAX_USER_PRIVATE_DATA};
 pub use memory::{AccessError, MemoryTable, RegionTable, RegionView};
 pub use segments::Segments;
 pub use txqueue::TxQueue;
-pub use work::{Completion, LocalSegment, RecvWork, SendOperation, SendWork, WorkQueue};
+pub use work::{
+    Completion, LocalSegment, RecvWork, SendOperation, SendWork, SmallPayload, WorkQueue,
+    SMALL_PAYLOAD,
+};
 
 /// Why a call on a connection was refused. The connection is unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

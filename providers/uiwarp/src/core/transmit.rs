@@ -5,7 +5,7 @@ use super::connection::{Blame, Connection, Fault, OutstandingRead, Phase};
 use super::memory::{AccessError, MemoryTable};
 use super::segments::Segments;
 use super::txqueue::{TxQueue, COPY_BELOW};
-use super::work::{LocalSegment, SendOperation};
+use super::work::{LocalSegment, SendOperation, SmallPayload};
 use crate::wire::crc32c::Crc32c;
 use crate::wire::ddp::{
     queue, Opcode, Placement, SegmentRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -41,12 +41,14 @@ enum TxKind {
         msn: u32,
         invalidate: u32,
         segments: Segments,
+        small: Option<SmallPayload>,
     },
     Write {
         seq: u64,
         stag: u32,
         offset: u64,
         segments: Segments,
+        small: Option<SmallPayload>,
     },
     /// The response to the READ request at the head of the IRQ.
     ReadResponse {
@@ -220,6 +222,7 @@ impl Connection {
                         msn: self.tx_msn[0],
                         invalidate: invalidate.map_or(0, |k| k.0),
                         segments: work.segments,
+                        small: work.small,
                     },
                     total,
                     sent: 0,
@@ -232,6 +235,7 @@ impl Connection {
                         stag: rkey.0,
                         offset: remote_addr,
                         segments: work.segments,
+                        small: work.small,
                     },
                     total,
                     sent: 0,
@@ -378,7 +382,11 @@ impl Connection {
             opcode,
             placement,
         };
-        let copied = if chunk < COPY_BELOW {
+        let small = matches!(
+            msg.kind,
+            TxKind::Send { small: Some(_), .. } | TxKind::Write { small: Some(_), .. }
+        );
+        let copied = if chunk < COPY_BELOW || small {
             self.frame_copied(header, &msg, chunk, memory, queue.bytes())
         } else {
             self.frame_in_place(header, &msg, chunk, memory, queue)
@@ -429,6 +437,21 @@ impl Connection {
         let at = out.len();
         out.resize(at + chunk, 0);
         let copied = match &msg.kind {
+            TxKind::Send {
+                small: Some(small), ..
+            }
+            | TxKind::Write {
+                small: Some(small), ..
+            } => {
+                let from = msg.sent as usize;
+                match small.as_slice().get(from..from + chunk) {
+                    Some(bytes) => {
+                        out[at..].copy_from_slice(bytes);
+                        Ok(())
+                    }
+                    None => Err(AccessError::OutOfBounds),
+                }
+            }
             TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => {
                 gather(memory, segments, u64::from(msg.sent), &mut out[at..])
             }
@@ -458,8 +481,8 @@ impl Connection {
 
     /// Queues one whole FPDU whose `chunk` payload bytes of `msg` stay in their registered
     /// memory: the header, the memory slices, then pad and CRC (computed over the slices
-    /// here). Nothing is queued when the memory cannot be read: the slices are located once
-    /// to check them, then again to queue them (no allocation per FPDU).
+    /// here). Nothing is queued when the memory cannot be read: what a slice that cannot be
+    /// found leaves half made is rolled back.
     fn frame_in_place(
         &self,
         header: SegmentRepr,
@@ -490,7 +513,7 @@ impl Connection {
                 Ok(())
             }
         };
-        each_slice(&mut |_, _, _| {})?;
+        let mark = queue.mark();
         let out = queue.bytes();
         let start = fpdu::begin(out);
         header.append(out);
@@ -501,12 +524,16 @@ impl Connection {
         if self.crc {
             crc.update(&out[start..]);
         }
-        each_slice(&mut |m, at, n| {
+        let located = each_slice(&mut |m, at, n| {
             if self.crc {
                 crc.update(&m.as_slice()[at..at + n]);
             }
             queue.push_memory(m, at, n);
-        })?;
+        });
+        if let Err(e) = located {
+            queue.rollback(mark);
+            return Err(e);
+        }
         let pad = [0u8; 3];
         let pad = &pad[..fpdu::pad_len(ulpdu)];
         let out = queue.bytes();

@@ -29,6 +29,17 @@ enum Piece {
     Sent(u64),
 }
 
+/// A point in a [`TxQueue`] to go back to (see [`TxQueue::mark`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mark {
+    pieces: usize,
+    arena: usize,
+    committed: usize,
+    len: usize,
+    /// The end of the last piece, when it is the queue's own bytes.
+    back_end: Option<usize>,
+}
+
 /// Bytes waiting for TCP, in order (see the module documentation).
 #[derive(Debug, Default)]
 pub struct TxQueue {
@@ -94,6 +105,35 @@ impl TxQueue {
             at,
             len,
         });
+    }
+
+    /// Where the queue stands now, for [`TxQueue::rollback`].
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            pieces: self.pieces.len(),
+            arena: self.arena.len(),
+            committed: self.committed,
+            len: self.len,
+            back_end: match self.pieces.back() {
+                Some(Piece::Own { end, .. }) => Some(*end),
+                _ => None,
+            },
+        }
+    }
+
+    /// Drops everything queued or appended since `mark` (nothing was written since: the
+    /// driver writes only between calls into the core).
+    pub(crate) fn rollback(&mut self, mark: Mark) {
+        self.pieces.truncate(mark.pieces);
+        if let (Some(Piece::Own { end, .. }), Some(back_end)) =
+            (self.pieces.back_mut(), mark.back_end)
+        {
+            // A commit since may have grown the last piece instead of adding one.
+            *end = back_end;
+        }
+        self.arena.truncate(mark.arena);
+        self.committed = mark.committed;
+        self.len = mark.len;
     }
 
     /// Marks the end of the send request `seq`'s bytes.
@@ -238,6 +278,46 @@ mod tests {
         q.advance(10, &mut conn);
         assert!(q.is_empty());
         assert_eq!(q.arena.len(), 0);
+    }
+
+    #[test]
+    fn rollback_restores_the_queue_even_after_a_commit_grew_its_last_piece() {
+        let mem = Arc::new(RegisteredMemory::allocate(64).unwrap());
+        mem.write_at(0, b"0123456789").unwrap();
+        let mut q = TxQueue::new();
+        q.bytes().extend_from_slice(b"head");
+        q.push_memory(&mem, 0, 4);
+        q.bytes().extend_from_slice(b"-own");
+        q.push_sent(1);
+        q.bytes().extend_from_slice(b"+more");
+        let before = (q.len(), q.piece_count());
+        let mark = q.mark();
+        // A second frame: its header grows nothing yet; its payload commits the header
+        // (merged into the last own piece), then more bytes follow.
+        q.bytes().extend_from_slice(b"<hdr>");
+        q.push_memory(&mem, 4, 6);
+        q.bytes().extend_from_slice(b"<crc>");
+        q.rollback(mark);
+        assert_eq!((q.len(), q.piece_count()), before);
+        let mut all = Vec::new();
+        q.copy_to(&mut all);
+        assert_eq!(all, b"head0123-own+more");
+        // The same after the uncommitted tail was committed before the mark.
+        let mut q = TxQueue::new();
+        q.bytes().extend_from_slice(b"a");
+        q.push_memory(&mem, 0, 1);
+        q.bytes().extend_from_slice(b"b");
+        q.push_memory(&mem, 1, 1);
+        let mark = q.mark();
+        q.bytes().extend_from_slice(b"c");
+        q.push_memory(&mem, 2, 1);
+        q.rollback(mark);
+        let mut all = Vec::new();
+        q.copy_to(&mut all);
+        assert_eq!(all, b"a0b1");
+        let mut conn = Connection::responder(Config::default(), Instant::now());
+        q.advance(all.len(), &mut conn);
+        assert!(q.is_empty());
     }
 
     #[test]

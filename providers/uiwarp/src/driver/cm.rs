@@ -190,13 +190,13 @@ pub fn connect(
     }
     let token = engine.add(Target::Endpoint(endpoint.clone()));
     let mut link = Link::new(conn, mio::net::TcpStream::from_std(stream), token);
-    link.register(&engine)?;
+    link.register(engine)?;
     st.local = link.local;
     st.peer = link.peer;
     st.link = Some(link);
     st.outcome = Outcome::Connecting;
     endpoint.watch_socket(&st);
-    endpoint.drive(&mut st, &engine);
+    endpoint.drive(&mut st, engine);
     drop(st);
     match wait_outcome(&endpoint, deadline) {
         Outcome::Established(pd) => {
@@ -204,7 +204,7 @@ pub fn connect(
             Ok(pd)
         }
         Outcome::Rejected(pd) => {
-            close_endpoint(&endpoint, &engine);
+            close_endpoint(&endpoint, engine);
             Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 Rejected {
@@ -218,7 +218,7 @@ pub fn connect(
             format!("iWARP connection to {dst} failed: {why}"),
         )),
         Outcome::Connecting | Outcome::Idle => {
-            close_endpoint(&endpoint, &engine);
+            close_endpoint(&endpoint, engine);
             Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -236,7 +236,7 @@ pub fn connect(
 pub fn disconnect(qp: &QueuePair) -> io::Result<()> {
     let endpoint = endpoint_of(qp)?;
     let engine = engine()?;
-    close_endpoint(&endpoint, &engine);
+    close_endpoint(&endpoint, engine);
     qp.assume_state(QpState::Error);
     Ok(())
 }
@@ -361,7 +361,7 @@ impl UiwarpListener {
             return Err(e);
         }
         *shared.token.lock().expect("uiwarp listener lock") = Some(token);
-        shared.accept_all(&engine);
+        shared.accept_all(engine);
         Ok(UiwarpListener { shared })
     }
 
@@ -482,7 +482,7 @@ impl UiwarpRequest {
         let endpoint = endpoint_of(qp)?;
         match wait_outcome(&endpoint, deadline) {
             Outcome::Connecting => {
-                close_endpoint(&endpoint, &*engine()?);
+                close_endpoint(&endpoint, engine()?);
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("accepted iWARP connection: no ready-to-receive from the initiator within {timeout:?}"),
@@ -515,7 +515,7 @@ impl UiwarpRequest {
         if st.link.is_some() || st.qp_state == QpState::Error {
             drop(st);
             *pending.link.lock().expect("uiwarp pending lock") = Some(link);
-            pending.abandon(&engine);
+            pending.abandon(engine);
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -553,7 +553,7 @@ impl UiwarpRequest {
         }
         st.link = Some(link);
         endpoint.watch_socket(&st);
-        endpoint.drive(&mut st, &engine);
+        endpoint.drive(&mut st, engine);
         Ok(())
     }
 
@@ -561,7 +561,7 @@ impl UiwarpRequest {
     pub fn reject(mut self, private_data: &[u8]) -> io::Result<()> {
         let engine = engine()?;
         let pending = self.pending.take().expect("a request is answered once");
-        reject_pending(&pending, private_data, &engine)
+        reject_pending(&pending, private_data, engine)
     }
 }
 
@@ -587,7 +587,7 @@ impl Drop for UiwarpRequest {
     fn drop(&mut self) {
         if let Some(p) = self.pending.take() {
             if let Ok(engine) = engine() {
-                let _ = reject_pending(&p, &[], &engine);
+                let _ = reject_pending(&p, &[], engine);
             }
         }
     }

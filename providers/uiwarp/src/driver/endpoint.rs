@@ -425,7 +425,7 @@ impl Endpoint {
             self.app_reads.fetch_add(1, Ordering::Relaxed);
             // A spinner polls again at once: it may stop at a short read, and its next
             // poll(2) sees what is left (a FIN behind the bytes included).
-            self.drive_reads(&mut st, &engine, spinning);
+            self.drive_reads(&mut st, engine, spinning);
         }
     }
 
@@ -438,7 +438,7 @@ impl Endpoint {
         }
         if let Ok(engine) = super::engine() {
             self.app_reads.fetch_add(1, Ordering::Relaxed);
-            self.drive(&mut st, &engine);
+            self.drive(&mut st, engine);
         }
     }
 

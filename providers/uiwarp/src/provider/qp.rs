@@ -4,7 +4,9 @@
 use super::cq::UiwarpCq;
 use super::memory::{QpMemory, RegionSet};
 use super::DEVICE_NAME;
-use crate::core::{CoreError, LocalSegment, MemoryTable, RecvWork, SendOperation, SendWork};
+use crate::core::{
+    CoreError, LocalSegment, MemoryTable, RecvWork, SendOperation, SendWork, SmallPayload,
+};
 use crate::driver::{self, Endpoint};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
@@ -216,9 +218,11 @@ impl UiwarpQp {
                     segment.lkey = LocalKey(st.inline.lend(seq, memory));
                 }
             } else if inline {
-                let regions = self.endpoint.regions.read().expect("uiwarp regions lock");
+                // Borrowed entries (the socket layer's small payloads) need no region.
+                let regions = (!wr.sg_list.iter().all(|e| e.borrowed_bytes().is_some()))
+                    .then(|| self.endpoint.regions.read().expect("uiwarp regions lock"));
                 let mut bytes = std::mem::take(&mut st.inline.gather);
-                if let Err(error) = self.gather_inline(&work, wr, &regions, &mut bytes) {
+                if let Err(error) = self.gather_inline(&work, wr, regions.as_deref(), &mut bytes) {
                     st.inline.gather = bytes;
                     result = Err(PostError {
                         index,
@@ -228,26 +232,33 @@ impl UiwarpQp {
                     break;
                 }
                 drop(regions);
-                let seq = st.posted_sends;
-                let stored = st.inline.store(seq, &bytes);
-                let length = bytes.len() as u32;
-                st.inline.gather = bytes;
-                match stored {
-                    Ok((key, addr)) => {
-                        work.segments.clear();
-                        work.segments.push(LocalSegment {
-                            addr,
-                            length,
-                            lkey: LocalKey(key),
-                        });
-                    }
-                    Err(error) => {
-                        result = Err(PostError {
-                            index,
-                            wr_id: wr.wr_id,
-                            error,
-                        });
-                        break;
+                // A small payload rides in the request (no copy buffer, no key to look up).
+                if let Some(small) = SmallPayload::new(&bytes) {
+                    st.inline.gather = bytes;
+                    work.segments.clear();
+                    work.small = Some(small);
+                } else {
+                    let seq = st.posted_sends;
+                    let stored = st.inline.store(seq, &bytes);
+                    let length = bytes.len() as u32;
+                    st.inline.gather = bytes;
+                    match stored {
+                        Ok((key, addr)) => {
+                            work.segments.clear();
+                            work.segments.push(LocalSegment {
+                                addr,
+                                length,
+                                lkey: LocalKey(key),
+                            });
+                        }
+                        Err(error) => {
+                            result = Err(PostError {
+                                index,
+                                wr_id: wr.wr_id,
+                                error,
+                            });
+                            break;
+                        }
                     }
                 }
             }
@@ -258,7 +269,7 @@ impl UiwarpQp {
             }
             st.posted_sends += 1;
         }
-        let ended = self.endpoint.flush_lent(&mut st, &engine, lent);
+        let ended = self.endpoint.flush_lent(&mut st, engine, lent);
         drop(st);
         match (result, ended) {
             (Err(e), _) => Err(e),
@@ -278,11 +289,12 @@ impl UiwarpQp {
         &self,
         work: &SendWork,
         wr: &SendRequest<'_>,
-        regions: &RegionSet,
+        regions: Option<&RegionSet>,
         bytes: &mut Vec<u8>,
     ) -> Result<()> {
+        let empty = RegionSet::default();
         let table = QpMemory {
-            regions,
+            regions: regions.unwrap_or(&empty),
             inline: &Default::default(),
         };
         bytes.clear();
@@ -330,7 +342,7 @@ impl QpOps for UiwarpQp {
             s @ (QpState::ReadyToReceive | QpState::ReadyToSend) if s == current => Ok(()),
             QpState::Error => {
                 drop(st);
-                crate::driver::close_endpoint(&self.endpoint, &engine);
+                crate::driver::close_endpoint(&self.endpoint, engine);
                 let mut st = self.endpoint.lock();
                 let early: Vec<RecvWork> = st.early_recvs.drain(..).collect();
                 drop(st);
@@ -447,7 +459,7 @@ impl QpOps for UiwarpQp {
         // Receive completions of a flushed queue go out now.
         if st.link.is_some() {
             if let Ok(engine) = driver::engine() {
-                self.endpoint.dispatch(&mut st, &engine);
+                self.endpoint.dispatch(&mut st, engine);
             }
         }
         Ok(())
@@ -482,7 +494,7 @@ fn lends(wr: &SendRequest<'_>) -> bool {
 impl Drop for UiwarpQp {
     fn drop(&mut self) {
         if let Ok(engine) = driver::engine() {
-            crate::driver::close_endpoint(&self.endpoint, &engine);
+            crate::driver::close_endpoint(&self.endpoint, engine);
         }
     }
 }

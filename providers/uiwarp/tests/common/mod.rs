@@ -103,6 +103,7 @@ impl Side {
                 wr_id,
                 op,
                 segments: segments.into(),
+                small: None,
                 signaled: true,
                 fence: false,
             })
