@@ -82,7 +82,7 @@ impl Connection {
     /// Posts `batch` (at most `N` requests) as one chained list.
     fn post_sends<'a, const N: usize>(
         &'a self,
-        batch: &[PreparedSend],
+        batch: &'a [PreparedSend],
         lend: Lend<'a>,
     ) -> io::Result<()> {
         let empty = self.res.send_mr.slice(0, 0)?;
@@ -94,6 +94,14 @@ impl Connection {
                 None
             } else {
                 self.lent_payload(send.payload, lend)
+            };
+            // A small inline payload goes to a queue pair that takes borrowed inline bytes
+            // from where the engine made it (the provider copies it during the post).
+            let lent = match &send.payload {
+                Payload::Small { bytes, len, .. } if send.inline && self.res.lend_limit > 0 => {
+                    Some(&bytes[..usize::from(*len)])
+                }
+                _ => lent,
             };
             match lent {
                 Some(bytes) => {

@@ -135,7 +135,10 @@ impl Shared {
                         (Some((start, _)), None) => g.record_wait(start.elapsed()),
                         _ => {}
                     }
-                    let pumped = g.progress();
+                    let pumped = match dir {
+                        Direction::Write => g.progress_after_write(),
+                        _ => g.progress(),
+                    };
                     self.wake_others(&g);
                     self.report(&g);
                     let value = result.map_err(|e| g.io_error(e))?;

@@ -257,6 +257,25 @@ impl StreamEngine {
             && self.target[self.target_index].length != 0
     }
 
+    /// Whether the send side has half or more of the send-queue slots and the send ring, a
+    /// quarter of its credits, and room in the current destination, with no control message
+    /// or completion waited for (a destination, half the peer's ring, runs out at its end
+    /// anyway; the write that finds it used up feeds the completions that bring the next). A writer that finds this may post without feeding
+    /// completions first: what they would give back is not needed yet (see
+    /// `Connection::progress_after_write`).
+    pub fn has_headroom(&self) -> bool {
+        let half_queue = (u32::from(self.cfg.send_queue_depth) - CONTROL_SLOTS) / 2;
+        let credits = self.sseq_comp.wrapping_sub(self.sseq_no);
+        self.phase == Phase::Connected
+            && self.error.is_none()
+            && self.pending_ctrl.is_none()
+            && !self.completion_wanted
+            && self.sqe_avail >= half_queue
+            && self.sbuf_avail >= self.cfg.send_ring / 2
+            && credits >= self.cfg.recv_queue_depth / 4
+            && self.target[self.target_index].length != 0
+    }
+
     /// Accepts up to `len` bytes of stream data. For each accepted piece, `copy` is told where
     /// in the send ring to put which bytes of the application's buffer; the driver copies them
     /// before posting the ops queued here. Returns the bytes accepted, or
