@@ -630,3 +630,65 @@ fn received_end_follows_the_bytes_round_the_ring() {
     }
     assert!(wrapped, "the test went round the ring");
 }
+
+/// The socket layer's writer feeds completions only when `has_headroom` says the send side is
+/// down to half (or a write found nothing free). A one-way stream under that policy must
+/// still move every byte, and the writer must leave completions unfed for many writes.
+#[test]
+fn a_writer_that_feeds_completions_only_without_headroom_streams_everything() {
+    // (seed, configuration, whether its rings are big enough for writes to skip feeding)
+    for (seed, cfg, skips) in [
+        (1u64, StreamConfig::builder(), true),
+        (2, StreamConfig::builder().signal_interval(8), true),
+        (3, small_config().write_with_send(true), false),
+        (
+            4,
+            StreamConfig::builder()
+                .write_with_send(true)
+                .signal_interval(4),
+            true,
+        ),
+    ] {
+        let cfg = cfg.build().unwrap();
+        let total = 8 << 20;
+        let mut f = Fabric::connect([cfg.clone(), cfg], [total, 0], seed);
+        f.pump();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let (mut skipped, mut fed) = (0usize, 0usize);
+        let mut idle = 0;
+        while f.sides[1].received < total {
+            let w = &mut f.sides[0];
+            if w.sent < total {
+                let n = 1 + rng.below(8192) as usize;
+                match w.app_write(n) {
+                    Ok(_) if w.engine.has_headroom() => skipped += 1,
+                    Ok(_) | Err(StreamError::WouldBlock) => {
+                        fed += 1;
+                        while f.sides[0].poll() {}
+                    }
+                    Err(e) => panic!("write: {e}"),
+                }
+            }
+            let mut moved = false;
+            for _ in 0..1 + rng.below(4) {
+                moved |= matches!(f.execute(0), fabric::Step::Progress);
+                moved |= matches!(f.execute(1), fabric::Step::Progress);
+            }
+            while f.sides[1].poll() {
+                moved = true;
+            }
+            let r = &mut f.sides[1];
+            moved |= r.app_read(1 + rng.below(65536) as usize, false).is_ok();
+            idle = if moved { 0 } else { idle + 1 };
+            assert!(idle < 1000, "stalled (seed {seed}): {}", f.dump());
+        }
+        assert_eq!(
+            f.sides[1].recv_hash.0, f.sides[0].sent_hash.0,
+            "seed {seed}"
+        );
+        assert!(
+            !skips || skipped > fed,
+            "seed {seed}: the writer fed completions after {fed} writes and skipped {skipped}"
+        );
+    }
+}

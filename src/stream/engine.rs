@@ -257,12 +257,12 @@ impl StreamEngine {
             && self.target[self.target_index].length != 0
     }
 
-    /// Whether the send side has half or more of the send-queue slots and the send ring, a
-    /// quarter of its credits, and room in the current destination, with no control message
-    /// or completion waited for (a destination, half the peer's ring, runs out at its end
-    /// anyway; the write that finds it used up feeds the completions that bring the next). A writer that finds this may post without feeding
-    /// completions first: what they would give back is not needed yet (see
-    /// `Connection::progress_after_write`).
+    /// Whether the send side has half or more of its send-queue slots and send ring, a
+    /// quarter of its credits and room in the current destination, and waits for no control
+    /// message or completion. A writer that finds this may post without feeding completions
+    /// first: what they would give back is not needed yet. (A destination, half the peer's
+    /// ring, runs out at its end whatever is fed; the write that finds it used up feeds the
+    /// completions that bring the next.)
     pub fn has_headroom(&self) -> bool {
         let half_queue = (u32::from(self.cfg.send_queue_depth) - CONTROL_SLOTS) / 2;
         let credits = self.sseq_comp.wrapping_sub(self.sseq_no);
