@@ -97,7 +97,13 @@ impl Resources {
                 max_recv_sge: 1,
                 max_inline_data: inline,
             },
-            sq_sig_all: cfg.signal_interval() <= 1,
+            // Each request carries its own flag (the engine signals one message in
+            // `signal_interval`, and every control message), except on a device that may
+            // read an unsignalled send's ring bytes after the completion that lets the ring
+            // reuse them (siw's zero-copy sends, which TCP may retransmit): there every
+            // request is signalled, whatever the interval.
+            sq_sig_all: context.unsignaled_sends_borrow_memory()
+                && std::env::var_os("EXP_NOSIGALL").is_none(),
         };
         let qp = pd.create_qp(&init, &cq, &cq)?;
         endpoint

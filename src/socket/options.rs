@@ -125,7 +125,9 @@ impl SocketOptionsBuilder {
         self.stream = self.stream.inline_threshold(bytes);
         self
     }
-    /// Signal one send in `n` (1: every send, like rsocket).
+    /// Signal one message in `n` (1: every message, like rsocket; control messages always).
+    /// On siw every work request is signalled whatever `n`: siw sends unsignalled ones from
+    /// the ring's pages, and TCP may send them again after the ring was rewritten.
     pub fn signal_interval(mut self, n: u16) -> Self {
         self.stream = self.stream.signal_interval(n);
         self

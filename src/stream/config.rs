@@ -115,8 +115,8 @@ impl StreamConfig {
     pub fn inline_threshold(&self) -> u32 {
         self.inline_threshold
     }
-    /// One send in this many is signalled (1 = all, like rsocket; the queue pair must then be
-    /// created without `sq_sig_all` when it is above 1).
+    /// One message in this many is signalled (1 = all, like rsocket; the queue pair must be
+    /// created without `sq_sig_all` for it to count).
     pub fn signal_interval(&self) -> u16 {
         self.signal_interval
     }

@@ -72,6 +72,15 @@ pub trait ContextOps: Send + Sync + Debug {
     fn lends_inline(&self) -> bool {
         false
     }
+    /// Whether the device may still read the memory of an unsignalled send after a later
+    /// request's completion: siw sends an unsignalled request of a page or more straight
+    /// from the caller's pages (zero copy), and its completions mean only that TCP took the
+    /// bytes, which TCP may send again from those pages until the peer acknowledges them.
+    /// Where this holds, a caller that reuses send memory once completions retire it must
+    /// signal every request (then siw copies).
+    fn unsignaled_sends_borrow_memory(&self) -> bool {
+        false
+    }
     /// For downcasting by providers that need their own concrete type back.
     fn as_any(&self) -> &dyn Any;
 }

@@ -110,6 +110,12 @@ impl ContextOps for BridgeContext {
         "ibverbs"
     }
 
+    /// Assumed of every iWARP device behind rdma-core (siw, and RNICs whose completion means
+    /// the bytes went to their TCP): nothing says otherwise.
+    fn unsignaled_sends_borrow_memory(&self) -> bool {
+        self.inner.device.transport == rdmasock_verbs::Transport::Iwarp
+    }
+
     fn query_device(&self) -> Result<DeviceAttributes> {
         let a = self
             .inner

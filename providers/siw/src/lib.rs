@@ -71,6 +71,12 @@ impl KernelDriver for SiwDriver {
         "siw"
     }
 
+    /// siw (`zcopy_tx`, on in 6.1) hands an unsignalled request of a page or more to TCP by
+    /// sendpage, from the caller's pages; a signalled one it copies.
+    fn unsignaled_sends_borrow_memory(&self) -> bool {
+        true
+    }
+
     /// `siw_uresp_alloc_ctx` (device id, pad): the kernel fails GET_CONTEXT without room
     /// for it.
     fn get_context_data(&self) -> DriverData {

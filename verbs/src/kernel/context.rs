@@ -285,6 +285,10 @@ impl ContextOps for KernelContext {
         self.inner.driver.name()
     }
 
+    fn unsignaled_sends_borrow_memory(&self) -> bool {
+        self.inner.driver.unsignaled_sends_borrow_memory()
+    }
+
     /// EX_QUERY_DEVICE, or QUERY_DEVICE where the kernel has no extended query (as
     /// `ibv_query_device_ex` does).
     fn query_device(&self) -> Result<DeviceAttributes> {

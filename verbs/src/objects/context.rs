@@ -50,6 +50,13 @@ impl Context {
         self.ops.lends_inline()
     }
 
+    /// Whether the device may read an unsignalled send's memory after a later completion
+    /// (siw; see [`crate::provider::ContextOps::unsignaled_sends_borrow_memory`]): then every send must be
+    /// signalled before its memory is reused.
+    pub fn unsignaled_sends_borrow_memory(&self) -> bool {
+        self.ops.unsignaled_sends_borrow_memory()
+    }
+
     /// The provider's name (`rxe`, `siw`, `uiwarp`, ...).
     pub fn provider_name(&self) -> &'static str {
         self.ops.provider_name()
