@@ -38,7 +38,7 @@ mod warm;
 
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};
-pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING};
+pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
 pub use spin::WaitStats;
 pub use stream::RdmaSocket;
 pub use uiwarp::{AutoCm, UiwarpCm};
