@@ -238,6 +238,11 @@ fn not_loaded_advice(kernel_has_rdma: bool) -> &'static str {
 
 fn command_hint(command: &str, e: &io::Error) -> &'static str {
     match (command, e.raw_os_error()) {
+        ("CONNECT", Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL)) => {
+            " (on iWARP the source port rdma_cm picked is held in TCP's table, by a TCP \
+             socket or a TIME_WAIT: connect again, from a port TCP has free; RdmaSocket \
+             does)"
+        }
         (_, Some(libc::EADDRINUSE)) => {
             " (another id is bound to that address and port: pick another port, or set \
              reuse_addr on both)"

@@ -29,6 +29,19 @@ pub enum CmNotice {
 pub trait ConnectionManager: Send + Sync + fmt::Debug {
     /// Resolves `dst` to a local device and a route, within `timeout`.
     fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>>;
+    /// [`resolve`](Self::resolve) again after a connect failed because the source port the
+    /// manager chose is taken in TCP's table (`AddrInUse`, `AddrNotAvailable`): on iWARP the
+    /// kernel's rdma_cm picks ports in a space of its own, then siw binds a TCP socket to
+    /// it, which fails where a `TcpStream` (never bound with `SO_REUSEADDR`) or its
+    /// TIME_WAIT holds the port. The kernel manager binds to a port TCP just chose as free
+    /// instead; the default resolves as before.
+    fn resolve_from_free_port(
+        &self,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn CmEndpoint>> {
+        self.resolve(dst, timeout)
+    }
     /// Binds to `addr` and listens with `backlog`.
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>>;
 }
@@ -135,6 +148,18 @@ impl ConnectionManager for KernelCm {
         Ok(Box::new(KernelEndpoint::new(id, true)))
     }
 
+    fn resolve_from_free_port(
+        &self,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn CmEndpoint>> {
+        let src = free_tcp_port_toward(dst)?;
+        let channel = EventChannel::open()?;
+        let id = CmId::new(&channel)?;
+        id.resolve(Some(src), dst, timeout)?;
+        Ok(Box::new(KernelEndpoint::new(id, true)))
+    }
+
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
         let channel = EventChannel::open()?;
         if addr.ip().is_loopback() {
@@ -153,6 +178,26 @@ impl ConnectionManager for KernelCm {
             removed: AtomicBool::new(false),
         }))
     }
+}
+
+/// The local address the kernel routes `dst` from, with a port that TCP's table has free
+/// now: the routing is asked with an unsent UDP `connect`, the port by binding a TCP socket
+/// (without `SO_REUSEADDR`, so no port any socket holds) and closing it again.
+fn free_tcp_port_toward(dst: SocketAddr) -> io::Result<SocketAddr> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let any: SocketAddr = match dst {
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let route = std::net::UdpSocket::bind(any)?;
+    route.connect(dst)?;
+    let ip = route.local_addr()?.ip();
+    let probe = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
+    probe.bind(&SocketAddr::new(ip, 0).into())?;
+    probe
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("a TCP socket's address is not an IP address"))
 }
 
 /// A kernel rdma_cm id on a channel of its own.

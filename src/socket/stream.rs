@@ -327,7 +327,44 @@ fn connect_one(
 ) -> io::Result<RdmaSocket> {
     // Resolution and the handshake share the timeout.
     let deadline = Instant::now() + opts.connect_timeout;
-    let endpoint = cm.resolve(dst, opts.connect_timeout)?;
+    let mut result = connect_attempt(cm, dst, opts, deadline, false);
+    for _ in 0..PORT_RETRIES {
+        match &result {
+            Err(e) if port_taken(e) && Instant::now() < deadline => {
+                result = connect_attempt(cm, dst, opts, deadline, true);
+            }
+            _ => break,
+        }
+    }
+    result
+}
+
+/// How many times a connect whose source port TCP holds is tried again (see
+/// [`ConnectionManager::resolve_from_free_port`]).
+const PORT_RETRIES: usize = 3;
+
+/// Whether a connect failed because its source port is taken in TCP's table.
+fn port_taken(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable
+    )
+}
+
+/// One try of [`connect_one`]; `free_port`: from a port TCP has free (a retry).
+fn connect_attempt(
+    cm: &dyn ConnectionManager,
+    dst: SocketAddr,
+    opts: &SocketOptions,
+    deadline: Instant,
+    free_port: bool,
+) -> io::Result<RdmaSocket> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let endpoint = if free_port {
+        cm.resolve_from_free_port(dst, left)?
+    } else {
+        cm.resolve(dst, left)?
+    };
     let mut conn = prepare(endpoint, opts)?;
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {

@@ -303,6 +303,18 @@ impl ConnectionManager for AutoCm {
         )
     }
 
+    fn resolve_from_free_port(
+        &self,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn CmEndpoint>> {
+        self.pick(
+            dst,
+            || KernelCm.resolve_from_free_port(dst, timeout),
+            || UiwarpCm.resolve_from_free_port(dst, timeout),
+        )
+    }
+
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
         self.pick(
             addr,
