@@ -25,8 +25,6 @@ enum Piece {
         at: usize,
         len: usize,
     },
-    /// The send request with this sequence number has all its bytes before this point.
-    Sent(u64),
 }
 
 /// A point in a [`TxQueue`] to go back to (see [`TxQueue::mark`]).
@@ -36,6 +34,8 @@ pub(crate) struct Mark {
     arena: usize,
     committed: usize,
     len: usize,
+    queued_total: u64,
+    sent: usize,
     /// The end of the last piece, when it is the queue's own bytes.
     back_end: Option<usize>,
 }
@@ -52,6 +52,14 @@ pub struct TxQueue {
     front_written: usize,
     /// Bytes queued and not written.
     len: usize,
+    /// Bytes ever queued (committed), and ever written: positions in the stream of bytes.
+    queued_total: u64,
+    written_total: u64,
+    /// Send requests by sequence number, each with the stream position its last byte ends
+    /// at, oldest first: completed once writing passes it. (Kept beside the pieces, not
+    /// among them, so that a message's own bytes before and after a request's end stay one
+    /// piece: one iovec, and fewer pieces to queue and retire.)
+    sent: VecDeque<(u64, u64)>,
 }
 
 impl TxQueue {
@@ -67,7 +75,7 @@ impl TxQueue {
 
     /// Whether nothing waits (send requests whose bytes are all written are completed).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0 && self.pieces.is_empty()
+        self.len() == 0 && self.pieces.is_empty() && self.sent.is_empty()
     }
 
     /// The arena, to append bytes the core makes.
@@ -84,6 +92,7 @@ impl TxQueue {
         let start = self.committed;
         self.committed = end;
         self.len += end - start;
+        self.queued_total += (end - start) as u64;
         if let Some(Piece::Own { end: last, .. }) = self.pieces.back_mut() {
             if *last == start {
                 *last = end;
@@ -100,6 +109,7 @@ impl TxQueue {
             return;
         }
         self.len += len;
+        self.queued_total += len as u64;
         self.pieces.push_back(Piece::Memory {
             memory: memory.clone(),
             at,
@@ -114,6 +124,8 @@ impl TxQueue {
             arena: self.arena.len(),
             committed: self.committed,
             len: self.len,
+            queued_total: self.queued_total,
+            sent: self.sent.len(),
             back_end: match self.pieces.back() {
                 Some(Piece::Own { end, .. }) => Some(*end),
                 _ => None,
@@ -134,12 +146,14 @@ impl TxQueue {
         self.arena.truncate(mark.arena);
         self.committed = mark.committed;
         self.len = mark.len;
+        self.queued_total = mark.queued_total;
+        self.sent.truncate(mark.sent);
     }
 
     /// Marks the end of the send request `seq`'s bytes.
     pub(crate) fn push_sent(&mut self, seq: u64) {
         self.commit();
-        self.pieces.push_back(Piece::Sent(seq));
+        self.sent.push_back((self.queued_total, seq));
     }
 
     /// How many pieces are queued (an upper bound on the slices [`TxQueue::io_slices`] fills;
@@ -160,7 +174,6 @@ impl TxQueue {
             let bytes: &[u8] = match piece {
                 Piece::Own { start, end } => &self.arena[*start..*end],
                 Piece::Memory { memory, at, len } => &memory.as_slice()[*at..*at + *len],
-                Piece::Sent(_) => continue,
             };
             slices[n] = IoSlice::new(&bytes[skip..]);
             skip = 0;
@@ -171,17 +184,25 @@ impl TxQueue {
 
     /// Consumes `written` bytes from the front; completes the send requests whose bytes are
     /// now all written.
-    pub fn advance(&mut self, mut written: usize, conn: &mut Connection) {
+    pub fn advance(&mut self, written: usize, conn: &mut Connection) {
         self.commit();
+        self.written_total += written as u64;
+        self.consume(written);
+        while let Some(&(end, seq)) = self.sent.front() {
+            if end > self.written_total {
+                break;
+            }
+            self.sent.pop_front();
+            conn.finish_send(seq, WcStatus::Success, 0);
+        }
+    }
+
+    /// Drops `written` bytes from the front pieces.
+    fn consume(&mut self, mut written: usize) {
         while let Some(front) = self.pieces.front() {
             let size = match front {
                 Piece::Own { start, end } => end - start,
                 Piece::Memory { len, .. } => *len,
-                Piece::Sent(seq) => {
-                    conn.finish_send(*seq, WcStatus::Success, 0);
-                    self.pieces.pop_front();
-                    continue;
-                }
             };
             let left = size - self.front_written;
             if written < left {
@@ -229,6 +250,8 @@ impl TxQueue {
         self.pieces.clear();
         self.front_written = 0;
         self.len = 0;
+        self.queued_total = self.written_total;
+        self.sent.clear();
     }
 
     /// Appends the unwritten bytes to `out` (a capture, or the copying `poll_transmit`).
@@ -239,7 +262,6 @@ impl TxQueue {
             let bytes: &[u8] = match piece {
                 Piece::Own { start, end } => &self.arena[*start..*end],
                 Piece::Memory { memory, at, len } => &memory.as_slice()[*at..*at + *len],
-                Piece::Sent(_) => continue,
             };
             out.extend_from_slice(&bytes[skip..]);
             skip = 0;
