@@ -102,8 +102,7 @@ impl Resources {
             // read an unsignalled send's ring bytes after the completion that lets the ring
             // reuse them (siw's zero-copy sends, which TCP may retransmit): there every
             // request is signalled, whatever the interval.
-            sq_sig_all: context.unsignaled_sends_borrow_memory()
-                && std::env::var_os("EXP_NOSIGALL").is_none(),
+            sq_sig_all: context.unsignaled_sends_borrow_memory(),
         };
         let qp = pd.create_qp(&init, &cq, &cq)?;
         endpoint
