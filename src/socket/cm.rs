@@ -142,10 +142,7 @@ fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
 
 impl ConnectionManager for KernelCm {
     fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
-        let channel = EventChannel::open()?;
-        let id = CmId::new(&channel)?;
-        id.resolve(None, dst, timeout)?;
-        Ok(Box::new(KernelEndpoint::new(id, true)))
+        kernel_resolve(None, dst, timeout)
     }
 
     fn resolve_from_free_port(
@@ -153,11 +150,7 @@ impl ConnectionManager for KernelCm {
         dst: SocketAddr,
         timeout: Duration,
     ) -> io::Result<Box<dyn CmEndpoint>> {
-        let src = free_tcp_port_toward(dst)?;
-        let channel = EventChannel::open()?;
-        let id = CmId::new(&channel)?;
-        id.resolve(Some(src), dst, timeout)?;
-        Ok(Box::new(KernelEndpoint::new(id, true)))
+        kernel_resolve(Some(free_tcp_port_toward(dst)?), dst, timeout)
     }
 
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
@@ -178,6 +171,18 @@ impl ConnectionManager for KernelCm {
             removed: AtomicBool::new(false),
         }))
     }
+}
+
+/// A new rdma_cm id on a channel of its own, resolved to `dst` (from `src` when given).
+fn kernel_resolve(
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> io::Result<Box<dyn CmEndpoint>> {
+    let channel = EventChannel::open()?;
+    let id = CmId::new(&channel)?;
+    id.resolve(src, dst, timeout)?;
+    Ok(Box::new(KernelEndpoint::new(id, true)))
 }
 
 /// The local address the kernel routes `dst` from, with a port that TCP's table has free

@@ -90,18 +90,14 @@ impl Connection {
         let mut counts = [0usize; N];
         let mut lent_at = [false; N];
         for (i, send) in batch.iter().enumerate() {
-            let lent = if lend.is_empty() {
-                None
-            } else {
-                self.lent_payload(send.payload, lend)
-            };
-            // A small inline payload goes to a queue pair that takes borrowed inline bytes
-            // from where the engine made it (the provider copies it during the post).
             let lent = match &send.payload {
+                // A small inline payload goes to a queue pair that takes borrowed inline
+                // bytes from where the engine made it (the provider copies it in the post).
                 Payload::Small { bytes, len, .. } if send.inline && self.res.lend_limit > 0 => {
                     Some(&bytes[..usize::from(*len)])
                 }
-                _ => lent,
+                _ if lend.is_empty() => None,
+                _ => self.lent_payload(send.payload, lend),
             };
             match lent {
                 Some(bytes) => {

@@ -59,6 +59,16 @@ enum TxKind {
     },
 }
 
+impl TxKind {
+    /// The payload a small SEND or WRITE carries itself.
+    fn small(&self) -> Option<&SmallPayload> {
+        match self {
+            TxKind::Send { small, .. } | TxKind::Write { small, .. } => small.as_ref(),
+            TxKind::ReadResponse { .. } => None,
+        }
+    }
+}
+
 impl Connection {
     /// Appends what is ready to go to `out`, and returns how many bytes it appended: MPA
     /// frames and a TERMINATE first, then whole FPDUs while fewer than `max_len` bytes were
@@ -382,11 +392,7 @@ impl Connection {
             opcode,
             placement,
         };
-        let small = matches!(
-            msg.kind,
-            TxKind::Send { small: Some(_), .. } | TxKind::Write { small: Some(_), .. }
-        );
-        let copied = if chunk < COPY_BELOW || small {
+        let copied = if chunk < COPY_BELOW || msg.kind.small().is_some() {
             self.frame_copied(header, &msg, chunk, memory, queue.bytes())
         } else {
             self.frame_in_place(header, &msg, chunk, memory, queue)
@@ -442,16 +448,11 @@ impl Connection {
             }
             | TxKind::Write {
                 small: Some(small), ..
-            } => {
-                let from = msg.sent as usize;
-                match small.as_slice().get(from..from + chunk) {
-                    Some(bytes) => {
-                        out[at..].copy_from_slice(bytes);
-                        Ok(())
-                    }
-                    None => Err(AccessError::OutOfBounds),
-                }
-            }
+            } => small
+                .as_slice()
+                .get(msg.sent as usize..msg.sent as usize + chunk)
+                .map(|bytes| out[at..].copy_from_slice(bytes))
+                .ok_or(AccessError::OutOfBounds),
             TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => {
                 gather(memory, segments, u64::from(msg.sent), &mut out[at..])
             }

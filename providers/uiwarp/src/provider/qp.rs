@@ -2,7 +2,7 @@
 //! setup moves a QP to RTS.
 
 use super::cq::UiwarpCq;
-use super::memory::{QpMemory, RegionSet};
+use super::memory::{InlinePool, QpMemory, RegionSet};
 use super::DEVICE_NAME;
 use crate::core::{
     CoreError, LocalSegment, MemoryTable, RecvWork, SendOperation, SendWork, SmallPayload,
@@ -218,48 +218,14 @@ impl UiwarpQp {
                     segment.lkey = LocalKey(st.inline.lend(seq, memory));
                 }
             } else if inline {
-                // Borrowed entries (the socket layer's small payloads) need no region.
-                let regions = (!wr.sg_list.iter().all(|e| e.borrowed_bytes().is_some()))
-                    .then(|| self.endpoint.regions.read().expect("uiwarp regions lock"));
-                let mut bytes = std::mem::take(&mut st.inline.gather);
-                if let Err(error) = self.gather_inline(&work, wr, regions.as_deref(), &mut bytes) {
-                    st.inline.gather = bytes;
+                let seq = st.posted_sends;
+                if let Err(error) = self.stage_inline(&mut st.inline, seq, &mut work, wr) {
                     result = Err(PostError {
                         index,
                         wr_id: wr.wr_id,
                         error,
                     });
                     break;
-                }
-                drop(regions);
-                // A small payload rides in the request (no copy buffer, no key to look up).
-                if let Some(small) = SmallPayload::new(&bytes) {
-                    st.inline.gather = bytes;
-                    work.segments.clear();
-                    work.small = Some(small);
-                } else {
-                    let seq = st.posted_sends;
-                    let stored = st.inline.store(seq, &bytes);
-                    let length = bytes.len() as u32;
-                    st.inline.gather = bytes;
-                    match stored {
-                        Ok((key, addr)) => {
-                            work.segments.clear();
-                            work.segments.push(LocalSegment {
-                                addr,
-                                length,
-                                lkey: LocalKey(key),
-                            });
-                        }
-                        Err(error) => {
-                            result = Err(PostError {
-                                index,
-                                wr_id: wr.wr_id,
-                                error,
-                            });
-                            break;
-                        }
-                    }
                 }
             }
             let link = st.link.as_mut().expect("checked above");
@@ -284,25 +250,59 @@ impl UiwarpQp {
         }
     }
 
-    /// Copies an inline request's gather list into `bytes` (cleared first).
+    /// Copies an inline request's payload where the engine will frame it from: into the
+    /// request itself when it is small, else into `pool` (the request's gather list then
+    /// names the copy).
+    fn stage_inline(
+        &self,
+        pool: &mut InlinePool,
+        seq: u64,
+        work: &mut SendWork,
+        wr: &SendRequest<'_>,
+    ) -> Result<()> {
+        let mut bytes = std::mem::take(&mut pool.gather);
+        let staged = self.gather_inline(work, wr, &mut bytes).and_then(|()| {
+            work.segments.clear();
+            if let Some(small) = SmallPayload::new(&bytes) {
+                // It rides in the request: no copy buffer, no key to look up.
+                work.small = Some(small);
+                return Ok(());
+            }
+            let (key, addr) = pool.store(seq, &bytes)?;
+            work.segments.push(LocalSegment {
+                addr,
+                length: bytes.len() as u32,
+                lkey: LocalKey(key),
+            });
+            Ok(())
+        });
+        pool.gather = bytes;
+        staged
+    }
+
+    /// Copies an inline request's gather list into `bytes` (cleared first). Borrowed entries
+    /// (the socket layer's small payloads) are copied as they are; the regions are locked
+    /// only for an entry that names one.
     fn gather_inline(
         &self,
         work: &SendWork,
         wr: &SendRequest<'_>,
-        regions: Option<&RegionSet>,
         bytes: &mut Vec<u8>,
     ) -> Result<()> {
-        let empty = RegionSet::default();
-        let table = QpMemory {
-            regions: regions.unwrap_or(&empty),
-            inline: &Default::default(),
-        };
+        let no_inline = InlinePool::default();
+        let mut regions = None;
         bytes.clear();
         for (s, entry) in work.segments.iter().zip(wr.sg_list) {
             if let Some(borrowed) = entry.borrowed_bytes() {
                 bytes.extend_from_slice(borrowed);
                 continue;
             }
+            let regions = regions
+                .get_or_insert_with(|| self.endpoint.regions.read().expect("uiwarp regions lock"));
+            let table = QpMemory {
+                regions,
+                inline: &no_inline,
+            };
             let view = table.local(s.lkey).ok_or_else(|| {
                 invalid(format!(
                     "inline gather entry with lkey {:#x} is not in a region of this QP's protection domain",
