@@ -576,6 +576,54 @@ fn peer_disconnect_after_unsignalled_sends_completes_them() {
     assert!(f.sides[0].engine.all_sends_done());
 }
 
+/// `peer_closed` says the peer sends nothing more (the driver's cue on kernel iWARP to run
+/// the connection manager's disconnect): our own DISCONNECT completing is not it, the peer's
+/// DISCONNECT is, and so is the peer's SHUTDOWN crossing ours; a SHUTDOWN answered with a
+/// DISCONNECT leaves its sender still reading (and sending credit updates).
+#[test]
+fn peer_closed_means_the_peer_sends_nothing_more() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg.clone());
+    f.sides[0].engine.shutdown(Shutdown::Both);
+    f.sides[0].drain_ops();
+    f.pump();
+    let (a, b) = (&f.sides[0].engine, &f.sides[1].engine);
+    assert!(a.finished(), "our DISCONNECT completed");
+    assert!(
+        !a.peer_closed(),
+        "the peer has not closed: it only received ours"
+    );
+    assert!(b.peer_closed() && b.finished());
+
+    let mut f = pair(cfg.clone(), cfg.clone());
+    f.sides[0].engine.shutdown(Shutdown::Write);
+    f.sides[0].drain_ops();
+    f.pump();
+    assert!(
+        !f.sides[1].engine.peer_closed(),
+        "a SHUTDOWN: the peer still reads"
+    );
+    f.sides[1].engine.shutdown(Shutdown::Write);
+    f.sides[1].drain_ops();
+    f.pump();
+    let (a, b) = (&f.sides[0].engine, &f.sides[1].engine);
+    assert!(
+        a.peer_closed() && a.finished(),
+        "the answer was a DISCONNECT"
+    );
+    assert!(b.finished() && !b.peer_closed(), "side 0 may still read");
+
+    let mut f = pair(cfg.clone(), cfg);
+    for side in &mut f.sides {
+        side.engine.shutdown(Shutdown::Write);
+        side.drain_ops();
+    }
+    f.pump();
+    for side in &f.sides {
+        assert!(side.engine.peer_closed() && side.engine.finished());
+    }
+}
+
 /// A receive flushed while connected is a reset, not an end of stream, and says why the
 /// connection ended when the connection manager knows it (uiwarp: TCP gave up on the peer).
 #[test]

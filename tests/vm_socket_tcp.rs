@@ -2,18 +2,18 @@
 //! runs these with `--ignored --test-threads=1`): segments delayed, dropped and
 //! retransmitted (tc netem on `lo`, the VM's path to its own addresses), and source ports
 //! that TCP holds when rdma_cm picks them. Each test panics when siw0 or the VM's address
-//! is missing, and each puts back what it changed in the kernel's settings. Tests named
-//! `known_bug_*` reproduce a bug not yet fixed; the suite skips them.
+//! is missing, and each puts back what it changed in the kernel's settings.
 
 use rdmasock::socket::{ConnectionManager, KernelCm, UiwarpCm};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::thread;
+use std::time::Duration;
 
 #[path = "socket_support/mod.rs"]
 mod socket_support;
-use socket_support::both_ways;
+use socket_support::{both_ways, receive_random, send_random};
 #[path = "vm_support/mod.rs"]
 mod vm_support;
 
@@ -61,6 +61,7 @@ impl Loss {
         run(&format!(
             "tc filter add dev lo protocol ip parent 1:0 prio 1 u32 match ip dport {port} 0xffff flowid 1:4"
         ));
+
         Loss { wmem }
     }
 }
@@ -111,33 +112,70 @@ fn under_delay_and_loss(cm: &dyn ConnectionManager, ip: IpAddr, opts: &SocketOpt
     );
 }
 
-#[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-// With one message in 8 signalled, a send ring much smaller than the peer's receive ring and
-// 4 MiB TCP send buffers, so that the ring is rewritten while TCP still holds (and may
-// resend) earlier bytes. siw sends an unsignalled request of a page or more from the
-// sender's pages (zero copy), so this is where a ring reused too early would show; it did
-// not show here even with unsignalled WRITEs (loopback, up to 50 ms of delay), but every
-// request is signalled on siw anyway (`unsignaled_sends_borrow_memory`).
-//
-// A known bug, not yet fixed, so the suite skips it (named in the session-20 issue notes):
-// about one run in ten the reader gets ConnectionReset instead of end-of-stream. siw's log
-// shows the side that sent rsocket's DISCONNECT moving its QP to SQD as soon as that send
-// completed, siw releasing the TCP socket at once, and the peer's TCP reporting ECONNRESET:
-// on iWARP a send completion means only that TCP took the bytes, so a DISCONNECT (or data)
-// still waiting to be retransmitted is lost when segments the peer sends after the close
-// (its credit updates) make the closed socket answer with a reset. rsocket disconnects the
-// same way. The fix would defer the sender's rdma_disconnect on kernel iWARP until the
-// peer's disconnect arrives (bounded by the close timeout).
-fn known_bug_siw_close_under_tcp_delay_and_loss_can_reset_the_peer() {
-    let opts = SocketOptions::builder()
+/// Options for the siw streams under delay and loss: one message in 8 signalled, a send
+/// ring much smaller than the peer's receive ring, so that the ring is rewritten while TCP
+/// still holds (and may resend) earlier bytes, and a close timeout long enough for a lossy
+/// link to deliver what TCP holds.
+fn siw_lossy_options() -> SocketOptions {
+    SocketOptions::builder()
         .signal_interval(8)
         .send_ring(64 << 10)
         .max_transfer(16 << 10)
         .recv_ring(4 << 20)
+        .close_timeout(Duration::from_secs(60))
         .build()
-        .unwrap();
-    under_delay_and_loss(&KernelCm, siw_ip(), &opts);
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+// With 4 MiB TCP send buffers. siw sends an unsignalled request of a page or more from the
+// sender's pages (zero copy), so this is where a ring reused too early would show; it did
+// not show here even with unsignalled WRITEs (loopback, up to 50 ms of delay), but every
+// request is signalled on siw anyway (`unsignaled_sends_borrow_memory`).
+fn siw_under_tcp_delay_and_loss() {
+    under_delay_and_loss(&KernelCm, siw_ip(), &siw_lossy_options());
+}
+
+/// On iWARP a send completion means only that TCP took the bytes. A client that writes
+/// 8 MiB (twice what the server's ring takes before it sends updates) and drops its socket
+/// while its TCP still holds much of it (4 MiB send buffers, segments delayed 10 ms and 5%
+/// dropped) must not disconnect before the server closed too: siw releases the TCP socket at
+/// once on a disconnect, the server's ring updates for the data it is still reading then
+/// draw a reset, and the reset throws away the data and the DISCONNECT message TCP had yet
+/// to (re)send. Before the fix the server read ConnectionReset in the first round, 3 runs
+/// of 3 (rsocket disconnects the same way).
+fn write_and_drop_under_delay_and_loss(cm: &dyn ConnectionManager, ip: IpAddr) {
+    let opts = siw_lossy_options();
+    let l = RdmaListener::bind_via(cm, SocketAddr::new(ip, 0), &opts).expect("bind");
+    let addr = l.local_addr().unwrap();
+    let _loss = Loss::to_port(addr.port(), 5, 10);
+    let total = 8 << 20;
+    for round in 0..4 {
+        let server = thread::scope(|scope| {
+            let t =
+                scope.spawn(|| receive_random(&l.accept().expect("accept").0, round, MAX_PIECE));
+            let c = RdmaSocket::connect_via(cm, addr, &opts).expect("connect");
+            let sent = send_random(&c, total, round, MAX_PIECE);
+            drop(c);
+            (sent, t.join().expect("server thread"))
+        });
+        let (sent, (got, hash)) = server;
+        assert_eq!(got, total, "round {round}: the server read every byte");
+        assert_eq!(hash, sent, "round {round}: the server read what was sent");
+    }
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn siw_write_and_drop_under_tcp_delay_and_loss_loses_nothing() {
+    write_and_drop_under_delay_and_loss(&KernelCm, siw_ip());
+}
+
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn uiwarp_write_and_drop_under_tcp_delay_and_loss_loses_nothing() {
+    write_and_drop_under_delay_and_loss(&UiwarpCm, siw_ip());
 }
 
 #[test]

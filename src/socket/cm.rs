@@ -90,6 +90,16 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     fn nudge_after_first_receive(&self) -> bool {
         false
     }
+    /// Whether the side that closes first must wait for the peer's close before the
+    /// connection manager's disconnect. True on kernel iWARP: there a send completion means
+    /// only that TCP took the bytes, and the disconnect releases the TCP socket at once, so
+    /// that segments the peer still sends (its credit updates) draw a reset that also throws
+    /// away our DISCONNECT message (or data) still waiting to be retransmitted. On InfiniBand
+    /// and RoCE a completion means the peer acknowledged; the userspace provider closes its
+    /// own TCP socket gracefully.
+    fn disconnect_waits_for_peer(&self) -> bool {
+        false
+    }
     /// Bounds how long the transport keeps retrying data the peer does not acknowledge,
     /// once the connection is up (`None`: the transport's default). Only uiwarp has such a
     /// knob (its TCP socket's `TCP_USER_TIMEOUT`); on rxe the queue pair's retry count and
@@ -328,6 +338,10 @@ impl CmEndpoint for KernelEndpoint {
 
     fn nudge_after_first_receive(&self) -> bool {
         self.initiator && self.id.transport() == Some(Transport::Iwarp)
+    }
+
+    fn disconnect_waits_for_peer(&self) -> bool {
+        self.id.transport() == Some(Transport::Iwarp)
     }
 }
 

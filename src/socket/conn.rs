@@ -392,12 +392,19 @@ impl Connection {
         Ok(())
     }
 
-    /// Runs the connection manager's disconnect once the stream is over.
+    /// Runs the connection manager's disconnect once the stream is over: on kernel iWARP,
+    /// where our own DISCONNECT's completion does not mean the peer has it, only once the
+    /// peer closed too (its DISCONNECT, or the connection manager's event); a drop bounds
+    /// that wait by the close timeout ([`CmEndpoint::disconnect_waits_for_peer`]).
     fn maybe_disconnect(&mut self) {
         if self.disconnect_started {
             return;
         }
-        if self.cm_closed || self.engine.finished() {
+        let finished = self.engine.finished()
+            && (self.engine.peer_closed()
+                || self.engine.error().is_some()
+                || !self.endpoint.disconnect_waits_for_peer());
+        if self.cm_closed || finished {
             self.disconnect_started = true;
             // A failure here leaves nothing to do: the connection is gone either way.
             let _ = self.endpoint.disconnect(&self.res.qp);

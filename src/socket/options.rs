@@ -74,7 +74,8 @@ impl SocketOptions {
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
-    /// How long dropping a socket waits for its queued data and the disconnect handshake.
+    /// How long dropping a socket waits for its queued data and the disconnect handshake
+    /// (on iWARP devices, for the peer's close).
     pub fn close_timeout(&self) -> Duration {
         self.close_timeout
     }

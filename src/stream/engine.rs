@@ -71,6 +71,8 @@ pub struct StreamEngine {
     /// Every posted send must complete (a flush, or the peer's DISCONNECT): the last one posted
     /// gets a signalled successor as soon as a control slot allows.
     pub(crate) completion_wanted: bool,
+    /// The peer's DISCONNECT (or its SHUTDOWN after ours) arrived: it sends nothing more.
+    pub(crate) peer_closed: bool,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -112,6 +114,7 @@ impl StreamEngine {
             unsignaled: 0,
             pending_ctrl: None,
             completion_wanted: false,
+            peer_closed: false,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,
@@ -204,6 +207,12 @@ impl StreamEngine {
     /// every send completed (cheaper than [`readiness`](Self::readiness) for the data path).
     pub fn finished(&self) -> bool {
         self.error.is_some() || (self.phase == Phase::Disconnected && self.all_sends_done())
+    }
+
+    /// Whether the peer closed the stream (its DISCONNECT, or its SHUTDOWN after ours,
+    /// arrived): it sends nothing more on this connection.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
     }
 
     /// What is possible now.

@@ -91,6 +91,7 @@ impl StreamEngine {
 
     fn on_peer_closed(&mut self) {
         self.phase = Phase::Disconnected;
+        self.peer_closed = true;
         self.readable = false;
         self.writable = false;
         self.pending_ctrl = None;

@@ -22,8 +22,11 @@ use std::time::Instant;
 pub struct Rng(pub u64);
 
 impl Rng {
-    /// The next value.
+    /// The next value (a zero state, where xorshift would stay, restarts from a constant).
     pub fn next(&mut self) -> u64 {
+        if self.0 == 0 {
+            self.0 = 0x2545_f491_4f6c_dd1d;
+        }
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
