@@ -578,8 +578,9 @@ fn peer_disconnect_after_unsignalled_sends_completes_them() {
 
 /// `peer_closed` says the peer sends nothing more (the driver's cue on kernel iWARP to run
 /// the connection manager's disconnect): our own DISCONNECT completing is not it, the peer's
-/// DISCONNECT is, and so is the peer's SHUTDOWN crossing ours; a SHUTDOWN answered with a
-/// DISCONNECT leaves its sender still reading (and sending credit updates).
+/// DISCONNECT is. A SHUTDOWN answered with a DISCONNECT leaves its sender still reading (and
+/// sending ring updates); SHUTDOWNs that cross are each answered with a DISCONNECT, since
+/// either peer may still send ring updates until it has the other's SHUTDOWN.
 #[test]
 fn peer_closed_means_the_peer_sends_nothing_more() {
     let cfg = StreamConfig::builder().build().unwrap();
@@ -618,10 +619,62 @@ fn peer_closed_means_the_peer_sends_nothing_more() {
         side.engine.shutdown(Shutdown::Write);
         side.drain_ops();
     }
+    // Side 1's SHUTDOWN reaches side 0 first: side 0 answers with a DISCONNECT, and is not
+    // closed itself (side 1 has yet to see side 0's SHUTDOWN).
+    assert!(matches!(f.execute(1), fabric::Step::Progress));
+    while f.sides[0].poll() {}
+    f.sides[0].drain_ops();
+    assert!(
+        !f.sides[0].engine.peer_closed(),
+        "a crossing SHUTDOWN is not a close"
+    );
+    assert_eq!(
+        f.sides[0].sq.len(),
+        2,
+        "its SHUTDOWN, then the DISCONNECT answering"
+    );
     f.pump();
     for side in &f.sides {
         assert!(side.engine.peer_closed() && side.engine.finished());
     }
+}
+
+/// Nothing is posted after our DISCONNECT: reading the data that arrived before it frees
+/// ring space and message slots, which would make a credit update due, but on iWARP the
+/// peer may close its TCP socket as soon as it has the DISCONNECT, and a later segment draws
+/// a reset that loses what that socket still had to send. Keepalives stop too.
+#[test]
+fn nothing_follows_our_disconnect() {
+    let cfg = small_config().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    for _ in 0..12 {
+        assert_eq!(f.sides[1].app_write(10), Ok(10));
+        f.sides[1].drain_ops();
+    }
+    f.sides[0].engine.shutdown(Shutdown::Both);
+    f.sides[0].drain_ops();
+    let posted = f.sides[0].sq.len();
+    assert!(posted > 0, "the DISCONNECT is posted");
+    while matches!(f.execute(1), fabric::Step::Progress) {}
+    while f.sides[0].poll() {}
+    assert_eq!(
+        f.sides[0].app_read(1000, false),
+        Ok(120),
+        "data before the close"
+    );
+    f.sides[0].drain_ops();
+    assert!(
+        !f.sides[0].engine.keepalive(),
+        "no keepalive after DISCONNECT"
+    );
+    f.sides[0].drain_ops();
+    assert_eq!(
+        f.sides[0].sq.len(),
+        posted,
+        "nothing posted behind the DISCONNECT"
+    );
+    f.pump();
+    assert!(f.sides[0].engine.finished() && f.sides[1].engine.peer_closed());
 }
 
 /// A receive flushed while connected is a reset, not an end of stream, and says why the

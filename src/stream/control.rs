@@ -139,7 +139,7 @@ impl StreamEngine {
         self.flush_pending_control();
     }
 
-    fn flush_pending_control(&mut self) {
+    pub(crate) fn flush_pending_control(&mut self) {
         let Some(ctrl) = self.pending_ctrl else {
             return;
         };
@@ -152,6 +152,7 @@ impl StreamEngine {
         }
         self.pending_ctrl = None;
         let msg = Message::Control(ctrl).encode();
+        self.disconnect_posted |= ctrl == Control::Disconnect;
         self.post_ctrl_message(msg, ctrl == Control::Disconnect);
     }
 
@@ -160,7 +161,11 @@ impl StreamEngine {
     /// keepalive timer. Returns false when nothing was queued (not connected, or all control
     /// slots busy — which itself proves recent traffic).
     pub fn keepalive(&mut self) -> bool {
-        if self.phase != Phase::Connected || self.error.is_some() || !self.control_available(1) {
+        if self.phase != Phase::Connected
+            || self.error.is_some()
+            || self.disconnect_posted
+            || !self.control_available(1)
+        {
             return false;
         }
         self.post_zero_write();

@@ -71,8 +71,10 @@ pub struct StreamEngine {
     /// Every posted send must complete (a flush, or the peer's DISCONNECT): the last one posted
     /// gets a signalled successor as soon as a control slot allows.
     pub(crate) completion_wanted: bool,
-    /// The peer's DISCONNECT (or its SHUTDOWN after ours) arrived: it sends nothing more.
+    /// The peer's DISCONNECT arrived: it sends nothing more.
     pub(crate) peer_closed: bool,
+    /// Our DISCONNECT is posted: we send nothing more (no credits, no keepalive).
+    pub(crate) disconnect_posted: bool,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -115,6 +117,7 @@ impl StreamEngine {
             pending_ctrl: None,
             completion_wanted: false,
             peer_closed: false,
+            disconnect_posted: false,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,
@@ -209,8 +212,9 @@ impl StreamEngine {
         self.error.is_some() || (self.phase == Phase::Disconnected && self.all_sends_done())
     }
 
-    /// Whether the peer closed the stream (its DISCONNECT, or its SHUTDOWN after ours,
-    /// arrived): it sends nothing more on this connection.
+    /// Whether the peer closed the stream (its DISCONNECT arrived): it sends nothing more
+    /// on this connection. (A peer's SHUTDOWN is not that: until it has ours it still reads
+    /// and sends ring updates; SHUTDOWNs that cross are each answered with a DISCONNECT.)
     pub fn peer_closed(&self) -> bool {
         self.peer_closed
     }

@@ -56,10 +56,15 @@ impl StreamEngine {
             }
             Message::Control(Control::Disconnect) => self.on_peer_closed(),
             Message::Control(Control::Shutdown) => {
-                if self.writable {
-                    self.readable = false;
-                } else {
-                    self.on_peer_closed();
+                self.readable = false;
+                if !self.writable && !self.disconnect_posted {
+                    // Our SHUTDOWN crossed the peer's: both directions are over, so say so
+                    // with a DISCONNECT (after which we send nothing). The peer's SHUTDOWN
+                    // does not mean it sends nothing more: until ours arrives it still reads
+                    // and sends ring updates, and only its DISCONNECT (or the connection
+                    // manager's event) tells us when it has stopped.
+                    self.pending_ctrl = Some(Control::Disconnect);
+                    self.flush_pending_control();
                 }
             }
             // Keepalive and unknown controls are ignored, as rsocket does; we advertise no
@@ -268,8 +273,12 @@ impl StreamEngine {
             let half = self.cfg.recv_ring / 2;
             let due =
                 self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0;
+            // Nothing follows our DISCONNECT: we read no more, and on iWARP the peer may
+            // close its TCP socket once it has the DISCONNECT, which answers a later
+            // segment with a reset that loses what that socket still had to send us.
             if !(due
                 && self.phase == Phase::Connected
+                && !self.disconnect_posted
                 && self.error.is_none()
                 && self.control_available(self.control_slots_needed()))
             {
