@@ -539,6 +539,38 @@ fn siw_ipv6_connect_accept_echo_and_stream() {
     ipv6_on(vm_ip6("RDMA_VM_SIW_IP6"));
 }
 
+/// On iWARP the side that closes first waits for the peer's close (see `RdmaSocket`'s
+/// documentation): a thread that holds both ends shuts both down before it drops either,
+/// and then neither drop waits out the close timeout (30 s here), while each end still
+/// reads what the other wrote before.
+#[test]
+#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
+fn siw_one_thread_shuts_down_both_ends_then_drops_them_without_waiting() {
+    let opts = SocketOptions::builder()
+        .close_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (mut s, mut c) = pair_on(siw_ip(), &opts);
+    c.write_all(b"from the client").unwrap();
+    s.write_all(b"from the server").unwrap();
+    c.shutdown(Shutdown::Both).unwrap();
+    s.shutdown(Shutdown::Both).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"from the client");
+    got.clear();
+    c.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"from the server");
+    let start = Instant::now();
+    drop(c);
+    drop(s);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "dropping both took {took:?}: a drop waited out the close timeout"
+    );
+}
+
 #[test]
 #[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
 fn siw_sixty_four_mib_each_way_at_once_checked_by_hash() {

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 ///   peer has the queued bytes, where a TCP socket leaves that to the kernel; on an iWARP
 ///   device (siw) until the peer has closed too, because there a completion means only that
 ///   the device's TCP took the bytes, and disconnecting earlier lets the peer's late
-///   segments reset the TCP connection and lose what it still held;
+///   segments reset the TCP connection and lose what it still held (so a thread that
+///   holds both ends there should [`shutdown`](Self::shutdown) both before it drops
+///   either, or the first drop waits out the close timeout for a peer nobody drives);
 /// * a blocking [`flush`](Write::flush) waits until every written byte is in the peer's
 ///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s);
 /// * [`connect`](Self::connect) gives up after the options' connect timeout (10 s by
