@@ -677,6 +677,33 @@ fn nothing_follows_our_disconnect() {
     assert!(f.sides[0].engine.finished() && f.sides[1].engine.peer_closed());
 }
 
+/// The DISCONNECT that answers crossing SHUTDOWNs is a courtesy: the peer (rsocket, which
+/// sends none) may have closed its queue pair by the time it arrives. Its failing, with
+/// every earlier send acknowledged, ends the stream as a close (reads see end-of-stream),
+/// not a reset.
+#[test]
+fn a_refused_disconnect_after_crossing_shutdowns_is_a_close() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    for side in &mut f.sides {
+        side.engine.shutdown(Shutdown::Write);
+        side.drain_ops();
+    }
+    // Side 1's SHUTDOWN reaches side 0 and side 0's is acknowledged; then side 1 goes away
+    // before side 0's answering DISCONNECT arrives.
+    assert!(matches!(f.execute(1), fabric::Step::Progress));
+    assert!(matches!(f.execute(0), fabric::Step::Progress));
+    while f.sides[0].poll() {}
+    f.sides[0].drain_ops();
+    assert_eq!(f.sides[0].sq.len(), 1, "the answering DISCONNECT");
+    f.dead = true;
+    f.pump();
+    let e = &f.sides[0].engine;
+    assert!(e.error().is_none(), "{:?}", e.error());
+    assert!(e.finished() && e.readiness().disconnected);
+    assert_eq!(f.sides[0].app_read(10, false), Ok(0), "end-of-stream");
+}
+
 /// A receive flushed while connected is a reset, not an end of stream, and says why the
 /// connection ended when the connection manager knows it (uiwarp: TCP gave up on the peer).
 #[test]

@@ -26,8 +26,15 @@ impl StreamEngine {
             self.sqe_avail += p.sqes;
             self.ctrl_in_use -= p.ctrl;
             self.sbuf_avail += p.bytes;
-            if p.disconnect && success {
-                self.phase = Phase::Disconnected;
+            if p.disconnect {
+                // When a DISCONNECT sent after the peer's SHUTDOWN fails itself, every send
+                // before it was acknowledged: the peer closed first (rsocket answers crossing
+                // SHUTDOWNs with no DISCONNECT of its own) and the stream is over both ways,
+                // not reset.
+                let farewell_refused = !success && self.peer_shutdown && p.seq == wr_id.seq();
+                if success || farewell_refused {
+                    self.phase = Phase::Disconnected;
+                }
             }
         }
         if !success && self.error.is_none() && self.phase == Phase::Connected {

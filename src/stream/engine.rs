@@ -75,6 +75,8 @@ pub struct StreamEngine {
     pub(crate) peer_closed: bool,
     /// Our DISCONNECT is posted: we send nothing more (no credits, no keepalive).
     pub(crate) disconnect_posted: bool,
+    /// The peer's SHUTDOWN arrived: it writes nothing more.
+    pub(crate) peer_shutdown: bool,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -118,6 +120,7 @@ impl StreamEngine {
             completion_wanted: false,
             peer_closed: false,
             disconnect_posted: false,
+            peer_shutdown: false,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,

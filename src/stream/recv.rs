@@ -57,6 +57,7 @@ impl StreamEngine {
             Message::Control(Control::Disconnect) => self.on_peer_closed(),
             Message::Control(Control::Shutdown) => {
                 self.readable = false;
+                self.peer_shutdown = true;
                 if !self.writable && !self.disconnect_posted {
                     // Our SHUTDOWN crossed the peer's: both directions are over, so say so
                     // with a DISCONNECT (after which we send nothing). The peer's SHUTDOWN
