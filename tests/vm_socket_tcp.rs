@@ -61,7 +61,6 @@ impl Loss {
         run(&format!(
             "tc filter add dev lo protocol ip parent 1:0 prio 1 u32 match ip dport {port} 0xffff flowid 1:4"
         ));
-
         Loss { wmem }
     }
 }
@@ -112,11 +111,11 @@ fn under_delay_and_loss(cm: &dyn ConnectionManager, ip: IpAddr, opts: &SocketOpt
     );
 }
 
-/// Options for the siw streams under delay and loss: one message in 8 signalled, a send
+/// Options for the streams under delay and loss: one message in 8 signalled, a send
 /// ring much smaller than the peer's receive ring, so that the ring is rewritten while TCP
 /// still holds (and may resend) earlier bytes, and a close timeout long enough for a lossy
 /// link to deliver what TCP holds.
-fn siw_lossy_options() -> SocketOptions {
+fn lossy_options() -> SocketOptions {
     SocketOptions::builder()
         .signal_interval(8)
         .send_ring(64 << 10)
@@ -141,7 +140,7 @@ fn siw_lossy_options() -> SocketOptions {
 // 1 in 10); with it, 30 of 30 passed.
 fn siw_under_tcp_delay_and_loss() {
     for _ in 0..4 {
-        under_delay_and_loss(&KernelCm, siw_ip(), &siw_lossy_options());
+        under_delay_and_loss(&KernelCm, siw_ip(), &lossy_options());
     }
 }
 
@@ -154,7 +153,7 @@ fn siw_under_tcp_delay_and_loss() {
 /// to (re)send. Before the fix the server read ConnectionReset in the first round, 3 runs
 /// of 3 (rsocket disconnects the same way).
 fn write_and_drop_under_delay_and_loss(cm: &dyn ConnectionManager, ip: IpAddr) {
-    let opts = siw_lossy_options();
+    let opts = lossy_options();
     let l = RdmaListener::bind_via(cm, SocketAddr::new(ip, 0), &opts).expect("bind");
     let addr = l.local_addr().unwrap();
     let _loss = Loss::to_port(addr.port(), 5, 10);
