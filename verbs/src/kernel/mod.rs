@@ -65,13 +65,8 @@ pub trait KernelDriver: Send + Sync + Debug + 'static {
     /// The provider name (`rxe`, `siw`).
     fn name(&self) -> &'static str;
 
-    /// Whether the device may still read the memory of an unsignalled send after a later
-    /// request's completion: siw sends an unsignalled request of a page or more straight
-    /// from the caller's pages (zero copy), and its completions mean only that TCP took the
-    /// bytes, which TCP may send again from those pages until the peer acknowledges them.
-    /// Where this holds, a caller that reuses send memory once completions retire it must
-    /// signal every request (then siw copies). See
-    /// [`crate::provider::ContextOps::unsignaled_sends_borrow_memory`].
+    /// The driver's answer to
+    /// [`crate::provider::ContextOps::unsignaled_sends_borrow_memory`] (true for siw).
     fn unsignaled_sends_borrow_memory(&self) -> bool {
         false
     }

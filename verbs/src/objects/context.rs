@@ -51,8 +51,8 @@ impl Context {
     }
 
     /// Whether the device may read an unsignalled send's memory after a later completion
-    /// (siw; see [`crate::provider::ContextOps::unsignaled_sends_borrow_memory`]): then every send must be
-    /// signalled before its memory is reused.
+    /// (siw; see [`crate::provider::ContextOps::unsignaled_sends_borrow_memory`]): then
+    /// every send must be signalled before its memory is reused.
     pub fn unsignaled_sends_borrow_memory(&self) -> bool {
         self.ops.unsignaled_sends_borrow_memory()
     }
