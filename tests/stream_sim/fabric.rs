@@ -608,3 +608,32 @@ impl Fabric {
         format!("A: {}\nB: {}", d(&self.sides[0]), d(&self.sides[1]))
     }
 }
+
+/// Small rings and queues, so that tests reach their limits quickly.
+pub fn small_config() -> rdmasock::stream::StreamConfigBuilder {
+    StreamConfig::builder()
+        .send_ring(8192)
+        .recv_ring(8192)
+        .send_queue_depth(16)
+        .recv_queue_depth(16)
+        .max_transfer(3000)
+}
+
+const FOREVER: usize = 1 << 40;
+
+/// Two connected engines with these configurations, both with unbounded data to send.
+pub fn pair(a: StreamConfig, b: StreamConfig) -> Fabric {
+    let mut f = Fabric::connect([a, b], [FOREVER, FOREVER], 99);
+    f.pump();
+    f
+}
+
+/// The local regions of an engine made outside a fabric.
+pub fn local_regions() -> rdmasock::stream::LocalRegions {
+    rdmasock::stream::LocalRegions {
+        recv_ring_addr: 0x1000,
+        recv_ring_rkey: 1,
+        target_list_addr: 0x9000,
+        target_list_rkey: 2,
+    }
+}
