@@ -5,6 +5,7 @@
 //! ```text
 //! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
 //!              [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits]
+//!              [--nodelay] [--tcp-nagle]
 //! ```
 //! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
 //! alternating, each round on fresh connections; the table gives each side's median and
@@ -15,6 +16,10 @@
 //! uses event mode (sleep on the completion channel) instead of the library's adaptive
 //! busy-poll. `--waits` prints each uiwarp round's result and both ends' `WaitStats` (how
 //! often the blocking calls waited, napped, overslept a nap and slept on the channel).
+//! TcpStream runs with TCP_NODELAY and RdmaSocket with its defaults (the provider may hold
+//! a write for a few microseconds to send it with the next ones; see
+//! `RdmaSocket::set_nodelay`); `--nodelay` sets nodelay on RdmaSocket too (every write
+//! goes to TCP at once), `--tcp-nagle` leaves Nagle's algorithm on in TcpStream.
 
 mod common;
 
@@ -44,6 +49,10 @@ struct Args {
     side: Option<String>,
     /// Print each uiwarp round and its ends' wait counters to stderr.
     waits: bool,
+    /// `RdmaSocket::set_nodelay(true)` on both ends.
+    nodelay: bool,
+    /// TcpStream without TCP_NODELAY.
+    tcp_nagle: bool,
 }
 
 fn args() -> Args {
@@ -57,6 +66,8 @@ fn args() -> Args {
         signal: None,
         side: None,
         waits: false,
+        nodelay: false,
+        tcp_nagle: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -75,9 +86,11 @@ fn args() -> Args {
             "--signal" => a.signal = Some(num("--signal")),
             "--side" => a.side = it.next(),
             "--waits" => a.waits = true,
+            "--nodelay" => a.nodelay = true,
+            "--tcp-nagle" => a.tcp_nagle = true,
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] (not {other})"
+                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] [--nodelay] [--tcp-nagle] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -147,23 +160,26 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Ro
     (total as f64 / secs / 1e6, client.waits(), server_waits)
 }
 
-fn tcp_pair() -> (TcpStream, TcpStream) {
+fn tcp_pair(nagle: bool) -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let c = TcpStream::connect(addr).unwrap();
     let (s, _) = l.accept().unwrap();
-    c.set_nodelay(true).unwrap();
-    s.set_nodelay(true).unwrap();
+    c.set_nodelay(!nagle).unwrap();
+    s.set_nodelay(!nagle).unwrap();
     (c, s)
 }
 
-fn rdma_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+fn rdma_pair(opts: &SocketOptions, nodelay: bool) -> (RdmaSocket, RdmaSocket) {
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let l = RdmaListener::bind_via(&UiwarpCm, any, opts).expect("bind (uiwarp)");
     let addr = l.local_addr().unwrap();
     let t = thread::spawn(move || l.accept().expect("accept").0);
     let c = RdmaSocket::connect_via(&UiwarpCm, addr, opts).expect("connect (uiwarp)");
-    (c, t.join().unwrap())
+    let s = t.join().unwrap();
+    c.set_nodelay(nodelay).unwrap();
+    s.set_nodelay(nodelay).unwrap();
+    (c, s)
 }
 
 fn main() {
@@ -191,19 +207,19 @@ fn main() {
         let chunk = if key == "4k" { 4096 } else { 1 << 20 };
         let (value, client, server) = match (key, on_tcp) {
             ("latency", true) => {
-                let (c, s) = tcp_pair();
+                let (c, s) = tcp_pair(a.tcp_nagle);
                 pingpong(c, s, a.iters)
             }
             ("latency", false) => {
-                let (c, s) = rdma_pair(&opts);
+                let (c, s) = rdma_pair(&opts, a.nodelay);
                 pingpong(c, s, a.iters)
             }
             (_, true) => {
-                let (c, s) = tcp_pair();
+                let (c, s) = tcp_pair(a.tcp_nagle);
                 stream(c, s, chunk, total)
             }
             (_, false) => {
-                let (c, s) = rdma_pair(&opts);
+                let (c, s) = rdma_pair(&opts, a.nodelay);
                 stream(c, s, chunk, total)
             }
         };
@@ -233,7 +249,9 @@ fn main() {
         rows.push((name, t, u, paired, target));
     }
     println!(
-        "RdmaSocket over uiwarp vs TcpStream, loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream",
+        "RdmaSocket over uiwarp (nodelay {}) vs TcpStream ({}), loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream",
+        if a.nodelay { "on" } else { "off" },
+        if a.tcp_nagle { "Nagle on" } else { "TCP_NODELAY" },
         if a.event { "event" } else { "adaptive busy-poll" },
         a.rounds,
         a.iters,

@@ -581,3 +581,48 @@ fn ipv6_loopback_connect_accept_and_stream() {
     assert_eq!(s.peer_addr().unwrap(), peer);
     both_ways(s, c, 8 << 20, 64 << 10);
 }
+
+/// `set_nodelay` reads back, and with the userspace provider's doorbell coalescing on (the
+/// default) small writes in quick succession arrive though the writing socket is never
+/// touched again: the provider's backstop writes what it held. The reading thread polls only
+/// its own connection's queue, so nothing else can.
+#[test]
+fn writes_held_for_coalescing_arrive_with_the_writer_idle() {
+    let (mut s, mut c) = pair_with(&SocketOptions::default());
+    assert!(
+        !c.nodelay().unwrap(),
+        "nodelay is off by default, as on TcpStream"
+    );
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for round in 0..20u8 {
+        let msgs: Vec<Vec<u8>> = (0..8u8)
+            .map(|i| vec![round ^ i; 100 + i as usize])
+            .collect();
+        for m in &msgs {
+            c.write_all(m).unwrap();
+        }
+        for m in &msgs {
+            let mut got = vec![0u8; m.len()];
+            s.read_exact(&mut got)
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(&got, m, "round {round}");
+        }
+    }
+    c.set_nodelay(true).unwrap();
+    assert!(c.nodelay().unwrap());
+    c.write_all(b"at once").unwrap();
+    let mut got = [0u8; 7];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"at once");
+}
+
+/// Small pieces both ways at once, with and without nodelay: coalescing reorders nothing.
+#[test]
+fn small_pieces_both_ways_with_and_without_nodelay() {
+    for nodelay in [false, true] {
+        let (s, c) = pair_with(&SocketOptions::default());
+        s.set_nodelay(nodelay).unwrap();
+        c.set_nodelay(nodelay).unwrap();
+        both_ways(s, c, 2 << 20, 300);
+    }
+}

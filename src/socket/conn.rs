@@ -174,6 +174,9 @@ pub(crate) struct Connection {
     pub(crate) nonblocking: bool,
     pub(crate) read_timeout: Option<Duration>,
     pub(crate) write_timeout: Option<Duration>,
+    /// `set_nodelay(true)`: every post goes to the transport at once (see
+    /// `QueuePair::set_send_coalescing`).
+    pub(crate) nodelay: bool,
     /// A blocking call is sleeping in poll(2) on the connection's fds.
     pub(crate) poller_active: bool,
     /// Blocked callers waiting on the condition variable for the one in poll(2).
@@ -215,6 +218,7 @@ impl Connection {
             nonblocking: false,
             read_timeout: None,
             write_timeout: None,
+            nodelay: false,
             poller_active: false,
             cond_waiters: 0,
             first_receive_seen: false,

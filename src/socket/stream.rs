@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 /// * there is no file descriptor to hand out (`AsFd`, `AsRawFd`): the connection is a queue
 ///   pair, not a socket. Readiness comes through [`mio::event::Source`] instead;
 /// * `set_ttl`/`ttl` do not exist (rdma_cm chooses the route), and
-///   [`set_nodelay`](Self::set_nodelay) is accepted and changes nothing.
+///   [`set_nodelay`](Self::set_nodelay) matters only on the userspace provider, which
+///   may hold a write for a few microseconds to send it with the next ones (never past a
+///   read or a wait on the socket; see there).
 pub struct RdmaSocket {
     pub(crate) shared: Arc<Shared>,
 }
@@ -217,15 +219,24 @@ impl RdmaSocket {
         Ok(None)
     }
 
-    /// TCP_NODELAY has no meaning here: every write is posted at once. Accepted for
-    /// compatibility.
-    pub fn set_nodelay(&self, _nodelay: bool) -> io::Result<()> {
+    /// Like TCP_NODELAY: `true` makes every write go to the transport before the call
+    /// returns. Every write is posted at once either way; the option matters where the
+    /// provider coalesces (the userspace one, which by default may hold a post made within
+    /// a few microseconds of its last transmission and send it with the next ones, at the
+    /// latest when a thread reads or waits on this socket, or about a millisecond later:
+    /// one system call for several small writes). Kernel devices hand every post to the
+    /// device at once, and there it changes nothing. Off by default, as on `TcpStream`
+    /// (whose Nagle algorithm can hold a write much longer).
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        let mut c = self.shared.lock();
+        c.res.qp.set_send_coalescing(!nodelay);
+        c.nodelay = nodelay;
         Ok(())
     }
 
-    /// Always true (see [`set_nodelay`](Self::set_nodelay)).
+    /// The value [`set_nodelay`](Self::set_nodelay) set (false by default).
     pub fn nodelay(&self) -> io::Result<bool> {
-        Ok(true)
+        Ok(self.shared.lock().nodelay)
     }
 
     /// What this connection's blocking calls did when they had to wait: how many waits,

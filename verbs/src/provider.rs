@@ -185,6 +185,16 @@ pub trait QpOps: Send + Sync + Debug {
     fn send_backlog(&self) -> Option<usize> {
         None
     }
+    /// Lets the provider hold back the transmission of sends posted in quick succession, to
+    /// hand them to the transport together (`true`), or makes every post go out before
+    /// `post_send` returns (`false`). Held sends go out at the latest when a thread polls or
+    /// arms one of the QP's completion queues, or shortly after (the userspace provider: a
+    /// system call per batch instead of per post). Returns whether the provider does this at
+    /// all: kernel providers hand every post to the device at once, and ignore it.
+    fn set_send_coalescing(&self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
     /// For downcasting (the connection manager needs a kernel QP's handle).
     fn as_any(&self) -> &dyn Any;
 }

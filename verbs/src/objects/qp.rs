@@ -195,6 +195,12 @@ impl QueuePair {
     pub fn send_backlog(&self) -> Option<usize> {
         self.ops.send_backlog()
     }
+
+    /// Whether sends posted in quick succession may be handed to the transport together (see
+    /// [`QpOps::set_send_coalescing`]); returns whether this QP's provider coalesces at all.
+    pub fn set_send_coalescing(&self, on: bool) -> bool {
+        self.ops.set_send_coalescing(on)
+    }
 }
 
 #[inline]

@@ -3,6 +3,7 @@
 //! that no queue pair owns yet ([`Pending`]).
 
 use super::cm::ListenerShared;
+use super::doorbell::Doorbell;
 use super::link::Link;
 use super::Engine;
 use crate::core::{
@@ -113,6 +114,8 @@ pub struct Endpoint {
     /// Bytes the link's transmit queue held after the last activity (see
     /// [`Endpoint::send_backlog`]).
     backlog: AtomicU64,
+    /// Doorbell coalescing (see [`super::doorbell`]).
+    pub(crate) doorbell: Doorbell,
 }
 
 /// When a polling thread reads a socket (see [`Endpoint::poll_should_read`]).
@@ -182,6 +185,7 @@ impl Endpoint {
             lent: AtomicU64::new(0),
             lent_copied: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
+            doorbell: Doorbell::default(),
         });
         uiwarp_cq(&e.send_cq).attach(&e);
         if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
@@ -462,6 +466,7 @@ impl Endpoint {
     /// [`Endpoint::drive`]; `until_short`: stop reading at a read that did not fill the
     /// buffer instead of reading on until the socket would block.
     fn drive_reads(&self, st: &mut EndpointState, engine: &Engine, until_short: bool) {
+        self.doorbell.clear();
         self.on_link(st, |link, memory| {
             // Cleared before the read: an arrival after it sets it again.
             self.input_hint.store(false, Ordering::SeqCst);
@@ -487,6 +492,7 @@ impl Endpoint {
 
     /// Writes what the core has (after a post), then reports.
     pub(crate) fn flush(&self, st: &mut EndpointState, engine: &Engine) {
+        self.doorbell.clear();
         self.on_link(st, |link, memory| link.flush(memory));
         self.dispatch(st, engine);
     }
@@ -504,6 +510,7 @@ impl Endpoint {
             self.flush(st, engine);
             return Ok(());
         }
+        self.doorbell.clear();
         let copied = self.on_link(st, |link, memory| {
             link.flush(memory);
             link.keep_lent(memory, lent)

@@ -1,6 +1,7 @@
 //! One TCP connection and the sans-IO connection on it: reading into the core, writing what it
 //! gives, and the close sequence.
 
+use super::doorbell::Held;
 use super::pcap::Flow;
 use super::Engine;
 use crate::core::{Connection, MemoryTable, TxQueue};
@@ -51,6 +52,8 @@ pub(crate) struct Link {
     engine_reads: bool,
     /// What the engine's poll watches now (`None`: not registered).
     interest: Option<Interest>,
+    /// Posts held back from TCP (see [`super::doorbell`]).
+    pub(crate) held: Held,
 }
 
 impl Link {
@@ -77,6 +80,7 @@ impl Link {
             timer: None,
             engine_reads: true,
             interest: None,
+            held: Held::default(),
         }
     }
 
@@ -268,6 +272,7 @@ impl Link {
                 }
             }
         }
+        self.held.rung(moved);
         if self.conn.should_close() && self.out.is_empty() && !self.write_shut {
             self.write_shut = true;
             let _ = self.socket.shutdown(Shutdown::Write);
@@ -276,6 +281,15 @@ impl Link {
             self.linger_until = Some(Instant::now() + LINGER);
         }
         moved
+    }
+
+    /// Whether a post may be held back from TCP: nothing waits for TCP's room, and the
+    /// connection is not failing or closing.
+    pub(crate) fn can_hold(&self) -> bool {
+        self.out.is_empty()
+            && self.io_error.is_none()
+            && !self.write_shut
+            && !self.conn.should_close()
     }
 
     /// Bytes framed and not yet taken by TCP.

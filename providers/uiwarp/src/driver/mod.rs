@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod cm;
+mod doorbell;
 mod endpoint;
 mod link;
 pub mod pcap;
@@ -41,6 +42,8 @@ const WAKER: Token = Token(0);
 /// Timer keys with this bit are the engine's backstops for deferred input (see
 /// [`Engine::set_backstop`]); tokens never reach it.
 const BACKSTOP_BIT: usize = 1 << (usize::BITS - 1);
+/// Timer keys with this bit are doorbell backstops (see [`doorbell`]).
+const HOLD_BIT: usize = 1 << (usize::BITS - 2);
 /// How long input left to an application thread may wait before the engine reads it.
 const BACKSTOP: Duration = Duration::from_millis(1);
 
@@ -136,6 +139,7 @@ impl Engine {
         let mut timers = self.timers.lock().expect("engine timers");
         timers.remove(&token.0);
         timers.remove(&(token.0 | BACKSTOP_BIT));
+        timers.remove(&(token.0 | HOLD_BIT));
     }
 
     pub(crate) fn register(
@@ -283,7 +287,8 @@ impl Engine {
             for key in due {
                 self.timers.lock().expect("engine timers").remove(&key);
                 let backstop = key & BACKSTOP_BIT != 0;
-                let token = Token(key & !BACKSTOP_BIT);
+                let hold = key & HOLD_BIT != 0;
+                let token = Token(key & !(BACKSTOP_BIT | HOLD_BIT));
                 let target = self.target(token);
                 self.guarded(token, &target, || match &target {
                     Some(Target::Endpoint(e)) if backstop && e.read_by_application() => {
@@ -292,6 +297,7 @@ impl Engine {
                         self.set_backstop(token);
                     }
                     Some(Target::Endpoint(e)) if backstop => e.backstop(&self),
+                    Some(Target::Endpoint(e)) if hold => e.hold_timer(),
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
                     _ => {}

@@ -8,7 +8,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::driver::Endpoint;
@@ -167,6 +167,9 @@ pub struct UiwarpCq {
     cookie: u64,
     /// Polls in a row that found the queue empty: from [`SPIN_STREAK`] on, the poller spins.
     empty_streak: AtomicU32,
+    /// One of the QPs that report here may hold posts (see `driver::doorbell`): the next
+    /// poll or arm writes them.
+    held: AtomicBool,
 }
 
 /// Empty polls in a row that make a spin (see [`Endpoint::poll_should_read`]). A data path
@@ -187,6 +190,7 @@ impl UiwarpCq {
             depth,
             cookie: NEXT_COOKIE.fetch_add(1, Ordering::Relaxed),
             empty_streak: AtomicU32::new(0),
+            held: AtomicBool::new(false),
         }
     }
 
@@ -232,6 +236,33 @@ impl UiwarpCq {
         s.endpoints.push(Arc::downgrade(endpoint));
     }
 
+    /// A QP that reports here held a post (after marking itself).
+    pub(crate) fn note_held(&self) {
+        self.held.store(true, Ordering::Release);
+    }
+
+    /// Writes the posts its QPs hold, if the hint says any may: one load when none does.
+    fn ring_held(&self) {
+        if !self.held.load(Ordering::Relaxed) || !self.held.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        // The CQ lock is not held while an endpoint's is taken (the endpoint pushes
+        // completions here under its own).
+        let mut index = 0;
+        loop {
+            let next = {
+                let s = self.state.lock().expect("cq lock");
+                s.endpoints[index.min(s.endpoints.len())..]
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, w)| w.upgrade().map(|e| (index + i, e)))
+            };
+            let Some((i, e)) = next else { break };
+            e.ring_held();
+            index = i + 1;
+        }
+    }
+
     /// Moves queued completions into `out`; taking any ends a run of empty polls.
     fn take(&self, out: &mut [WorkCompletion]) -> usize {
         let mut s = self.state.lock().expect("cq lock");
@@ -248,6 +279,8 @@ impl UiwarpCq {
 
 impl CqOps for UiwarpCq {
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        // A poller waits for something: held posts may be what it waits for.
+        self.ring_held();
         let n = self.take(out);
         if n > 0 || out.is_empty() {
             return Ok(n);
@@ -292,6 +325,8 @@ impl CqOps for UiwarpCq {
     }
 
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        // Arming precedes a sleep: nothing may stay held through it.
+        self.ring_held();
         let mut s = self.state.lock().expect("cq lock");
         if s.armed != Some(false) {
             s.armed = Some(solicited_only);

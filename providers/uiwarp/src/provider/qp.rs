@@ -148,6 +148,8 @@ impl UiwarpQp {
         let mut st = self.endpoint.lock();
         let mut result = Ok(());
         let mut lent_left = lent;
+        // What this call handed to the core (for doorbell coalescing).
+        let (mut posted, mut posted_bytes) = (0usize, 0u64);
         for (index, wr) in wrs.iter().enumerate() {
             let mut work = match SendWork::from_request(wr) {
                 Ok(w) => w,
@@ -229,11 +231,23 @@ impl UiwarpQp {
                 }
             }
             let link = st.link.as_mut().expect("checked above");
+            let bytes = work.total_length();
             if let Err(e) = link.conn.post_send(work) {
                 result = Err(self.post_error(index, wr.wr_id, e));
                 break;
             }
             st.posted_sends += 1;
+            posted_bytes += bytes;
+            posted += 1;
+        }
+        if lent.is_empty()
+            && result.is_ok()
+            && posted > 0
+            && self
+                .endpoint
+                .try_hold(&mut st, engine, posted_bytes, posted)
+        {
+            return Ok(());
         }
         let ended = self.endpoint.flush_lent(&mut st, engine, lent);
         drop(st);
@@ -471,6 +485,15 @@ impl QpOps for UiwarpQp {
 
     fn send_backlog(&self) -> Option<usize> {
         Some(self.endpoint.send_backlog())
+    }
+
+    fn set_send_coalescing(&self, on: bool) -> bool {
+        self.endpoint.doorbell.set_enabled(on);
+        if !on {
+            // What is held goes now, as a later post would not be held.
+            self.endpoint.ring_held();
+        }
+        true
     }
 
     fn as_any(&self) -> &dyn Any {
