@@ -87,12 +87,12 @@ impl Resources {
         };
         let pd = context.alloc_pd()?;
         let cq_channel = context.create_comp_channel()?;
-        let depth = u32::from(cfg.send_queue_depth()) + u32::from(cfg.recv_queue_depth());
+        let depth = u32::from(cfg.send_queue_depth()) + cfg.recv_posted();
         let cq = context.create_cq(depth, Some(&cq_channel))?;
         let init = QpInitAttributes {
             caps: QpCapabilities {
                 max_send_wr: u32::from(cfg.send_queue_depth()),
-                max_recv_wr: u32::from(cfg.recv_queue_depth()),
+                max_recv_wr: cfg.recv_posted(),
                 max_send_sge: 2,
                 max_recv_sge: 1,
                 max_inline_data: inline,

@@ -9,6 +9,16 @@ use std::time::Duration;
 pub const SEND_LOW_WATER: usize = 2048;
 /// Send-queue entries reserved for control messages (`RS_QP_CTRL_SIZE`).
 pub const CONTROL_SLOTS: u32 = 4;
+/// Receives posted beyond the credits granted. The peer's control messages (credit and
+/// receive-ring updates, SHUTDOWN, DISCONNECT) consume a receive each but no credit, and a
+/// receive comes back only when the socket feeds its completion: with every credit used by
+/// data and none of it fed yet, a control message would find no receive posted. On
+/// InfiniBand and RoCE the sender's RNR retries hide that (rsocket posts exactly its credits
+/// and relies on them); iWARP has no RNR, and the connection breaks. Between two feeds the
+/// peer can send only a few: its updates answer what we sent meanwhile, which the credits
+/// and ring halves we knew at the last feed bound (at most about three credit updates and
+/// two ring halves, often merged), plus one SHUTDOWN and one DISCONNECT.
+pub const RECV_RESERVE: u16 = 16;
 /// Smallest queue depth rsocket accepts (`RS_QP_MIN_SIZE`).
 pub const MIN_QUEUE_DEPTH: u16 = 16;
 /// Largest queue depth the 16-bit credit arithmetic allows (`RS_QP_MAX_SIZE`).
@@ -145,10 +155,16 @@ impl StreamConfig {
             0
         }
     }
+    /// Receives posted, and the receive queue's size: the credits granted
+    /// ([`recv_queue_depth`](Self::recv_queue_depth)) and [`RECV_RESERVE`] for the peer's
+    /// control messages.
+    pub fn recv_posted(&self) -> u32 {
+        u32::from(self.recv_queue_depth) + u32::from(RECV_RESERVE)
+    }
     /// Bytes of the message-slot area (write+send mode: one 4-byte slot per receive).
     pub fn message_area_len(&self) -> usize {
         if self.write_with_send {
-            MESSAGE_WORD_LEN * usize::from(self.recv_queue_depth)
+            MESSAGE_WORD_LEN * self.recv_posted() as usize
         } else {
             0
         }

@@ -90,7 +90,8 @@ pub struct StreamEngine {
 
 impl StreamEngine {
     /// A new engine for a connection about to be made. It queues one [`Op::PostRecv`] per
-    /// receive-queue entry; post them before connecting or accepting.
+    /// receive-queue entry ([`StreamConfig::recv_posted`]); post them before connecting or
+    /// accepting.
     pub fn new(cfg: StreamConfig, local: LocalRegions) -> Self {
         let half = cfg.recv_ring / 2;
         let mut e = StreamEngine {
@@ -132,7 +133,7 @@ impl StreamEngine {
             cfg,
             local,
         };
-        for _ in 0..e.cfg.recv_queue_depth {
+        for _ in 0..e.cfg.recv_posted() {
             e.post_recv();
         }
         e
@@ -476,7 +477,7 @@ impl StreamEngine {
     pub(crate) fn post_recv(&mut self) {
         if self.cfg.write_with_send {
             let slot = self.next_msg_slot;
-            self.next_msg_slot = (slot + 1) % u32::from(self.cfg.recv_queue_depth);
+            self.next_msg_slot = (slot + 1) % self.cfg.recv_posted();
             self.ops.push_back(Op::PostRecv {
                 wr_id: WrId::recv(slot),
                 message_slot: Some(slot),

@@ -47,7 +47,8 @@ mod recv;
 
 pub use config::{
     ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder, CONTROL_SLOTS, DEFAULT_MAX_SPIN,
-    MAX_QUEUE_DEPTH, MIN_ADAPTIVE_SPIN, MIN_QUEUE_DEPTH, RSOCKET_MAX_TRANSFER, SEND_LOW_WATER,
+    MAX_QUEUE_DEPTH, MIN_ADAPTIVE_SPIN, MIN_QUEUE_DEPTH, RECV_RESERVE, RSOCKET_MAX_TRANSFER,
+    SEND_LOW_WATER,
 };
 pub use engine::{StreamEngine, TARGET_ENTRIES, TARGET_LIST_LEN};
 pub use error::StreamError;

@@ -374,6 +374,9 @@ pub struct Fabric {
     pub sides: [Side; 2],
     pub dead: bool,
     pub rng: Rng,
+    /// iWARP: a message that finds no receive posted breaks the connection (the test
+    /// panics) instead of waiting for one, as InfiniBand's RNR retries do.
+    pub no_rnr: bool,
 }
 
 pub enum Step {
@@ -400,6 +403,7 @@ impl Fabric {
             sides: [a, b],
             dead: false,
             rng: Rng(seed | 1),
+            no_rnr: false,
         }
     }
 
@@ -418,6 +422,12 @@ impl Fabric {
             return Step::Progress;
         }
         if consumes_recv && self.sides[to].rq.is_empty() {
+            assert!(
+                !self.no_rnr,
+                "side {from}'s message found no receive posted at side {to} (iWARP has no \
+                 RNR: the connection would break)\n{}",
+                self.dump()
+            );
             return Step::Idle; // receiver not ready: the requester retries later
         }
         let wr = self.sides[from].sq.pop_front().unwrap();
