@@ -36,7 +36,7 @@ pub(crate) const WINDOW: Duration = Duration::from_micros(20);
 /// Payload bytes held at most: a post that would pass this rings.
 pub(crate) const MAX_HELD_BYTES: u64 = 64 * 1024;
 /// Requests held at most (a writev takes a few pieces per request; see `link`).
-pub(crate) const MAX_HELD_REQUESTS: usize = 16;
+pub(crate) const MAX_HELD_REQUESTS: usize = 32;
 /// How long after the first held post the engine rings, if nobody did.
 pub(crate) const BACKSTOP: Duration = Duration::from_millis(1);
 
