@@ -94,3 +94,18 @@ fn with_coalescing_off_every_post_goes_out_at_once() {
         assert_eq!((s.wr_id, s.opcode()), (i, WcOpcode::Send));
     }
 }
+
+/// A disconnect right after a burst: held sends were handed over like any other post, so
+/// they go out before the close, as the ones TCP already took do (only posts that TCP could
+/// not take yet are flushed).
+#[test]
+fn held_sends_go_out_before_a_disconnect() {
+    let p = pair();
+    post_burst(&p, SendFlags::empty());
+    assert!(
+        held_posts(&p) > 0,
+        "no post of {BURST} back to back was held"
+    );
+    rdmasock_uiwarp::disconnect(&p.a.qp).unwrap();
+    receive_burst(&p);
+}

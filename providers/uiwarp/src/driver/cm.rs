@@ -244,6 +244,10 @@ pub fn disconnect(qp: &QueuePair) -> io::Result<()> {
 /// Closes an endpoint's connection (idempotent).
 pub(crate) fn close_endpoint(endpoint: &Endpoint, engine: &Engine) {
     let mut st = endpoint.lock();
+    // Posts held for doorbell coalescing were handed over like any other: they are written
+    // (or queued for TCP, as a post that found TCP full is) before the close flushes what the
+    // core has not framed.
+    endpoint.flush(&mut st, engine);
     if let Some(link) = st.link.as_mut() {
         link.conn.close();
     }
