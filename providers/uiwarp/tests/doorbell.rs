@@ -109,3 +109,15 @@ fn held_sends_go_out_before_a_disconnect() {
     rdmasock_uiwarp::disconnect(&p.a.qp).unwrap();
     receive_burst(&p);
 }
+
+/// The classic event loop arms its queue, polls, posts its answers and sleeps on the
+/// channel: nothing it posts while the queue is armed is held (it would wait for the
+/// backstop, a millisecond, while the loop sleeps), and the answers arrive.
+#[test]
+fn posts_to_an_armed_queue_are_not_held() {
+    let p = pair();
+    p.a.cq.req_notify(false).unwrap();
+    post_burst(&p, SendFlags::empty());
+    assert_eq!(held_posts(&p), 0, "posts were held with the queue armed");
+    receive_burst(&p);
+}

@@ -5,9 +5,10 @@
 //! ~3.7 µs, ~2.7 of them in the kernel's TCP send, against ~2.4 µs for `TcpStream`'s whole
 //! `write`). A NIC's doorbell only starts work that the NIC does while the CPU goes on; ours
 //! does the work on the poster's thread, so it batches instead: a post that comes within
-//! [`WINDOW`] of the connection's last write to TCP is *held* (queued in the core, not yet
-//! framed or written) while fewer than [`MAX_HELD_BYTES`] and [`MAX_HELD_REQUESTS`] are, and
-//! the held posts go out, in order, with the first of:
+//! [`WINDOW`] of the connection's last write to TCP, while neither of its QP's completion
+//! queues is armed (a thread may be about to sleep on the channel), is *held* (queued in the
+//! core, not yet framed or written) while fewer than [`MAX_HELD_BYTES`] and
+//! [`MAX_HELD_REQUESTS`] are, and the held posts go out, in order, with the first of:
 //!
 //! * a post that cannot be held (a full batch, a lent payload, a quiet connection);
 //! * a poll or an arm of either of the QP's completion queues, on any thread: whoever waits
@@ -118,7 +119,13 @@ impl Endpoint {
         bytes: u64,
         requests: usize,
     ) -> bool {
-        if !self.doorbell.enabled.load(Ordering::Relaxed) {
+        // An armed queue means a thread may sleep on its channel, which a held post would
+        // leave waiting for the backstop: the classic event loop arms, polls, posts the
+        // answers and sleeps.
+        if !self.doorbell.enabled.load(Ordering::Relaxed)
+            || uiwarp_cq(&self.send_cq).is_armed()
+            || uiwarp_cq(&self.recv_cq).is_armed()
+        {
             return false;
         }
         let Some(link) = st.link.as_mut() else {

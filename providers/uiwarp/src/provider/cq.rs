@@ -170,6 +170,9 @@ pub struct UiwarpCq {
     /// One of the QPs that report here may hold posts (see `driver::doorbell`): the next
     /// poll or arm writes them.
     held: AtomicBool,
+    /// `CqState::armed.is_some()`, readable without the lock: a thread may be about to
+    /// sleep on the channel, so posts to its QPs are not held.
+    armed: AtomicBool,
 }
 
 /// Empty polls in a row that make a spin (see [`Endpoint::poll_should_read`]). A data path
@@ -191,6 +194,7 @@ impl UiwarpCq {
             cookie: NEXT_COOKIE.fetch_add(1, Ordering::Relaxed),
             empty_streak: AtomicU32::new(0),
             held: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
         }
     }
 
@@ -206,6 +210,7 @@ impl UiwarpCq {
         };
         if wake {
             s.armed = None;
+            self.armed.store(false, Ordering::Relaxed);
             drop(s);
             if let Some(c) = self
                 .channel
@@ -234,6 +239,12 @@ impl UiwarpCq {
         let mut s = self.state.lock().expect("cq lock");
         s.endpoints.retain(|w| w.strong_count() > 0);
         s.endpoints.push(Arc::downgrade(endpoint));
+    }
+
+    /// Armed for an event: a thread may sleep on the channel until one comes (see the
+    /// `armed` field).
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Relaxed)
     }
 
     /// A QP that reports here held a post (after marking itself).
@@ -330,6 +341,7 @@ impl CqOps for UiwarpCq {
         let mut s = self.state.lock().expect("cq lock");
         if s.armed != Some(false) {
             s.armed = Some(solicited_only);
+            self.armed.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
