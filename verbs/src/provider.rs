@@ -188,9 +188,10 @@ pub trait QpOps: Send + Sync + Debug {
     /// Lets the provider hold back the transmission of sends posted in quick succession, to
     /// hand them to the transport together (`true`), or makes every post go out before
     /// `post_send` returns (`false`). Held sends go out at the latest when a thread polls or
-    /// arms one of the QP's completion queues, or shortly after (the userspace provider: a
-    /// system call per batch instead of per post). Returns whether the provider does this at
-    /// all: kernel providers hand every post to the device at once, and ignore it.
+    /// arms one of the QP's completion queues, or shortly after, and nothing is held while
+    /// one of them is armed (the userspace provider: a system call per batch instead of per
+    /// post). Returns whether the provider does this at all: kernel providers hand every
+    /// post to the device at once, and ignore it.
     fn set_send_coalescing(&self, on: bool) -> bool {
         let _ = on;
         false
