@@ -2,8 +2,9 @@
 //! accept/reject with private data in the MPA frames, and disconnect. A queue pair reaches
 //! RTS by itself when the MPA exchange (and in peer-to-peer mode the RTR) completes.
 
-use super::endpoint::{Endpoint, NoMemory, Outcome, Pending};
+use super::endpoint::{Endpoint, Outcome};
 use super::link::Link;
+use super::pending::{NoMemory, Pending};
 use super::{engine, Engine, Target};
 use crate::core::{Config, ConnectRequest, Connection, CoreError};
 use crate::provider::qp::UiwarpQp;

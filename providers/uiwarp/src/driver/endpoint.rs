@@ -1,24 +1,21 @@
 //! A queue pair's side of the driver ([`Endpoint`]: its connection, its posted work before a
-//! connection exists, what the connection manager waits for), and an accepted TCP connection
-//! that no queue pair owns yet ([`Pending`]).
+//! connection exists, what the connection manager waits for). An accepted TCP connection that
+//! no queue pair owns yet is a [`Pending`](super::pending::Pending).
 
-use super::cm::ListenerShared;
 use super::doorbell::Doorbell;
 use super::link::Link;
 use super::Engine;
-use crate::core::{
-    CloseReason, ConnectRequest, Event, MemoryTable, Negotiated, RecvWork, RegionView, WorkQueue,
-};
+use crate::core::{CloseReason, Event, Negotiated, RecvWork, WorkQueue};
 use crate::provider::cq::uiwarp_cq;
 use crate::provider::memory::{InlinePool, QpMemory, RegionSet};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::CqOps;
-use rdmasock_verbs::{LocalKey, QpCapabilities, QpNumber, QpState, RegisteredMemory, RemoteKey};
+use rdmasock_verbs::{QpCapabilities, QpNumber, QpState, RegisteredMemory};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// What a connected endpoint reports to its connection manager user.
@@ -632,75 +629,5 @@ pub(crate) fn close_text(reason: &CloseReason, io: Option<&std::io::Error>) -> S
         ),
         Some(e) => format!("{base} ({e})"),
         None => base.to_string(),
-    }
-}
-
-/// A table with no regions: the handshake touches no memory.
-pub(crate) struct NoMemory;
-
-impl MemoryTable for NoMemory {
-    fn local(&self, _: LocalKey) -> Option<RegionView<'_>> {
-        None
-    }
-    fn remote(&self, _: RemoteKey) -> Option<RegionView<'_>> {
-        None
-    }
-}
-
-/// An accepted TCP connection before a queue pair adopts it.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    pub(crate) link: Mutex<Option<Link>>,
-    pub(crate) listener: Weak<ListenerShared>,
-}
-
-impl Pending {
-    pub(crate) fn progress(self: &Arc<Self>, engine: &Engine) {
-        let mut guard = self.link.lock().expect("uiwarp pending lock");
-        let Some(link) = guard.as_mut() else {
-            return;
-        };
-        link.progress(&NoMemory, false);
-        let mut request: Option<ConnectRequest> = None;
-        while let Some(ev) = link.conn.poll_event() {
-            if let Event::ConnectRequest(r) = ev {
-                request = Some(r);
-            }
-        }
-        let (local, peer) = (link.local, link.peer);
-        if link.finished(Instant::now()) {
-            let link = guard.take().expect("link exists");
-            link.close(engine);
-        } else {
-            link.sync_interest(engine);
-            engine.set_timer(link.token, link.next_timer());
-        }
-        drop(guard);
-        if let Some(r) = request {
-            match self.listener.upgrade() {
-                Some(l) => l.offer(self.clone(), r, local, peer),
-                None => self.abandon(engine),
-            }
-        }
-    }
-
-    /// After a panic while driving this connection: closes its socket without another call
-    /// into its protocol state.
-    pub(crate) fn drop_after_panic(&self, engine: &Engine) {
-        self.link.clear_poison();
-        let link = self.link.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(link) = link {
-            link.close(engine);
-        }
-    }
-
-    /// Closes the connection (no queue pair will take it).
-    pub(crate) fn abandon(&self, engine: &Engine) {
-        let mut guard = self.link.lock().expect("uiwarp pending lock");
-        if let Some(mut link) = guard.take() {
-            link.conn.close();
-            link.flush(&NoMemory);
-            link.close(engine);
-        }
     }
 }

@@ -23,6 +23,7 @@ mod doorbell;
 mod endpoint;
 mod link;
 pub mod pcap;
+mod pending;
 
 pub(crate) use cm::close_endpoint;
 pub use cm::{accepted, connect, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
@@ -30,8 +31,8 @@ pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Endpoint;
 pub use endpoint::Notice;
 
-use endpoint::Pending;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use pending::Pending;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, OnceLock};

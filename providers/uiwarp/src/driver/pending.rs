@@ -1,0 +1,81 @@
+//! An accepted TCP connection that no queue pair owns yet ([`Pending`]): the engine drives
+//! its MPA exchange until the listener offers the request to the application.
+#![forbid(unsafe_code)]
+
+use super::cm::ListenerShared;
+use super::link::Link;
+use super::Engine;
+use crate::core::{ConnectRequest, Event, MemoryTable, RegionView};
+use rdmasock_verbs::{LocalKey, RemoteKey};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+/// A table with no regions: the handshake touches no memory.
+pub(crate) struct NoMemory;
+
+impl MemoryTable for NoMemory {
+    fn local(&self, _: LocalKey) -> Option<RegionView<'_>> {
+        None
+    }
+    fn remote(&self, _: RemoteKey) -> Option<RegionView<'_>> {
+        None
+    }
+}
+
+/// An accepted TCP connection before a queue pair adopts it.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) link: Mutex<Option<Link>>,
+    pub(crate) listener: Weak<ListenerShared>,
+}
+
+impl Pending {
+    pub(crate) fn progress(self: &Arc<Self>, engine: &Engine) {
+        let mut guard = self.link.lock().expect("uiwarp pending lock");
+        let Some(link) = guard.as_mut() else {
+            return;
+        };
+        link.progress(&NoMemory, false);
+        let mut request: Option<ConnectRequest> = None;
+        while let Some(ev) = link.conn.poll_event() {
+            if let Event::ConnectRequest(r) = ev {
+                request = Some(r);
+            }
+        }
+        let (local, peer) = (link.local, link.peer);
+        if link.finished(Instant::now()) {
+            let link = guard.take().expect("link exists");
+            link.close(engine);
+        } else {
+            link.sync_interest(engine);
+            engine.set_timer(link.token, link.next_timer());
+        }
+        drop(guard);
+        if let Some(r) = request {
+            match self.listener.upgrade() {
+                Some(l) => l.offer(self.clone(), r, local, peer),
+                None => self.abandon(engine),
+            }
+        }
+    }
+
+    /// After a panic while driving this connection: closes its socket without another call
+    /// into its protocol state.
+    pub(crate) fn drop_after_panic(&self, engine: &Engine) {
+        self.link.clear_poison();
+        let link = self.link.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(link) = link {
+            link.close(engine);
+        }
+    }
+
+    /// Closes the connection (no queue pair will take it).
+    pub(crate) fn abandon(&self, engine: &Engine) {
+        let mut guard = self.link.lock().expect("uiwarp pending lock");
+        if let Some(mut link) = guard.take() {
+            link.conn.close();
+            link.flush(&NoMemory);
+            link.close(engine);
+        }
+    }
+}
