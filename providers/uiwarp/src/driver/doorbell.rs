@@ -131,7 +131,8 @@ impl Endpoint {
         let Some(link) = st.link.as_mut() else {
             return false;
         };
-        if !link.can_hold() || !link.held.may_hold(Instant::now(), bytes, requests) {
+        let now = Instant::now();
+        if !link.can_hold() || !link.held.may_hold(now, bytes, requests) {
             return false;
         }
         link.held.hold(bytes, requests);
@@ -143,7 +144,7 @@ impl Endpoint {
             uiwarp_cq(&self.recv_cq).note_held();
         }
         if !self.doorbell.timer.swap(true, Ordering::AcqRel) {
-            engine.set_timer(Token(token.0 | HOLD_BIT), Some(Instant::now() + BACKSTOP));
+            engine.set_timer(Token(token.0 | HOLD_BIT), Some(now + BACKSTOP));
         }
         true
     }

@@ -257,21 +257,31 @@ impl UiwarpCq {
         if !self.held.load(Ordering::Relaxed) || !self.held.swap(false, Ordering::AcqRel) {
             return;
         }
-        // The CQ lock is not held while an endpoint's is taken (the endpoint pushes
-        // completions here under its own).
-        let mut index = 0;
-        loop {
-            let next = {
-                let s = self.state.lock().expect("cq lock");
-                s.endpoints[index.min(s.endpoints.len())..]
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, w)| w.upgrade().map(|e| (index + i, e)))
-            };
-            let Some((i, e)) = next else { break };
+        let mut from = 0;
+        while let Some((i, e, ())) = self.next_endpoint(from, |_, _, _| Some(())) {
             e.ring_held();
-            index = i + 1;
+            from = i + 1;
         }
+    }
+
+    /// The first live endpoint at or after index `from` that `pick` (given the number of
+    /// endpoints, the index and the endpoint) accepts: its index, itself and what `pick`
+    /// said. The CQ lock is released before the caller takes the endpoint's (an endpoint
+    /// pushes completions here under its own), and the walk allocates nothing.
+    fn next_endpoint<T>(
+        &self,
+        from: usize,
+        mut pick: impl FnMut(usize, usize, &Endpoint) -> Option<T>,
+    ) -> Option<(usize, Arc<Endpoint>, T)> {
+        let s = self.state.lock().expect("cq lock");
+        let n = s.endpoints.len();
+        s.endpoints[from.min(n)..]
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| {
+                let e = w.upgrade()?;
+                pick(n, from + i, &e).map(|t| (from + i, e, t))
+            })
     }
 
     /// Moves queued completions into `out`; taking any ends a run of empty polls.
@@ -308,26 +318,16 @@ impl CqOps for UiwarpCq {
         // queue shared by many QPs a spin checks at most SPIN_CHECKS sockets per poll, a
         // different share each time (every socket once per `stride` polls), so that one poll
         // is not one poll(2) per QP.
-        let mut index = 0;
+        let mut from = 0;
         let mut moved = false;
-        loop {
-            let next = {
-                let s = self.state.lock().expect("cq lock");
-                let stride = s.endpoints.len().div_ceil(SPIN_CHECKS).max(1);
-                let share = streak as usize % stride;
-                s.endpoints[index.min(s.endpoints.len())..]
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, w)| {
-                        let e = w.upgrade()?;
-                        let checked = spinning && (index + i) % stride == share;
-                        e.poll_should_read(checked).map(|when| (index + i, e, when))
-                    })
-            };
-            let Some((i, e, when)) = next else { break };
+        while let Some((i, e, when)) = self.next_endpoint(from, |n, i, e| {
+            let stride = n.div_ceil(SPIN_CHECKS).max(1);
+            let checked = spinning && i % stride == streak as usize % stride;
+            e.poll_should_read(checked)
+        }) {
             e.try_progress(when);
             moved = true;
-            index = i + 1;
+            from = i + 1;
         }
         if !moved {
             return Ok(0);
