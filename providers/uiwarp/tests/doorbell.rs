@@ -47,14 +47,19 @@ fn held_posts(p: &Pair) -> u64 {
         .held_posts()
 }
 
+/// [`post_burst`] for a test about held posts: fails when none was held (the test would
+/// show nothing); returns how many were.
+fn post_held_burst(p: &Pair, flags: SendFlags) -> u64 {
+    post_burst(p, flags);
+    let held = held_posts(p);
+    assert!(held > 0, "no post of {BURST} back to back was held");
+    held
+}
+
 #[test]
 fn held_sends_arrive_though_the_sender_never_polls() {
     let p = pair();
-    post_burst(&p, SendFlags::empty());
-    assert!(
-        held_posts(&p) > 0,
-        "no post of {BURST} back to back was held: the test shows nothing"
-    );
+    post_held_burst(&p, SendFlags::empty());
     // Only b polls, and b's queue has only b's QP: a's held sends need the backstop.
     receive_burst(&p);
 }
@@ -62,9 +67,7 @@ fn held_sends_arrive_though_the_sender_never_polls() {
 #[test]
 fn a_poll_of_the_senders_queue_writes_what_is_held() {
     let p = pair();
-    post_burst(&p, SendFlags::SIGNALED);
-    let held = held_posts(&p);
-    assert!(held > 0, "no post of {BURST} back to back was held");
+    let held = post_held_burst(&p, SendFlags::SIGNALED);
     // A held send completes once TCP takes it: one poll, right after the posts, must
     // write every held send and so find all of them complete.
     let mut wcs = [WorkCompletion::default(); BURST as usize];
@@ -101,11 +104,7 @@ fn with_coalescing_off_every_post_goes_out_at_once() {
 #[test]
 fn held_sends_go_out_before_a_disconnect() {
     let p = pair();
-    post_burst(&p, SendFlags::empty());
-    assert!(
-        held_posts(&p) > 0,
-        "no post of {BURST} back to back was held"
-    );
+    post_held_burst(&p, SendFlags::empty());
     rdmasock_uiwarp::disconnect(&p.a.qp).unwrap();
     receive_burst(&p);
 }
