@@ -4,7 +4,7 @@
 
 use super::endpoint::{Endpoint, Outcome};
 use super::link::Link;
-use super::pending::{NoMemory, Pending};
+use super::pending::{close_or_watch, NoMemory, Pending};
 use super::{engine, Engine, Target};
 use crate::core::{Config, ConnectRequest, Connection, CoreError};
 use crate::provider::qp::UiwarpQp;
@@ -577,14 +577,7 @@ fn reject_pending(pending: &Pending, private_data: &[u8], engine: &Engine) -> io
     };
     link.conn.reject(private_data).map_err(core_error)?;
     link.flush(&NoMemory);
-    if link.finished(Instant::now()) {
-        let link = guard.take().expect("link exists");
-        link.close(engine);
-    } else {
-        // A reply TCP did not take at once goes out when there is room.
-        link.sync_interest(engine);
-        engine.set_timer(link.token, link.next_timer());
-    }
+    close_or_watch(&mut guard, engine);
     Ok(())
 }
 

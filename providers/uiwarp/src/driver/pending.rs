@@ -43,13 +43,7 @@ impl Pending {
             }
         }
         let (local, peer) = (link.local, link.peer);
-        if link.finished(Instant::now()) {
-            let link = guard.take().expect("link exists");
-            link.close(engine);
-        } else {
-            link.sync_interest(engine);
-            engine.set_timer(link.token, link.next_timer());
-        }
+        close_or_watch(&mut guard, engine);
         drop(guard);
         if let Some(r) = request {
             match self.listener.upgrade() {
@@ -77,5 +71,20 @@ impl Pending {
             link.flush(&NoMemory);
             link.close(engine);
         }
+    }
+}
+
+/// After progress on a pending connection's link: closes it once it is finished, else has
+/// the engine watch it (a reply TCP did not take at once goes out when there is room).
+pub(crate) fn close_or_watch(slot: &mut Option<Link>, engine: &Engine) {
+    let Some(link) = slot.as_mut() else {
+        return;
+    };
+    if link.finished(Instant::now()) {
+        let link = slot.take().expect("link exists");
+        link.close(engine);
+    } else {
+        link.sync_interest(engine);
+        engine.set_timer(link.token, link.next_timer());
     }
 }
