@@ -15,6 +15,10 @@
 #         uiwarp against the kernel's siw, same workload), with MPA CRC (uiwarp's default)
 #         and without (RDMASOCK_UIWARP_CRC=0: how siw0 talks to siw0), and with siw0's ring
 #         size (128 KiB; uiwarp's default is 1 MiB)
+#   siw0-crc: bench_socket rdma on siw0 with siw reloaded as siw-crc.ko (built here by
+#         build-siw.sh --crc-required: siw asking for MPA CRC, which 6.1's siw never does),
+#         so that uiwarp's default wire (CRC on) meets siw on the same wire; a capture of
+#         its first connection must show the CRC flag in the MPA request and reply
 # Latency is one-way (half a round trip, perftest's convention; rstream's usec/xfer is the
 # same), the median of N round trips (default 200) after warm-up: perftest's t_typical and
 # bench_socket's median (TCG's scheduling makes averages swing with a few slow round trips);
@@ -117,6 +121,7 @@ if [ "${1:-}" = --guest ]; then
   ours() {
     local dev=$1 ip=$2 kind out kinds="rdma tcp" provider= crc=1 tool rings=$ring
     case ${3:-} in
+      siw-crc) kinds=rdma ;;
       uiwarp) kinds=rdma provider=uiwarp ;;
       uiwarp-nocrc) kinds=rdma provider=uiwarp crc=0 ;;
       uiwarp-ring128k) kinds=rdma provider=uiwarp rings=131072 ;;
@@ -127,6 +132,7 @@ if [ "${1:-}" = --guest ]; then
       tool=RdmaSocket
       [ $kind = tcp ] && tool=TcpStream
       [ -n "$provider" ] && tool=${3}
+      [ "${3:-}" = siw-crc ] && tool=siw0-crc
       echo "$out" | awk -v d="$dev" -v t="$tool" '$1 == "RESULT" && $2 == "lat" { print d, "lat", t, $4, $6 }
                                                  $1 == "RESULT" && $2 == "bw" { print d, "bw", t, $4, $5 }' \
         | while read -r line; do record $line; done
@@ -149,6 +155,47 @@ if [ "${1:-}" = --guest ]; then
     fi
   }
 
+  # siw_load MODULE: siw0 again, on eth1, from MODULE (siw.ko or siw-crc.ko)
+  siw_load() {
+    rdma link delete siw0 || { echo "bench: rdma link delete siw0 failed" >&2; return 1; }
+    local i
+    for i in $(seq 40); do rmmod siw 2> /dev/null && break; sleep 0.25; done
+    if lsmod | grep -q '^siw '; then echo "bench: rmmod siw failed (still in use)" >&2; return 1; fi
+    insmod "$1" || { echo "bench: insmod $1 failed" >&2; return 1; }
+    rdma link add siw0 type siw netdev eth1 || { echo "bench: rdma link add siw0 failed" >&2; return 1; }
+    for i in $(seq 100); do
+      grep -q ACTIVE /sys/class/infiniband/siw0/ports/1/state 2> /dev/null && return 0
+      sleep 0.1
+    done
+    echo "bench: siw0 from $1 did not come up" >&2
+    return 1
+  }
+  # crc_on_the_wire: one short RdmaSocket connection on siw0, captured on lo (the VM's
+  # own address): its MPA request and reply must both carry the CRC flag.
+  crc_on_the_wire() {
+    local pcap flags good i T="tshark --disable-protocol rpcordma"
+    pcap=$(mktemp --suffix .pcap)
+    dumpcap -q -i lo -f "tcp" -w "$pcap" > /dev/null 2>&1 &
+    local dpid=$!
+    # dumpcap writes the file's header once it captures
+    for i in $(seq 100); do [ -s "$pcap" ] && break; sleep 0.1; done
+    timeout 60 "$ours" rdma "$siw_ip" --sizes 64 --iters 10 --megabytes 1 > /dev/null 2>&1
+    sleep 0.5
+    kill -INT $dpid 2> /dev/null
+    wait $dpid 2> /dev/null || true
+    flags=$($T -r "$pcap" -Y "iwarp_mpa.req || iwarp_mpa.rep" -T fields -e iwarp_mpa.crc_flag 2> /dev/null | tr '\n' ' ')
+    good=$($T -r "$pcap" -V 2> /dev/null | grep -c "Good CRC32")
+    rm -f "$pcap"
+    log "siw-crc.ko: the CRC flag of each MPA request and reply captured: $flags; FPDUs with a good CRC: $good"
+    # every request and reply (at least one of each) has it set, and the FPDUs carry CRCs
+    echo "$flags" | awk '{ for (i = 1; i <= NF; i++) if ($i != "1" && $i != "True") bad = 1 }
+                         END { exit (NF >= 2 && !bad) ? 0 : 1 }' && [ "$good" -gt 0 ] && return 0
+    echo "bench: siw-crc.ko's connection did not use MPA CRC: flags $flags, $good good CRCs" >&2
+    return 1
+  }
+  siw_crc_ko=$VM_SIW_DIR/siw-crc.ko
+  [ -f "$siw_crc_ko" ] || { echo "bench: $siw_crc_ko missing (tests/vm/build-siw.sh --crc-required)"; exit 1; }
+
   status=0
   for rep in $(seq "$reps"); do
   echo "bench: rxe0 ($rxe_ip), round $rep of $reps" >&2
@@ -169,6 +216,14 @@ if [ "${1:-}" = --guest ]; then
     perftest siw0 lat ib_send_lat "$size" "$iters" 5 "$siw_ip" || status=1
   done
   perftest siw0 bw ib_write_bw 65536 "$bw_iters" 4 "$siw_ip" || status=1
+  echo "bench: siw0 with MPA CRC (siw-crc.ko), round $rep of $reps" >&2
+  if siw_load "$siw_crc_ko"; then
+    if [ "$rep" = 1 ]; then crc_on_the_wire || status=1; fi
+    ours siw0 "$siw_ip" siw-crc || status=1
+  else
+    status=1
+  fi
+  siw_load "$VM_SIW_DIR/siw.ko" || { status=1; echo "bench: siw0 is gone; stopping" >&2; break; }
   done
 
   # ----- the tables
@@ -234,21 +289,25 @@ if [ "${1:-}" = --guest ]; then
   table siw0 ib_send_lat TcpStream
   # issue #5: the userspace provider against the kernel's siw, same workload, same netdev
   echo
-  echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00). siw0 to siw0 runs without MPA CRC; uiwarp asks for it by default, uiwarp-nocrc does not; uiwarp-128k is uiwarp with siw0's ring size (128 KiB, not 1 MiB)"
-  siw_row() { printf '%-10s %10s %13s %11s %10s %9s %13s %11s\n' "$@"; }
-  siw_row workload uiwarp uiwarp-nocrc uiwarp-128k siw0 ÷siw0 "nocrc÷siw0" "128k÷siw0"
+  echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00). Same wire, two ways: siw0 to siw0 runs without MPA CRC, as uiwarp-nocrc does (nocrc÷siw0); uiwarp asks for CRC by default, as siw0-crc (siw-crc.ko) does (÷siw0-crc). ÷siw0 crosses them (uiwarp with CRC, siw0 without); uiwarp-128k is uiwarp with siw0's ring size (128 KiB, not 1 MiB)"
+  siw_row() { printf '%-10s %8s %12s %11s %8s %8s %9s %10s %10s %9s\n' "$@"; }
+  siw_row workload uiwarp uiwarp-nocrc uiwarp-128k siw0 siw0-crc "nocrc÷siw0" "÷siw0-crc" ÷siw0 "128k÷siw0"
+  siw_cells() { # siw_cells KIND SIZE
+    u=$(value siw0 "$1" uiwarp "$2") n=$(value siw0 "$1" uiwarp-nocrc "$2") r=$(value siw0 "$1" uiwarp-ring128k "$2")
+    k=$(value siw0 "$1" RdmaSocket "$2") c=$(value siw0 "$1" siw0-crc "$2")
+  }
   for size in $sizes; do
-    u=$(value siw0 lat uiwarp "$size") n=$(value siw0 lat uiwarp-nocrc "$size") r=$(value siw0 lat uiwarp-ring128k "$size") k=$(value siw0 lat RdmaSocket "$size")
-    siw_row "lat $size" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")" "$(ratio "$r" "$k")"
+    siw_cells lat "$size"
+    siw_row "lat $size" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
   done
-  u=$(value siw0 bw uiwarp 65536) n=$(value siw0 bw uiwarp-nocrc 65536) r=$(value siw0 bw uiwarp-ring128k 65536) k=$(value siw0 bw RdmaSocket 65536)
-  siw_row "bw 64KiB" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "$(ratio "$u" "$k")" "$(ratio "$n" "$k")" "$(ratio "$r" "$k")"
+  siw_cells bw 65536
+  siw_row "bw 64KiB" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
   if [ "$reps" -gt 1 ]; then
     echo "the same ratios as the median over rounds of each round's ratio:"
     for size in $sizes; do
-      siw_row "lat $size" "" "" "" "" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-ring128k RdmaSocket "$size")"
+      siw_row "lat $size" "" "" "" "" "" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp siw0-crc "$size")" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-ring128k RdmaSocket "$size")"
     done
-    siw_row "bw 64KiB" "" "" "" "" "$(round_ratio siw0 bw uiwarp RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket 65536)"
+    siw_row "bw 64KiB" "" "" "" "" "" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp siw0-crc 65536)" "$(round_ratio siw0 bw uiwarp RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket 65536)"
   fi
   echo
   echo "raw results (device kind tool size value round):"
@@ -276,5 +335,6 @@ cargo build --release --example bench_socket >&2
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 ours=$target_dir/release/examples/bench_socket
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
+"$HERE/build-siw.sh" --crc-required >&2
 exec "$HERE/run.sh" --both --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
   bash "$HERE/bench-socket.sh" --guest "$ours" "$iters" "$megabytes" "$sizes" "$reps" "$spin" "$ring"

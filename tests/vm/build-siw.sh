@@ -1,5 +1,6 @@
 #!/bin/bash
-# build-siw.sh [KVER] - build the soft-iWARP driver siw.ko for the kernel the VM boots.
+# build-siw.sh [--crc-required] [KVER] - build the soft-iWARP driver siw.ko for the kernel
+# the VM boots.
 #
 # Debian's kernels are built without CONFIG_RDMA_SIW, so we compile
 # drivers/infiniband/sw/siw out of tree from Debian's linux-source package against the
@@ -8,10 +9,21 @@
 #
 # Needs (Debian 12):  apt-get install linux-headers-<KVER> linux-source-6.1 gcc make xz-utils
 # Takes about 40 s on 2 cores, most of it unpacking the source tarball.
+#
+# --crc-required builds siw-crc.ko instead (same directory): the same driver with its
+# compile-time `mpa_crc_required` set, so that siw asks for MPA's CRC32c on every connection
+# (6.1's siw has no module parameter for it and never asks). Only the benchmarks use it
+# (tests/vm/bench-socket.sh: the userspace provider, which asks for CRC by default, against
+# siw on the same wire).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/common.sh"
 
+name=siw
+if [ "${1:-}" = --crc-required ]; then
+  name=siw-crc
+  shift
+fi
 if [ $# -ge 1 ]; then
   KVER=$1
 else
@@ -20,7 +32,7 @@ else
   KVER=${kernel##*/vmlinuz-}
 fi
 OUT=$(vm_siw_dir "$KVER")
-if [ -s "$OUT/siw.ko" ]; then echo "build-siw: $OUT/siw.ko is already built"; exit 0; fi
+if [ -s "$OUT/$name.ko" ]; then echo "build-siw: $OUT/$name.ko is already built"; exit 0; fi
 
 SRCVER=$(echo "$KVER" | sed -E 's/^([0-9]+\.[0-9]+).*/\1/')   # 6.1.0-57-amd64 -> 6.1
 TARBALL=/usr/src/linux-source-$SRCVER.tar.xz
@@ -41,12 +53,17 @@ trap 'rm -rf "$work"' EXIT
 echo "build-siw: unpacking drivers/infiniband/sw/siw from $TARBALL"
 tar -C "$work" -xJf "$TARBALL" "linux-source-$SRCVER/drivers/infiniband/sw/siw"
 src=$work/linux-source-$SRCVER/drivers/infiniband/sw/siw
+if [ $name = siw-crc ]; then
+  sed -i 's/^const bool mpa_crc_required;/const bool mpa_crc_required = true;/' "$src/siw_main.c"
+  grep -q '^const bool mpa_crc_required = true;' "$src/siw_main.c" \
+    || { echo "build-siw: siw_main.c has no 'const bool mpa_crc_required;' to set" >&2; exit 1; }
+fi
 echo "build-siw: compiling against /lib/modules/$KVER/build"
 make -s -C "/lib/modules/$KVER/build" M="$src" CONFIG_RDMA_SIW=m modules 2>&1 \
   | { grep -v 'Skipping BTF generation' || true; }
 [ -f "$src/siw.ko" ] || { echo "build-siw: the build produced no siw.ko" >&2; exit 1; }
 mkdir -p "$OUT"
-strip --strip-debug -o "$OUT/siw.ko.tmp.$$" "$src/siw.ko"
-mv "$OUT/siw.ko.tmp.$$" "$OUT/siw.ko"
-modinfo -F vermagic "$OUT/siw.ko" | sed 's/^/build-siw: vermagic /'
-echo "build-siw: wrote $OUT/siw.ko"
+strip --strip-debug -o "$OUT/$name.ko.tmp.$$" "$src/siw.ko"
+mv "$OUT/$name.ko.tmp.$$" "$OUT/$name.ko"
+modinfo -F vermagic "$OUT/$name.ko" | sed 's/^/build-siw: vermagic /'
+echo "build-siw: wrote $OUT/$name.ko"
