@@ -53,6 +53,9 @@ if [ "${1:-}" = --guest ]; then
   for tool in ib_send_lat ib_write_lat ib_write_bw rstream; do
     command -v $tool > /dev/null || { echo "bench: $tool missing (apt-get install perftest rdmacm-utils)"; exit 1; }
   done
+  for tool in dumpcap tshark; do   # the siw-crc.ko check
+    command -v $tool > /dev/null || { echo "bench: $tool missing (apt-get install tshark)"; exit 1; }
+  done
   [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
   for d in rxe0 siw0; do
     [ -e /sys/class/infiniband/$d ] || { echo "bench: no $d in the VM (run with --both)"; exit 1; }
