@@ -339,13 +339,18 @@ impl Shared {
     }
 }
 
-/// Polls the completion queue without a pause this many times before a spin also yields.
-const PURE_SPINS: u32 = 64;
+/// A spin yields the CPU once in this many polls of the completion queue.
+const YIELD_EVERY: u32 = 128;
 
-/// Busy-polls the completion queue until `end`; true when something happened. After the
-/// first [`PURE_SPINS`] polls each one also yields the CPU, so that a runnable thread on the
-/// same CPU (the kernel's softirq thread finishing a soft device's work, the peer of a
-/// same-host connection) is not starved by the spin.
+/// Busy-polls the completion queue until `end`; true when something happened. One poll in
+/// [`YIELD_EVERY`] also yields the CPU, so that a runnable thread on the same CPU (the
+/// kernel's softirq thread finishing a soft device's work, the peer of a same-host
+/// connection) waits at most that many polls for it. The polls do not `pause`
+/// (`std::hint::spin_loop`): each one reads the clock and the queue anyway, and under
+/// QEMU's TCG a `pause` leaves the CPU loop (~260 ns). Pausing on each of the first 64
+/// polls and yielding on every one after them (until session 23) made a reply that came
+/// during a `pause` or a `sched_yield` wait for its end: in the VM this spin is faster on
+/// siw0 and the userspace provider and level on rxe0 (see the README's session 23).
 /// The spin also ends, without progress, as soon as another caller waits for the
 /// connection's lock (`contenders`): a clone writing while this one reads must not wait out
 /// the whole budget; this caller then sleeps in poll(2), which releases the lock.
@@ -358,10 +363,8 @@ fn spin_until(g: &mut Connection, end: Instant, contenders: &AtomicU32) -> io::R
         if contenders.load(Ordering::Relaxed) > 0 {
             return Ok(false);
         }
-        if spins < PURE_SPINS {
-            spins += 1;
-            std::hint::spin_loop();
-        } else {
+        spins = spins.wrapping_add(1);
+        if spins % YIELD_EVERY == 0 {
             std::thread::yield_now();
         }
     }
