@@ -347,10 +347,10 @@ const YIELD_EVERY: u32 = 128;
 /// kernel's softirq thread finishing a soft device's work, the peer of a same-host
 /// connection) waits at most that many polls for it. The polls do not `pause`
 /// (`std::hint::spin_loop`): each one reads the clock and the queue anyway, and under
-/// QEMU's TCG a `pause` leaves the CPU loop (~260 ns). Pausing on each of the first 64
-/// polls and yielding on every one after them (until session 23) made a reply that came
-/// during a `pause` or a `sched_yield` wait for its end: in the VM this spin is faster on
-/// siw0 and the userspace provider and level on rxe0 (see the README's session 23).
+/// QEMU's TCG a `pause` leaves the CPU loop (~260 ns). The spin used to pause on each of
+/// its first 64 polls and yield on every one after them, so that a reply that came during a
+/// `pause` or a `sched_yield` waited for its end; in the VM this one is faster on siw0 and
+/// the userspace provider and level on rxe0 (measurements in the README, session 23).
 /// The spin also ends, without progress, as soon as another caller waits for the
 /// connection's lock (`contenders`): a clone writing while this one reads must not wait out
 /// the whole budget; this caller then sleeps in poll(2), which releases the lock.
