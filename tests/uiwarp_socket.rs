@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 #[path = "socket_support/mod.rs"]
 mod socket_support;
-use socket_support::{both_ways, both_ways_with, listener_with, loopback_pair as pair_with, Calls};
+use socket_support::{
+    both_ways, both_ways_with, cycles_from_env, echo_one_byte_each, listener_with,
+    loopback_pair as pair_with, open_fds, rss_kib, Calls,
+};
 
 /// The largest piece one write or read of the random-size streams asks for.
 const MAX_PIECE: usize = 1 << 20;
@@ -327,34 +330,11 @@ fn small_rings_selective_signalling_and_event_mode() {
     both_ways(s, c, 4 << 20, MAX_PIECE);
 }
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn rss_kib() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
-}
-
 #[test]
 fn thousand_connect_close_cycles_leak_nothing() {
     let (l, addr) = listener_with(&SocketOptions::default());
-    let cycles: usize = std::env::var("RDMASOCK_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let server = thread::spawn(move || {
-        for _ in 0..cycles + 10 {
-            let (mut s, _) = l.accept().expect("accept");
-            let mut b = [0u8; 1];
-            s.read_exact(&mut b).expect("one byte");
-            s.write_all(&b).expect("echo it");
-        }
-    });
+    let cycles = cycles_from_env();
+    let server = echo_one_byte_each(l, cycles + 10);
     let cycle = || {
         let mut c = RdmaSocket::connect(addr).expect("connect");
         c.write_all(b"x").unwrap();

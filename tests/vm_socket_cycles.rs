@@ -6,34 +6,19 @@
 use rdmasock::{RdmaListener, RdmaSocket};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::thread;
 use std::time::Instant;
 
+#[path = "socket_support/mod.rs"]
+mod socket_support;
 mod vm_support;
+
+use socket_support::{cycles_from_env, echo_one_byte_each, open_fds, rss_kib, status_kib};
 
 /// A listener on `ip` (a device's address), on an ephemeral port.
 fn listener_on(ip: IpAddr) -> (RdmaListener, SocketAddr) {
     let l = RdmaListener::bind(SocketAddr::new(ip, 0)).expect("bind on the device's address");
     let addr = l.local_addr().expect("listener address");
     (l, addr)
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-/// A `/proc/self/status` field in KiB (`VmRSS`, `VmPin`).
-fn status_kib(field: &str) -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
-}
-
-fn rss_kib() -> usize {
-    status_kib("VmRSS")
 }
 
 /// Memory pinned by registrations (rxe and siw pin a region's pages with ib_umem_get,
@@ -61,20 +46,11 @@ fn thousand_connect_close_cycles_leak_nothing() {
 /// warm-up cycles; fails if fds, registered memory regions or RSS grow.
 fn connect_close_cycles_on(ip: IpAddr) {
     let (l, addr) = listener_on(ip);
-    let cycles: usize = std::env::var("RDMASOCK_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        // About 0.1 s a cycle under TCG in a debug build since the connection manager caches
-        // device discovery (it was 1.9 s): the full 1000 take two to three minutes.
-        .unwrap_or(1000);
-    let server = thread::spawn(move || {
-        for _ in 0..cycles + 11 {
-            let (mut s, _) = l.accept().expect("accept");
-            let mut b = [0u8; 1];
-            s.read_exact(&mut b).expect("one byte");
-            s.write_all(&b).expect("echo it");
-        }
-    });
+    // About 0.1 s a cycle under TCG in a debug build since the connection manager caches
+    // device discovery (it was 1.9 s): the default 1000 take two to three minutes.
+    let cycles = cycles_from_env();
+    // The cycles, the warm-up's 10 and the pinned-memory probe.
+    let server = echo_one_byte_each(l, cycles + 11);
     let cycle = || {
         let t0 = Instant::now();
         let mut c = RdmaSocket::connect(addr).expect("connect");

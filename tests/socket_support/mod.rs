@@ -251,6 +251,47 @@ pub fn half_close_server_first(l: RdmaListener, addr: SocketAddr) {
     assert_eq!(server.join().unwrap(), b"answer after your EOF");
 }
 
+/// Open file descriptors of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// A `/proc/self/status` field in KiB (`VmRSS`, `VmPin`).
+pub fn status_kib(field: &str) -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
+
+/// Resident memory of this process in KiB.
+pub fn rss_kib() -> usize {
+    status_kib("VmRSS")
+}
+
+/// How many connect/close cycles a leak test runs: `RDMASOCK_CYCLES`, default 1000.
+pub fn cycles_from_env() -> usize {
+    std::env::var("RDMASOCK_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// Accepts `accepts` connections on `l`, one after the other, and echoes one byte on each:
+/// the server side of the connect/close cycle tests.
+pub fn echo_one_byte_each(l: RdmaListener, accepts: usize) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for _ in 0..accepts {
+            let (mut s, _) = l.accept().expect("accept");
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).expect("one byte");
+            s.write_all(&b).expect("echo it");
+        }
+    })
+}
+
 /// 127.0.0.1 with port 0 (the kernel picks one).
 pub fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
