@@ -10,7 +10,8 @@ mod fabric;
 use fabric::{local_regions, pair, small_config, Fabric, Rng};
 use rdmasock::stream::{
     ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Message, Op, Payload, Received,
-    StreamConfig, StreamConfigBuilder, StreamEngine, StreamError, WrId, SGE_LEN, TARGET_LIST_LEN,
+    RemoteSge, StreamConfig, StreamConfigBuilder, StreamEngine, StreamError, WrId, SGE_LEN,
+    TARGET_LIST_LEN,
 };
 
 #[test]
@@ -249,6 +250,35 @@ fn the_target_list_is_read_only_for_a_buffer_update() {
     });
     assert_eq!(reads, 1);
     assert_eq!(e.error(), None);
+}
+
+/// A buffer advertisement whose address range runs past the end of the address space fails
+/// the stream with a protocol error (fuzzing found that writing into it overflowed the
+/// address); so does one longer than a data message can count.
+#[test]
+fn an_advertised_buffer_that_overflows_is_a_protocol_error() {
+    for (addr, length, says) in [
+        (u64::MAX - 100, 4096u32, "overflows"),
+        (0x1000, 1 << 29, "29-bit"),
+    ] {
+        let cfg = StreamConfig::builder().build().unwrap();
+        let mut e = StreamEngine::new(cfg.clone(), local_regions());
+        let peer = Hello::parse(&e.hello().to_bytes()).unwrap();
+        e.on_connected(&peer).unwrap();
+        while e.pop_op().is_some() {}
+        // The peer RDMA-writes entry 1 of our target list, then says so.
+        let mut list = [0u8; TARGET_LIST_LEN];
+        list[SGE_LEN..].copy_from_slice(&RemoteSge::new(addr, 7, length).encode(cfg.byte_order()));
+        let update = Received::Immediate(Message::Sgl(64).encode());
+        e.on_receive(WrId(1 << 63), update, &list);
+        let err = e.error().expect("the advertisement is refused").to_string();
+        assert!(
+            err.contains(says) && err.contains(&format!("{addr:#x}")),
+            "{err}"
+        );
+        // Nothing is written towards it: writes report the error.
+        assert!(e.write(128 * 1024, |_| {}).is_err());
+    }
 }
 
 /// The bytes an rsocket peer sees: our hello, the buffer advertisement written into its

@@ -17,7 +17,7 @@
 //! pads it); the bytes after the hello are ignored.
 #![forbid(unsafe_code)]
 
-use super::msg::RemoteSge;
+use super::msg::{BufferProblem, RemoteSge};
 
 /// The only hello version rsocket defines.
 pub const HELLO_VERSION: u8 = 1;
@@ -132,18 +132,15 @@ impl Hello {
         if self.data_buf.length == 0 {
             return malformed("the first receive buffer is empty");
         }
-        if self.data_buf.length > super::msg::DATA_MASK {
-            return malformed("the first receive buffer is larger than a 29-bit message can count");
+        match self.data_buf.buffer_problem() {
+            Some(BufferProblem::TooLong) => {
+                malformed("the first receive buffer is larger than a 29-bit message can count")
+            }
+            Some(BufferProblem::Overflows) => {
+                malformed("the first receive buffer's address range overflows")
+            }
+            None => Ok(()),
         }
-        if self
-            .data_buf
-            .addr
-            .checked_add(u64::from(self.data_buf.length))
-            .is_none()
-        {
-            return malformed("the first receive buffer's address range overflows");
-        }
-        Ok(())
     }
 
     /// True when the sender says its host is big-endian.

@@ -40,6 +40,8 @@ mod config;
 mod control;
 mod engine;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hello;
 mod msg;
 mod op;

@@ -163,10 +163,42 @@ pub struct RemoteSge {
     pub length: u32,
 }
 
+/// What makes an advertised receive buffer unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BufferProblem {
+    /// Longer than a 29-bit data message can count.
+    TooLong,
+    /// Its address range runs past the end of the address space, so that writing into it
+    /// would advance the address beyond `u64`.
+    Overflows,
+}
+
+impl BufferProblem {
+    /// The problem, as the end of a sentence about the buffer.
+    pub(crate) fn text(self) -> &'static str {
+        match self {
+            BufferProblem::TooLong => "is larger than a 29-bit message can count",
+            BufferProblem::Overflows => "has an address range that overflows",
+        }
+    }
+}
+
 impl RemoteSge {
     /// A new entry.
     pub const fn new(addr: u64, key: u32, length: u32) -> Self {
         RemoteSge { addr, key, length }
+    }
+
+    /// Why this entry cannot be a receive buffer the peer advertises (its first one in the
+    /// hello, or a later one in our target list), if it cannot.
+    pub(crate) fn buffer_problem(&self) -> Option<BufferProblem> {
+        if self.length > DATA_MASK {
+            Some(BufferProblem::TooLong)
+        } else if self.addr.checked_add(u64::from(self.length)).is_none() {
+            Some(BufferProblem::Overflows)
+        } else {
+            None
+        }
     }
 
     /// The 16 bytes in `order`.

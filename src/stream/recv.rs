@@ -160,10 +160,22 @@ impl StreamEngine {
             return;
         };
         if let Some(sge) = RemoteSge::decode(bytes, self.cfg.byte_order) {
-            if sge.length != 0 {
-                self.target[e] = sge;
-                self.target_expected = (e + 1) % TARGET_ENTRIES;
+            if sge.length == 0 {
+                return;
             }
+            if let Some(problem) = sge.buffer_problem() {
+                // Found by fuzzing: a write into it advanced the address past u64::MAX.
+                self.fail(StreamError::Protocol(format!(
+                    "the peer advertised a receive buffer of {} bytes at {:#x}, which {} \
+                     (a broken or hostile rsocket peer)",
+                    sge.length,
+                    sge.addr,
+                    problem.text()
+                )));
+                return;
+            }
+            self.target[e] = sge;
+            self.target_expected = (e + 1) % TARGET_ENTRIES;
         }
     }
 

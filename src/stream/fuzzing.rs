@@ -1,0 +1,337 @@
+//! Entry points for the fuzz targets in `fuzz/` (cargo-fuzz), also run on seeded random input
+//! by `tests/stream_fuzz_smoke.rs`, so that a stable toolchain exercises them.
+//!
+//! Each function takes arbitrary bytes and must never panic; the invariants it checks are
+//! asserted (an assertion failure is a bug the fuzzer reports). The peer is hostile: it
+//! chooses the hello, every immediate value and message word, and what it RDMA-writes into
+//! our target list, and the driver feeds completions in any order RC allows.
+#![forbid(unsafe_code)]
+
+use super::{
+    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Received, StreamConfig,
+    StreamEngine, WrId, CONTROL_SLOTS, HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
+};
+use std::collections::VecDeque;
+use std::net::Shutdown;
+
+/// Parses `data` as a hello: what parses re-emits to the same 40 bytes (the reserved bytes
+/// aside, which are sent as zero) and parses again to the same value; what fails says why.
+pub fn hello(data: &[u8]) {
+    match Hello::parse(data) {
+        Ok(h) => {
+            let bytes = h.to_bytes();
+            assert_eq!(bytes[..4], data[..4]);
+            assert_eq!(bytes[7..], data[7..HELLO_LEN]);
+            assert_eq!(Hello::parse(&bytes), Ok(h));
+        }
+        Err(HelloError::TooShort { len }) => assert!(len < HELLO_LEN && len == data.len()),
+        Err(HelloError::UnsupportedVersion { version }) => assert_ne!(version, 1),
+        Err(HelloError::Malformed { reason }) => assert!(!reason.is_empty()),
+    }
+}
+
+/// Reads the fuzzer's bytes front to back; past the end every read gives zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.byte(), self.byte()])
+    }
+    fn bytes4(&mut self) -> [u8; 4] {
+        [self.byte(), self.byte(), self.byte(), self.byte()]
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The configuration picked by one byte: mode, byte order, ring sizes, depths and signalling.
+fn config(pick: u8) -> StreamConfig {
+    let ring = [4096usize, 8192, 65536, 131072][usize::from(pick >> 4 & 3)];
+    let depth = [16u16, 17, 64, 384][usize::from(pick >> 6)];
+    let signal = [1u16, 2, 8][usize::from(pick >> 2 & 3) % 3];
+    StreamConfig::builder()
+        .write_with_send(pick & 1 != 0)
+        .byte_order(if pick & 2 != 0 {
+            ByteOrder::Big
+        } else {
+            ByteOrder::Little
+        })
+        .send_ring(ring)
+        .recv_ring(ring)
+        .send_queue_depth(depth)
+        .recv_queue_depth(depth)
+        .signal_interval(signal)
+        .max_transfer((ring / 4).max(SGE_LEN) as u32)
+        .build()
+        .expect("every pick is a valid configuration")
+}
+
+/// What the driver has posted and not yet seen complete.
+struct Driver {
+    cfg: StreamConfig,
+    /// Posted receives, oldest first (RC consumes them in order).
+    receives: VecDeque<WrId>,
+    /// Posted sends, oldest first, with whether each was signalled.
+    sends: VecDeque<(WrId, bool)>,
+    /// Our target list, which the peer writes.
+    target_list: [u8; TARGET_LIST_LEN],
+}
+
+impl Driver {
+    /// Carries out the engine's ops, checking each against the configuration.
+    fn take_ops(&mut self, e: &mut StreamEngine) {
+        while let Some(op) = e.pop_op() {
+            match op {
+                Op::PostRecv {
+                    wr_id,
+                    message_slot,
+                } => {
+                    assert!(wr_id.is_receive(), "{op:?}");
+                    if let Some(slot) = message_slot {
+                        assert!(self.cfg.write_with_send() && slot < self.cfg.recv_posted());
+                    }
+                    self.receives.push_back(wr_id);
+                    assert!(
+                        self.receives.len() <= self.cfg.recv_posted() as usize,
+                        "more receives posted than the queue holds"
+                    );
+                }
+                Op::ClearTargetEntry { offset } => {
+                    assert!(offset + SGE_LEN <= TARGET_LIST_LEN, "{op:?}");
+                    self.target_list[offset..offset + SGE_LEN].fill(0);
+                }
+                Op::WriteWithImm {
+                    wr_id,
+                    payload,
+                    signaled,
+                    ..
+                }
+                | Op::Write {
+                    wr_id,
+                    payload,
+                    signaled,
+                    ..
+                }
+                | Op::Send {
+                    wr_id,
+                    payload,
+                    signaled,
+                    ..
+                } => {
+                    assert!(!wr_id.is_receive(), "{op:?}");
+                    self.check_payload(payload);
+                    self.sends.push_back((wr_id, signaled));
+                    assert!(
+                        self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
+                        "more sends posted than the send queue holds"
+                    );
+                }
+            }
+        }
+    }
+
+    fn check_payload(&self, payload: Payload) {
+        let ring = self.cfg.send_ring();
+        match payload {
+            Payload::Empty => {}
+            Payload::SendRing { first, second } => {
+                assert!(first.offset + first.len <= ring, "{payload:?}");
+                if let Some(s) = second {
+                    assert!(s.offset == 0 && s.len <= first.offset, "{payload:?}");
+                }
+            }
+            Payload::Small {
+                len, control_slot, ..
+            } => {
+                assert!(usize::from(len) <= SGE_LEN, "{payload:?}");
+                assert!(u32::from(control_slot) < CONTROL_SLOTS, "{payload:?}");
+            }
+        }
+    }
+
+    /// RC completes sends in order: the unsignalled ones before the next signalled one
+    /// complete silently with it (a failure flushes each with an error of its own).
+    /// Returns how many completions it fed (0 or 1).
+    fn complete_send(&mut self, e: &mut StreamEngine, success: bool) -> usize {
+        while let Some((wr_id, signaled)) = self.sends.pop_front() {
+            if signaled || !success {
+                e.on_send_completion(wr_id, success);
+                return 1;
+            }
+        }
+        0
+    }
+}
+
+/// Checks a copy the engine asks for: inside the ring and inside the caller's `len` bytes.
+fn check_span(span: CopySpan, ring: usize, len: usize, total: &mut usize) {
+    assert!(
+        span.ring_offset + span.len <= ring,
+        "{span:?} in a {ring}-byte ring"
+    );
+    assert!(
+        span.data_offset + span.len <= len,
+        "{span:?} for {len} bytes"
+    );
+    *total += span.len;
+}
+
+/// How far one [`engine`] run got: the smoke test checks that its scripts reach deep states.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Reached {
+    /// The peer's hello was accepted.
+    pub connected: bool,
+    /// Bytes the application read.
+    pub bytes_read: usize,
+    /// Bytes the application wrote.
+    pub bytes_written: usize,
+    /// Send completions fed.
+    pub sends_completed: usize,
+    /// The engine failed (a protocol violation or a failed completion).
+    pub failed: bool,
+}
+
+/// Drives one engine with a hostile peer. The first byte picks the configuration, then the
+/// peer's hello: either the next 40 bytes as they are, or a well-formed one whose fields come
+/// from the input. The rest is a script of peer messages, target-list writes, completions and
+/// application calls, each followed by the driver carrying out the queued ops.
+pub fn engine(data: &[u8]) -> Reached {
+    let mut reached = Reached::default();
+    let mut input = Input(data);
+    let cfg = config(input.byte());
+    let local = LocalRegions {
+        recv_ring_addr: 0x10_0000,
+        recv_ring_rkey: 0x11,
+        target_list_addr: 0x20_0000,
+        target_list_rkey: 0x22,
+    };
+    let mut e = StreamEngine::new(cfg.clone(), local);
+    let mut d = Driver {
+        cfg: cfg.clone(),
+        receives: VecDeque::new(),
+        sends: VecDeque::new(),
+        target_list: [0; TARGET_LIST_LEN],
+    };
+    d.take_ops(&mut e);
+    let peer = if input.byte() & 1 == 0 {
+        let mut raw = [0u8; HELLO_LEN];
+        raw.iter_mut().for_each(|b| *b = input.byte());
+        match Hello::parse(&raw) {
+            Ok(h) => h,
+            Err(_) => return reached,
+        }
+    } else {
+        let mut h = e.hello();
+        h.flags = input.byte();
+        h.credits = input.u16().max(1);
+        h.data_buf.length = u32::from(input.u16()).max(1);
+        h.data_buf.addr = u64::from(input.u16()) << 12;
+        h
+    };
+    if e.on_connected(&peer).is_err() {
+        return reached;
+    }
+    reached.connected = true;
+    assert!(e.on_connected(&peer).is_err(), "a second hello is refused");
+    d.take_ops(&mut e);
+    let mut buf_len;
+    while !input.is_empty() {
+        match input.byte() % 12 {
+            0 | 1 => {
+                // A message from the peer consumes the oldest posted receive.
+                let Some(wr_id) = d.receives.pop_front() else {
+                    continue;
+                };
+                let word = input.bytes4();
+                let received = if cfg.write_with_send() {
+                    Received::Message(word)
+                } else {
+                    Received::Immediate(u32::from_le_bytes(word))
+                };
+                e.on_receive(wr_id, received, &d.target_list);
+            }
+            2 => {
+                // The peer RDMA-writes part of our target list.
+                let at = usize::from(input.byte()) % TARGET_LIST_LEN;
+                let n = usize::from(input.byte()) % (TARGET_LIST_LEN - at + 1);
+                for b in &mut d.target_list[at..at + n] {
+                    *b = input.byte();
+                }
+            }
+            3 => reached.sends_completed += d.complete_send(&mut e, true),
+            4 => reached.sends_completed += d.complete_send(&mut e, false),
+            5 => {
+                if let Some(wr_id) = d.receives.pop_front() {
+                    e.on_receive_failed(wr_id, Some("fuzzed"));
+                }
+            }
+            6 | 7 => {
+                buf_len = usize::from(input.u16());
+                let mut total = 0;
+                let ring = cfg.recv_ring();
+                let peek = input.byte() & 1 != 0;
+                let copy = |s: CopySpan| check_span(s, ring, buf_len, &mut total);
+                let got = if peek {
+                    e.peek(buf_len, copy)
+                } else {
+                    e.read(buf_len, copy)
+                };
+                if let Ok(n) = got {
+                    assert!(
+                        n <= buf_len && n == total,
+                        "read {n} of {buf_len}, copied {total}"
+                    );
+                    reached.bytes_read += n;
+                }
+            }
+            8 | 9 => {
+                buf_len = usize::from(input.u16());
+                let mut total = 0;
+                let ring = cfg.send_ring();
+                let got = e.write(buf_len, |s| check_span(s, ring, buf_len, &mut total));
+                if let Ok(n) = got {
+                    assert!(
+                        n <= buf_len && n == total,
+                        "wrote {n} of {buf_len}, copied {total}"
+                    );
+                    reached.bytes_written += n;
+                }
+            }
+            10 => match input.byte() % 4 {
+                0 => e.shutdown(Shutdown::Read),
+                1 => e.shutdown(Shutdown::Write),
+                2 => e.shutdown(Shutdown::Both),
+                _ => {
+                    let _ = e.flush();
+                }
+            },
+            _ => match input.byte() % 2 {
+                0 => {
+                    e.keepalive();
+                }
+                _ => e.on_cm_disconnected(),
+            },
+        }
+        d.take_ops(&mut e);
+        let r = e.readiness();
+        if e.error().is_some() {
+            assert!(
+                r.readable && r.writable,
+                "an error is reported to both directions"
+            );
+        }
+        let _ = (e.finished(), e.all_sends_done(), e.readable_bytes());
+    }
+    reached.failed = e.error().is_some();
+    reached
+}

@@ -1,0 +1,165 @@
+//! The stream engine's fuzz entry points (`rdmasock::stream::fuzzing`, run by cargo-fuzz in
+//! `fuzz/`) on seeded inputs, so that a stable `cargo test` exercises them: random bytes,
+//! mutated valid hellos, and scripts whose peer messages are mostly well-formed, so that the
+//! engine gets past the first protocol violation. (A well-behaved peer, which takes the
+//! engine through every state, is `tests/stream_sim.rs`'s simulated fabric.)
+
+use rdmasock::stream::fuzzing;
+use rdmasock::stream::{Control, Message};
+
+/// xorshift64*: a seeded, dependency-free generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+}
+
+/// A valid hello to mutate: version 1, 384 credits, a two-entry target list, a 64 KiB buffer.
+fn valid_hello() -> [u8; 40] {
+    let mut h = [0u8; 40];
+    h[0] = 1;
+    h[1] = 0x80;
+    h[2..4].copy_from_slice(&384u16.to_be_bytes());
+    h[8..16].copy_from_slice(&0x2000u64.to_be_bytes());
+    h[16..20].copy_from_slice(&7u32.to_be_bytes());
+    h[20..24].copy_from_slice(&2u32.to_be_bytes());
+    h[24..32].copy_from_slice(&0x10_0000u64.to_be_bytes());
+    h[32..36].copy_from_slice(&9u32.to_be_bytes());
+    h[36..40].copy_from_slice(&65536u32.to_be_bytes());
+    h
+}
+
+#[test]
+fn hello_on_random_and_mutated_bytes() {
+    let mut rng = Rng(0x4e11_0001);
+    let mut parsed = 0;
+    for _ in 0..20_000 {
+        let len = rng.below(60) as usize;
+        let random: Vec<u8> = (0..len).map(|_| rng.byte()).collect();
+        fuzzing::hello(&random);
+        let mut h = valid_hello().to_vec();
+        for _ in 0..rng.below(3) {
+            let at = rng.below(40) as usize;
+            h[at] = rng.byte();
+        }
+        if rng.below(4) == 0 {
+            h.extend((0..rng.below(20)).map(|_| rng.byte()));
+        }
+        if rdmasock::stream::Hello::parse(&h).is_ok() {
+            parsed += 1;
+        }
+        fuzzing::hello(&h);
+    }
+    assert!(
+        parsed > 5_000,
+        "too few mutated hellos parsed ({parsed}): the test lost its aim"
+    );
+}
+
+/// A peer message word, mostly well-formed: data of a plausible length, credit updates,
+/// controls, and now and then anything at all.
+fn word(rng: &mut Rng) -> u32 {
+    match rng.below(20) {
+        0..=11 => Message::Data(rng.below(5000) as u32).encode(),
+        12..=14 => Message::Sgl(rng.below(1 << 16) as u32).encode(),
+        15 => Message::Control(Control::Shutdown).encode(),
+        16 => Message::Control(Control::Keepalive).encode(),
+        17 => Message::Control(Control::Disconnect).encode(),
+        _ => rng.next() as u32,
+    }
+}
+
+/// A script for `fuzzing::engine`: configuration, a well-formed hello (or now and then raw
+/// bytes), then `steps` actions.
+fn script(rng: &mut Rng, steps: usize) -> Vec<u8> {
+    let pick = rng.byte();
+    let big = pick & 2 != 0;
+    let mut s = vec![pick];
+    if rng.below(10) == 0 {
+        s.push(0);
+        let h = valid_hello();
+        s.extend(
+            h.iter()
+                .map(|b| if rng.below(20) == 0 { rng.byte() } else { *b }),
+        );
+    } else {
+        s.push(1);
+        s.push(rng.byte());
+        s.extend((16 + rng.below(400) as u16).to_le_bytes());
+        s.extend((rng.below(70_000) as u16).to_le_bytes());
+        s.extend((rng.below(1 << 16) as u16).to_le_bytes());
+    }
+    for _ in 0..steps {
+        let action = rng.below(12) as u8;
+        s.push(action);
+        match action {
+            0 | 1 => {
+                let w = word(rng);
+                // Immediates are fed little-endian; message words in our announced order.
+                let bytes = if pick & 1 != 0 && big {
+                    w.to_be_bytes()
+                } else {
+                    w.to_le_bytes()
+                };
+                s.extend(bytes);
+            }
+            2 => {
+                let at = rng.below(32) as u8;
+                let n = rng.below(u64::from(32 - at).min(16) + 1) as u8;
+                s.extend([at, n]);
+                // Now and then all ones: addresses at the top of the address space.
+                let ones = rng.below(4) == 0;
+                s.extend((0..n).map(|_| if ones { 0xff } else { rng.byte() }));
+            }
+            6 | 7 => {
+                s.extend((rng.below(9000) as u16).to_le_bytes());
+                s.push(rng.byte());
+            }
+            8 | 9 => s.extend((rng.below(9000) as u16).to_le_bytes()),
+            10 | 11 => s.push(rng.byte()),
+            _ => {}
+        }
+    }
+    s
+}
+
+#[test]
+fn engine_on_scripts_and_random_bytes() {
+    let mut rng = Rng(0x5eed_f022);
+    let (mut connected, mut read, mut wrote, mut completed) = (0, 0, 0, 0);
+    for _ in 0..3_000 {
+        let steps = rng.below(300) as usize;
+        let r = fuzzing::engine(&script(&mut rng, steps));
+        connected += usize::from(r.connected);
+        read += usize::from(r.bytes_read > 0);
+        wrote += usize::from(r.bytes_written > 0);
+        completed += usize::from(r.sends_completed > 0);
+        let len = rng.below(400) as usize;
+        let random: Vec<u8> = (0..len).map(|_| rng.byte()).collect();
+        fuzzing::engine(&random);
+    }
+    eprintln!(
+        "of 3000 scripts: {connected} connected, {read} read, {wrote} wrote, {completed} fed \
+         send completions"
+    );
+    // The scripts must reach the states they exist for, or the test has lost its aim.
+    for (what, n) in [
+        ("connected", connected),
+        ("read", read),
+        ("wrote", wrote),
+        ("fed send completions", completed),
+    ] {
+        assert!(n >= 1000, "only {n} scripts {what}");
+    }
+}
