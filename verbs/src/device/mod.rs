@@ -5,6 +5,8 @@
 //! to the sysfs heuristics of kernel-abi.md §2.1.3 when netlink is unavailable.
 #![forbid(unsafe_code)]
 
+#[doc(hidden)]
+pub mod fuzzing;
 mod gid_table;
 mod netlink;
 mod sysfs;
