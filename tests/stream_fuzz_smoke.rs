@@ -4,25 +4,16 @@
 //! engine gets past the first protocol violation. (A well-behaved peer, which takes the
 //! engine through every state, is `tests/stream_sim.rs`'s simulated fabric.)
 
+#[path = "stream_sim/fabric.rs"]
+mod fabric;
+
+use fabric::Rng;
 use rdmasock::stream::fuzzing;
 use rdmasock::stream::{Control, Message};
 
-/// xorshift64*: a seeded, dependency-free generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
+/// The generator's byte: the low 8 bits of the next value.
+fn byte(rng: &mut Rng) -> u8 {
+    rng.next() as u8
 }
 
 /// A valid hello to mutate: version 1, 384 credits, a two-entry target list, a 64 KiB buffer.
@@ -46,15 +37,15 @@ fn hello_on_random_and_mutated_bytes() {
     let mut parsed = 0;
     for _ in 0..20_000 {
         let len = rng.below(60) as usize;
-        let random: Vec<u8> = (0..len).map(|_| rng.byte()).collect();
+        let random: Vec<u8> = (0..len).map(|_| byte(&mut rng)).collect();
         fuzzing::hello(&random);
         let mut h = valid_hello().to_vec();
         for _ in 0..rng.below(3) {
             let at = rng.below(40) as usize;
-            h[at] = rng.byte();
+            h[at] = byte(&mut rng);
         }
         if rng.below(4) == 0 {
-            h.extend((0..rng.below(20)).map(|_| rng.byte()));
+            h.extend((0..rng.below(20)).map(|_| byte(&mut rng)));
         }
         if rdmasock::stream::Hello::parse(&h).is_ok() {
             parsed += 1;
@@ -83,7 +74,7 @@ fn word(rng: &mut Rng) -> u32 {
 /// A script for `fuzzing::engine`: configuration, a well-formed hello (or now and then raw
 /// bytes), then `steps` actions.
 fn script(rng: &mut Rng, steps: usize) -> Vec<u8> {
-    let pick = rng.byte();
+    let pick = byte(rng);
     let big = pick & 2 != 0;
     let mut s = vec![pick];
     if rng.below(10) == 0 {
@@ -91,11 +82,11 @@ fn script(rng: &mut Rng, steps: usize) -> Vec<u8> {
         let h = valid_hello();
         s.extend(
             h.iter()
-                .map(|b| if rng.below(20) == 0 { rng.byte() } else { *b }),
+                .map(|b| if rng.below(20) == 0 { byte(rng) } else { *b }),
         );
     } else {
         s.push(1);
-        s.push(rng.byte());
+        s.push(byte(rng));
         s.extend((16 + rng.below(400) as u16).to_le_bytes());
         s.extend((rng.below(70_000) as u16).to_le_bytes());
         s.extend((rng.below(1 << 16) as u16).to_le_bytes());
@@ -120,14 +111,14 @@ fn script(rng: &mut Rng, steps: usize) -> Vec<u8> {
                 s.extend([at, n]);
                 // Now and then all ones: addresses at the top of the address space.
                 let ones = rng.below(4) == 0;
-                s.extend((0..n).map(|_| if ones { 0xff } else { rng.byte() }));
+                s.extend((0..n).map(|_| if ones { 0xff } else { byte(rng) }));
             }
             6 | 7 => {
                 s.extend((rng.below(9000) as u16).to_le_bytes());
-                s.push(rng.byte());
+                s.push(byte(rng));
             }
             8 | 9 => s.extend((rng.below(9000) as u16).to_le_bytes()),
-            10 | 11 => s.push(rng.byte()),
+            10 | 11 => s.push(byte(rng)),
             _ => {}
         }
     }
@@ -146,7 +137,7 @@ fn engine_on_scripts_and_random_bytes() {
         wrote += usize::from(r.bytes_written > 0);
         completed += usize::from(r.sends_completed > 0);
         let len = rng.below(400) as usize;
-        let random: Vec<u8> = (0..len).map(|_| rng.byte()).collect();
+        let random: Vec<u8> = (0..len).map(|_| byte(&mut rng)).collect();
         fuzzing::engine(&random);
     }
     eprintln!(
