@@ -9,26 +9,23 @@ mod fabric;
 
 use fabric::Rng;
 use rdmasock::stream::fuzzing;
-use rdmasock::stream::{Control, Message};
+use rdmasock::stream::{Control, Hello, Message, RemoteSge, FLAG_RDMASOCK};
 
 /// The generator's byte: the low 8 bits of the next value.
 fn byte(rng: &mut Rng) -> u8 {
     rng.next() as u8
 }
 
-/// A valid hello to mutate: version 1, 384 credits, a two-entry target list, a 64 KiB buffer.
+/// A valid hello to mutate: 384 credits, a two-entry target list, a 64 KiB buffer.
 fn valid_hello() -> [u8; 40] {
-    let mut h = [0u8; 40];
-    h[0] = 1;
-    h[1] = 0x80;
-    h[2..4].copy_from_slice(&384u16.to_be_bytes());
-    h[8..16].copy_from_slice(&0x2000u64.to_be_bytes());
-    h[16..20].copy_from_slice(&7u32.to_be_bytes());
-    h[20..24].copy_from_slice(&2u32.to_be_bytes());
-    h[24..32].copy_from_slice(&0x10_0000u64.to_be_bytes());
-    h[32..36].copy_from_slice(&9u32.to_be_bytes());
-    h[36..40].copy_from_slice(&65536u32.to_be_bytes());
-    h
+    Hello {
+        flags: FLAG_RDMASOCK,
+        credits: 384,
+        target_iomap_size: 0,
+        target_sgl: RemoteSge::new(0x2000, 7, 2),
+        data_buf: RemoteSge::new(0x10_0000, 9, 65536),
+    }
+    .to_bytes()
 }
 
 #[test]
@@ -47,7 +44,7 @@ fn hello_on_random_and_mutated_bytes() {
         if rng.below(4) == 0 {
             h.extend((0..rng.below(20)).map(|_| byte(&mut rng)));
         }
-        if rdmasock::stream::Hello::parse(&h).is_ok() {
+        if Hello::parse(&h).is_ok() {
             parsed += 1;
         }
         fuzzing::hello(&h);

@@ -217,7 +217,7 @@ pub fn engine(data: &[u8]) -> Reached {
     };
     let mut e = StreamEngine::new(cfg.clone(), local);
     let mut d = Driver {
-        cfg: cfg.clone(),
+        cfg,
         receives: VecDeque::new(),
         sends: VecDeque::new(),
         target_list: [0; TARGET_LIST_LEN],
@@ -253,7 +253,7 @@ pub fn engine(data: &[u8]) -> Reached {
                     continue;
                 };
                 let word = input.bytes4();
-                let received = if cfg.write_with_send() {
+                let received = if d.cfg.write_with_send() {
                     Received::Message(word)
                 } else {
                     Received::Immediate(u32::from_le_bytes(word))
@@ -278,7 +278,7 @@ pub fn engine(data: &[u8]) -> Reached {
             6 | 7 => {
                 buf_len = usize::from(input.u16());
                 let mut total = 0;
-                let ring = cfg.recv_ring();
+                let ring = d.cfg.recv_ring();
                 let peek = input.byte() & 1 != 0;
                 let copy = |s: CopySpan| check_span(s, ring, buf_len, &mut total);
                 let got = if peek {
@@ -297,7 +297,7 @@ pub fn engine(data: &[u8]) -> Reached {
             8 | 9 => {
                 buf_len = usize::from(input.u16());
                 let mut total = 0;
-                let ring = cfg.send_ring();
+                let ring = d.cfg.send_ring();
                 let got = e.write(buf_len, |s| check_span(s, ring, buf_len, &mut total));
                 if let Ok(n) = got {
                     assert!(

@@ -1,5 +1,5 @@
 //! Entry points for the `verbs_parsers` fuzz target in `fuzz/` (cargo-fuzz), also run on
-//! seeded random input by this crate's tests: the netlink reply parser and the sysfs text
+//! seeded random input by the tests below: the netlink reply parser and the sysfs text
 //! parsers of device discovery. What they parse comes from the kernel; whatever it is, they
 //! must return an error or `None`, never panic, and what they accept must be in range.
 #![forbid(unsafe_code)]
@@ -60,4 +60,87 @@ fn sysfs_text(data: &[u8]) -> usize {
         assert_eq!(groups.join(":"), text.trim().to_ascii_lowercase());
     }
     usize::from(number) + usize::from(guid) + usize::from(gid.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::netlink::reply;
+    use super::parsers;
+
+    /// xorshift64*: a seeded, dependency-free generator.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Dump replies (index, name, chardev name, ABI, driver id), an error and DONE.
+    fn datagram(rng: &mut Rng) -> Vec<u8> {
+        let mut d = Vec::new();
+        for i in 0..1 + rng.below(3) as u32 {
+            let driver = (rng.below(20) as u32).to_ne_bytes();
+            let (index, abi) = (i.to_ne_bytes(), 1u64.to_ne_bytes());
+            let attrs: [(u16, &[u8]); 5] = [
+                (1, &index),        // RDMA_NLDEV_ATTR_DEV_INDEX
+                (2, b"rxe0\0"),     // RDMA_NLDEV_ATTR_DEV_NAME
+                (70, b"uverbs0\0"), // RDMA_NLDEV_ATTR_CHARDEV_NAME
+                (71, &abi),         // RDMA_NLDEV_ATTR_CHARDEV_ABI
+                (73, &driver),      // RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID
+            ];
+            d.extend(reply(0x1401, i, &attrs));
+        }
+        let mut error = reply(2, 9, &[]);
+        error.extend_from_slice(&(-22i32).to_ne_bytes());
+        let len = error.len() as u32;
+        error[0..4].copy_from_slice(&len.to_ne_bytes());
+        d.extend(error);
+        d.extend(reply(3, 10, &[]));
+        d
+    }
+
+    /// Well-formed netlink dumps cut and mutated, and sysfs texts (a GID, a GUID, `4:
+    /// ACTIVE`) with random edits.
+    #[test]
+    fn parsers_on_mutated_netlink_and_sysfs_text() {
+        let mut rng = Rng(0x7e4b_5eed);
+        let (mut devices, mut texts) = (0, 0);
+        for _ in 0..20_000 {
+            let mut d = datagram(&mut rng);
+            let mut whole = d.clone();
+            whole.insert(0, 0);
+            assert!(parsers(&whole) >= 1, "an unmutated dump names its devices");
+            for _ in 0..rng.below(4) {
+                let at = rng.below(d.len() as u64) as usize;
+                d[at] = rng.next() as u8;
+            }
+            d.truncate(rng.below(d.len() as u64 + 1) as usize);
+            d.insert(0, 0);
+            devices += parsers(&d);
+
+            let mut text = match rng.below(3) {
+                0 => b"fe80:0000:0000:0000:0211:22ff:fe33:4455\n".to_vec(),
+                1 => b"0211:22ff:fe33:4455".to_vec(),
+                _ => b"4: ACTIVE".to_vec(),
+            };
+            for _ in 0..rng.below(3) {
+                let at = rng.below(text.len() as u64) as usize;
+                text[at] = rng.next() as u8;
+            }
+            text.insert(0, 1);
+            texts += parsers(&text);
+        }
+        // Some mutated inputs must still parse, or the test has lost its aim.
+        assert!(
+            devices > 5_000 && texts > 5_000,
+            "{devices} devices, {texts} texts parsed"
+        );
+    }
 }

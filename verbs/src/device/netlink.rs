@@ -323,15 +323,17 @@ pub(crate) fn query() -> io::Result<HashMap<String, NetlinkDevice>> {
     Ok(map)
 }
 
+/// A reply the kernel could send: a message of type `kind` with `attrs` (for tests).
+#[cfg(test)]
+pub(crate) fn reply(kind: u16, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut m = build_request(0, 0, seq, attrs);
+    m[4..6].copy_from_slice(&kind.to_ne_bytes());
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn reply(kind: u16, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
-        let mut m = build_request(0, 0, seq, attrs);
-        m[4..6].copy_from_slice(&kind.to_ne_bytes());
-        m
-    }
 
     #[test]
     fn request_layout() {
