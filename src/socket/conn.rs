@@ -520,11 +520,16 @@ impl Connection {
         written
     }
 
-    /// Whether a write of `len` bytes is lent (see `lend`): the queue pair lends inline sends,
-    /// the write is at least [`LEND_FROM`] and above the inline threshold, and nothing waits
-    /// for the transport.
+    /// Whether a write of `len` bytes is lent (see `lend`): on a kernel device (whose queue
+    /// pairs copy inline bytes when the request is posted), a write the engine sends inline,
+    /// as rsocket sends one from the caller's buffer; where the queue pair lends inline
+    /// sends, a write of at least [`LEND_FROM`] and above the inline threshold while nothing
+    /// waits for the transport.
     fn lends(&self, len: usize) -> bool {
         let threshold = self.opts.stream.inline_threshold() as usize;
+        if self.res.lend_limit == 0 {
+            return len <= threshold;
+        }
         self.res.lend_limit > threshold
             && len >= LEND_FROM.max(threshold + 1)
             && self.res.qp.send_backlog() == Some(0)

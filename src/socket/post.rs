@@ -91,13 +91,13 @@ impl Connection {
         let mut lent_at = [false; N];
         for (i, send) in batch.iter().enumerate() {
             let lent = match &send.payload {
-                // A small inline payload goes to a queue pair that takes borrowed inline
-                // bytes from where the engine made it (the provider copies it in the post).
-                Payload::Small { bytes, len, .. } if send.inline && self.res.lend_limit > 0 => {
+                // A small inline payload goes from where the engine made it: every provider
+                // takes an inline send's bytes while the post runs.
+                Payload::Small { bytes, len, .. } if send.inline => {
                     Some(&bytes[..usize::from(*len)])
                 }
                 _ if lend.is_empty() => None,
-                _ => self.lent_payload(send.payload, lend),
+                _ => self.lent_payload(send.payload, send.inline, lend),
             };
             match lent {
                 Some(bytes) => {
@@ -124,14 +124,15 @@ impl Connection {
             .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
     }
 
-    /// The caller's bytes of `payload`, when `lend` holds them and the queue pair takes a
-    /// message that long inline from borrowed memory.
-    fn lent_payload<'a>(&self, payload: Payload, lend: Lend<'a>) -> Option<&'a [u8]> {
+    /// The caller's bytes of `payload`, when `lend` holds them and the message goes inline:
+    /// the engine made it inline (every provider copies that in the post), or the queue pair
+    /// takes a message that long inline from borrowed memory.
+    fn lent_payload<'a>(&self, payload: Payload, inline: bool, lend: Lend<'a>) -> Option<&'a [u8]> {
         let Payload::SendRing { first, second } = payload else {
             return None;
         };
         let len = first.len + second.map_or(0, |s| s.len);
-        if len > self.res.lend_limit {
+        if !inline && len > self.res.lend_limit {
             return None;
         }
         lend.bytes(first.offset, len)
