@@ -1,12 +1,20 @@
-//! Writes whose bytes go to the provider from the caller's buffer: on a device whose queue
-//! pairs lend inline sends (the userspace provider, `Context::lends_inline`), a write reserves
-//! send-ring space as usual but leaves the ring unwritten, and posts each message as an inline
-//! send of borrowed bytes (`ScatterGather::borrowed`) while the caller's buffer is still
-//! borrowed. The provider writes them to TCP at once and copies only what TCP did not take,
-//! so a large write costs one copy fewer. Only while the transport has nothing waiting
-//! (`QueuePair::send_backlog`): behind a backlog the bytes would be copied anyway, and the
-//! ring path leaves framing and CRCs to the provider's progress thread, which a streaming
-//! sender on two CPUs needs (lending everything cost a third of the bandwidth under QEMU).
+//! Writes whose bytes go to the provider from the caller's buffer: a write reserves
+//! send-ring space as usual but leaves the ring unwritten, and posts each message as an
+//! inline send of borrowed bytes (`ScatterGather::borrowed`) while the caller's buffer is
+//! still borrowed. Two cases:
+//!
+//! - On a kernel device, a write the engine sends inline (up to the inline threshold): the
+//!   provider copies an inline send's bytes into the work request while the post runs, so
+//!   the ring copy was a second copy of the same bytes (rsocket's `rs_send` also posts
+//!   these from the caller's buffer).
+//! - On a device whose queue pairs lend inline sends (the userspace provider,
+//!   `Context::lends_inline`), a large write: the provider writes the bytes to TCP at once
+//!   and copies only what TCP did not take, so the write costs one copy fewer. Only while
+//!   the transport has nothing waiting (`QueuePair::send_backlog`): behind a backlog the
+//!   bytes would be copied anyway, and the ring path leaves framing and CRCs to the
+//!   provider's progress thread, which a streaming sender on two CPUs needs (lending
+//!   everything cost a third of the bandwidth under QEMU). Small writes there stay in the
+//!   ring, where the provider may hold them to send with the next ones.
 
 use crate::stream::CopySpan;
 
