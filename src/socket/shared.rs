@@ -350,7 +350,7 @@ const YIELD_EVERY: u32 = 128;
 /// QEMU's TCG a `pause` leaves the CPU loop (~260 ns). The spin used to pause on each of
 /// its first 64 polls and yield on every one after them, so that a reply that came during a
 /// `pause` or a `sched_yield` waited for its end; in the VM this one is faster on siw0 and
-/// the userspace provider and level on rxe0 (measurements in the README, session 23).
+/// the userspace provider and level on rxe0 (tests/MEASUREMENTS.md, session 23).
 /// The spin also ends, without progress, as soon as another caller waits for the
 /// connection's lock (`contenders`): a clone writing while this one reads must not wait out
 /// the whole budget; this caller then sleeps in poll(2), which releases the lock.
