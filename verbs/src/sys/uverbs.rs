@@ -129,12 +129,20 @@ impl UverbsFile {
     pub(super) unsafe fn write_command(&self, what: &str, bytes: &[u8]) -> io::Result<()> {
         // SAFETY: `bytes` is a valid, initialized buffer of `bytes.len()` bytes; the memory
         // the kernel writes through the request's response pointer is the caller's promise.
-        let written =
-            unsafe { libc::write(self.fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        // The raw system call skips libc's write wrapper, a cancellation point that flips the
+        // thread's cancellation state around every call (two atomic updates a doorbell).
+        let written = unsafe {
+            libc::syscall(
+                libc::SYS_write,
+                self.fd.as_raw_fd(),
+                bytes.as_ptr(),
+                bytes.len(),
+            )
+        };
         if written as usize == bytes.len() {
             return Ok(());
         }
-        Err(write_error(what, written))
+        Err(write_error(what, written as isize))
     }
 
     /// GET_CONTEXT: the response and the async event fd it created.
