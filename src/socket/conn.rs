@@ -51,8 +51,9 @@ pub(crate) struct Resources {
     _pd: ProtectionDomain,
     pub(crate) cq_channel: CompletionChannel,
     _context: Context,
-    /// The largest message posted from the caller's buffer (0: the queue pair does not lend
-    /// inline sends; see `lend`).
+    /// The largest message posted from the caller's buffer where the queue pair lends inline
+    /// sends (0: it does not, and only the writes the engine sends inline go from the
+    /// caller's buffer; see `lend`).
     pub(crate) lend_limit: usize,
     /// On a device whose registrations pin nothing, what brings the send and receive rings'
     /// pages in ahead of use (see `warm`); `None` once a ring is in.

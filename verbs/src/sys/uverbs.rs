@@ -21,7 +21,7 @@ const HEADER_LEN: usize = size_of::<CommandHeader>();
 /// The error of a failed or short command write (out of line: the hot path only compares).
 #[cold]
 #[inline(never)]
-fn write_error(what: &str, written: isize) -> io::Error {
+fn write_error(what: &str, written: libc::c_long) -> io::Error {
     if written < 0 {
         return io::Error::last_os_error();
     }
@@ -142,7 +142,7 @@ impl UverbsFile {
         if written as usize == bytes.len() {
             return Ok(());
         }
-        Err(write_error(what, written as isize))
+        Err(write_error(what, written))
     }
 
     /// GET_CONTEXT: the response and the async event fd it created.
