@@ -479,7 +479,7 @@ fn pingpong_loop(pp: &mut Pingpong, n: &mut Counters) -> Result<u32, ExitCode> {
             }
             // The spin-wait hint (`pause` on x86) between empty polls. Under QEMU's TCG it
             // also leaves the vCPU's translated-code loop, and there the peer's 4 KiB
-            // ping-pong ran faster with it (tests/MEASUREMENTS.md, session 26).
+            // ping-pong ran faster with it (the README's measurements, session 26).
             std::hint::spin_loop();
         };
         for w in &wc[..done] {
