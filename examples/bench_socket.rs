@@ -3,7 +3,7 @@
 //! the same link). Used by tests/vm/bench-socket.sh.
 //!
 //! ```text
-//! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B]
+//! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunks B,...]
 //!                         [--spin MICROSECONDS] [--ring BYTES] [--signal N]
 //!                         [--max-transfer BYTES] [--listen PORT | --connect PORT] [--waits]
 //! ```
@@ -20,8 +20,10 @@
 //! `--max-transfer` its largest message; the default for each is the library's default
 //! options.
 //!
-//! For each size: `N` ping-pongs after `N/10` warm-up ones; then `M` MiB written in `B`-byte
-//! writes (default 64 KiB) and acknowledged by the reader with one byte. Prints, per result:
+//! For each size: `N` ping-pongs after `N/10` warm-up ones; then, for each chunk size `B`
+//! (default 64 KiB; `--chunk B` is the same as a list of one), `M` MiB written in `B`-byte
+//! writes on a new connection and acknowledged by the reader with one byte. Prints, per
+//! result:
 //!
 //! ```text
 //! RESULT lat rdma 64 AVG_USEC MEDIAN_USEC      one-way: half the round trip, as perftest
@@ -50,7 +52,8 @@ struct Args {
     sizes: Vec<usize>,
     iters: usize,
     megabytes: usize,
-    chunk: usize,
+    /// The write sizes of the streaming runs, one connection each.
+    chunks: Vec<usize>,
     opts: SocketOptions,
     role: Role,
     /// Print each connection's wait counters (`--waits`, both ends in this process).
@@ -82,7 +85,7 @@ fn args() -> Result<Args, String> {
         sizes: vec![64, 4096, 65536],
         iters: 200,
         megabytes: 16,
-        chunk: 65536,
+        chunks: vec![65536],
         opts: SocketOptions::default(),
         role: Role::Both,
         waits: false,
@@ -101,7 +104,9 @@ fn args() -> Result<Args, String> {
             }
             "--iters" => a.iters = num(&value)?,
             "--megabytes" => a.megabytes = num(&value)?,
-            "--chunk" => a.chunk = num(&value)?,
+            "--chunk" | "--chunks" => {
+                a.chunks = value.split(',').map(num).collect::<Result<_, _>>()?;
+            }
             "--spin" => spin = Some(num(&value)?),
             "--ring" => ring = Some(num(&value)?),
             "--signal" => signal = Some(num(&value)?),
@@ -137,8 +142,8 @@ fn args() -> Result<Args, String> {
     a.opts = b
         .build()
         .map_err(|e| format!("--spin/--ring/--signal/--max-transfer: {e}"))?;
-    if a.iters == 0 || a.chunk == 0 || a.sizes.contains(&0) {
-        return Err("iterations, sizes and the chunk must be positive".into());
+    if a.iters == 0 || a.chunks.is_empty() || a.chunks.contains(&0) || a.sizes.contains(&0) {
+        return Err("iterations, sizes and chunks must be positive".into());
     }
     Ok(a)
 }
@@ -267,9 +272,11 @@ fn run<S: Stream>(a: &Args, pair: impl Fn(IpAddr) -> (S, S)) {
         let (avg, median) = pingpong(c, s, size, a.iters, a.waits);
         println!("RESULT lat {} {size} {avg:.2} {median:.2}", a.kind);
     }
-    let (c, s) = pair(a.ip);
-    let bw = stream(c, s, a.chunk, a.megabytes << 20, a.waits);
-    println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
+    for &chunk in &a.chunks {
+        let (c, s) = pair(a.ip);
+        let bw = stream(c, s, chunk, a.megabytes << 20, a.waits);
+        println!("RESULT bw {} {chunk} {bw:.2}", a.kind);
+    }
 }
 
 /// `--listen`: the passive end of each connection the active end makes, in its order.
@@ -277,7 +284,9 @@ fn serve<S: Stream>(a: &Args, mut accept: impl FnMut() -> S) {
     for &size in &a.sizes {
         echo(accept(), size, a.iters);
     }
-    sink(&mut accept(), a.chunk, a.megabytes << 20);
+    for &chunk in &a.chunks {
+        sink(&mut accept(), chunk, a.megabytes << 20);
+    }
 }
 
 /// `--connect`: the active end; prints the results.
@@ -286,8 +295,10 @@ fn drive<S: Stream>(a: &Args, connect: impl Fn() -> S) {
         let ((avg, median), _) = ping(connect(), size, a.iters, a.waits);
         println!("RESULT lat {} {size} {avg:.2} {median:.2}", a.kind);
     }
-    let bw = source(&mut connect(), a.chunk, a.megabytes << 20);
-    println!("RESULT bw {} {} {bw:.2}", a.kind, a.chunk);
+    for &chunk in &a.chunks {
+        let bw = source(&mut connect(), chunk, a.megabytes << 20);
+        println!("RESULT bw {} {chunk} {bw:.2}", a.kind);
+    }
 }
 
 /// Connects with `f`, retrying for up to 30 s while the listener is not up yet.
@@ -343,7 +354,7 @@ fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunk B] [--spin US] [--ring BYTES] [--signal N] [--max-transfer BYTES] [--listen PORT | --connect PORT]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunks B,...] [--spin US] [--ring BYTES] [--signal N] [--max-transfer BYTES] [--listen PORT | --connect PORT]");
             return ExitCode::from(2);
         }
     };

@@ -25,7 +25,9 @@
 # rstream reports only the average, so its column is that.
 # Bandwidth is MiB/s of M MiB (default 16) in 64 KiB messages: one way for RdmaSocket, TCP
 # and ib_write_bw (its "BW average[MB/sec]", MB = 2^20); rstream sends the block and gets it
-# back, and its Gb/sec counts both directions, converted to MiB/s the same way.
+# back, and its Gb/sec counts both directions, converted to MiB/s the same way. On siw0
+# RdmaSocket (siw0, siw0-crc, uiwarp) also streams in 4 KiB and in 1 MiB writes: issue #5's
+# workload (uiwarp against siw, the sizes its host benchmark uses).
 # --spin sets RdmaSocket's busy-poll budget per wait (0: event mode; default: the library's
 # default, the adaptive wait; perftest polls without end); --ring its send and receive ring
 # sizes (default: the library's).
@@ -63,6 +65,7 @@ if [ "${1:-}" = --guest ]; then
   rxe_ip=${RDMA_VM_RXE_IP:?RDMA_VM_RXE_IP unset: run this through tests/vm/run.sh}
   siw_ip=${RDMA_VM_SIW_IP:?RDMA_VM_SIW_IP unset: run this through tests/vm/run.sh}
   bw_iters=$((megabytes * 16))   # 64 KiB messages
+  siw_chunks=4096,65536,1048576   # the write sizes of siw0's streams (bench_socket --chunks)
   results=$(mktemp)
   port=19100
   log() { echo "  $*" >&2; }
@@ -122,7 +125,9 @@ if [ "${1:-}" = --guest ]; then
   # whose pages come in as data first flows, a window ahead; siw0's pinned rings were all
   # faulted in at registration): it tells ring effects from the wire engine's
   ours() {
-    local dev=$1 ip=$2 kind out kinds="rdma tcp" provider= crc=1 tool rings=$ring
+    local dev=$1 ip=$2 kind out kinds="rdma tcp" provider= crc=1 tool rings=$ring chunks=65536
+    # on siw0, issue #5's streaming workload too: 4 KiB and 1 MiB writes
+    [ "$dev" = siw0 ] && chunks=$siw_chunks
     case ${3:-} in
       siw-crc) kinds=rdma ;;
       uiwarp) kinds=rdma provider=uiwarp ;;
@@ -131,7 +136,7 @@ if [ "${1:-}" = --guest ]; then
     esac
     for kind in $kinds; do
       out=$(RDMASOCK_PROVIDER=$provider RDMASOCK_UIWARP_CRC=$crc timeout 600 "$ours" "$kind" "$ip" --sizes "${sizes// /,}" --iters "$iters" \
-        --megabytes "$megabytes" ${spin:+--spin "$spin"} ${rings:+--ring "$rings"} 2>&1) || { echo "bench: bench_socket $kind $ip ${3:-} failed:" >&2; echo "$out" >&2; return 1; }
+        --megabytes "$megabytes" --chunks "$chunks" ${spin:+--spin "$spin"} ${rings:+--ring "$rings"} 2>&1) || { echo "bench: bench_socket $kind $ip ${3:-} failed:" >&2; echo "$out" >&2; return 1; }
       tool=RdmaSocket
       [ $kind = tcp ] && tool=TcpStream
       [ -n "$provider" ] && tool=${3}
@@ -250,6 +255,8 @@ if [ "${1:-}" = --guest ]; then
   ratio() { # ratio A B: A / B, or "-" when either is missing
     if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; else echo -; fi
   }
+  # kib BYTES: "4KiB", "64KiB", "1MiB"
+  kib() { if [ $(($1 % 1048576)) = 0 ]; then echo "$(($1 / 1048576))MiB"; else echo "$(($1 / 1024))KiB"; fi; }
   # the bandwidth tool shown in a latency tool's column
   bw_tool() { case $1 in ib_send_lat) echo ib_write_bw ;; ib_write_lat) echo none ;; *) echo "$1" ;; esac; }
   table() {
@@ -303,14 +310,18 @@ if [ "${1:-}" = --guest ]; then
     siw_cells lat "$size"
     siw_row "lat $size" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
   done
-  siw_cells bw 65536
-  siw_row "bw 64KiB" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
+  for chunk in ${siw_chunks//,/ }; do
+    siw_cells bw "$chunk"
+    siw_row "bw $(kib "$chunk")" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
+  done
   if [ "$reps" -gt 1 ]; then
     echo "the same ratios as the median over rounds of each round's ratio:"
     for size in $sizes; do
       siw_row "lat $size" "" "" "" "" "" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp siw0-crc "$size")" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-ring128k RdmaSocket "$size")"
     done
-    siw_row "bw 64KiB" "" "" "" "" "" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp siw0-crc 65536)" "$(round_ratio siw0 bw uiwarp RdmaSocket 65536)" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket 65536)"
+    for chunk in ${siw_chunks//,/ }; do
+      siw_row "bw $(kib "$chunk")" "" "" "" "" "" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket "$chunk")" "$(round_ratio siw0 bw uiwarp siw0-crc "$chunk")" "$(round_ratio siw0 bw uiwarp RdmaSocket "$chunk")" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket "$chunk")"
+    done
   fi
   echo
   echo "raw results (device kind tool size value round):"
