@@ -98,15 +98,12 @@ fn args() -> Result<Args, String> {
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+        let list = |v: &str| v.split(',').map(num).collect::<Result<Vec<_>, _>>();
         match flag.as_str() {
-            "--sizes" => {
-                a.sizes = value.split(',').map(num).collect::<Result<_, _>>()?;
-            }
+            "--sizes" => a.sizes = list(&value)?,
             "--iters" => a.iters = num(&value)?,
             "--megabytes" => a.megabytes = num(&value)?,
-            "--chunk" | "--chunks" => {
-                a.chunks = value.split(',').map(num).collect::<Result<_, _>>()?;
-            }
+            "--chunk" | "--chunks" => a.chunks = list(&value)?,
             "--spin" => spin = Some(num(&value)?),
             "--ring" => ring = Some(num(&value)?),
             "--signal" => signal = Some(num(&value)?),
