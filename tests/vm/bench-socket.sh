@@ -302,25 +302,41 @@ if [ "${1:-}" = --guest ]; then
   echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00). Same wire, two ways: siw0 to siw0 runs without MPA CRC, as uiwarp-nocrc does (nocrc÷siw0); uiwarp asks for CRC by default, as siw0-crc (siw-crc.ko) does (÷siw0-crc). ÷siw0 crosses them (uiwarp with CRC, siw0 without); uiwarp-128k is uiwarp with siw0's ring size (128 KiB, not 1 MiB)"
   siw_row() { printf '%-10s %8s %12s %11s %8s %8s %9s %10s %10s %9s\n' "$@"; }
   siw_row workload uiwarp uiwarp-nocrc uiwarp-128k siw0 siw0-crc "nocrc÷siw0" "÷siw0-crc" ÷siw0 "128k÷siw0"
-  siw_cells() { # siw_cells KIND SIZE
-    u=$(value siw0 "$1" uiwarp "$2") n=$(value siw0 "$1" uiwarp-nocrc "$2") r=$(value siw0 "$1" uiwarp-ring128k "$2")
-    k=$(value siw0 "$1" RdmaSocket "$2") c=$(value siw0 "$1" siw0-crc "$2")
+  # the rows: "KIND SIZE", latency per ping-pong size, then bandwidth per write size
+  siw_rows=()
+  for size in $sizes; do siw_rows+=("lat $size"); done
+  for chunk in ${siw_chunks//,/ }; do siw_rows+=("bw $chunk"); done
+  siw_label() { if [ "$1" = lat ]; then echo "lat $2"; else echo "bw $(kib "$2")"; fi; }
+  # siw_ratios HOW KIND SIZE: the four ratio columns, one a line; HOW is "best" (the ratio
+  # of each tool's best round) or "median" (the median of the per-round ratios)
+  siw_ratios() {
+    local how=$1 kind=$2 size=$3 pair a b
+    for pair in "uiwarp-nocrc RdmaSocket" "uiwarp siw0-crc" "uiwarp RdmaSocket" "uiwarp-ring128k RdmaSocket"; do
+      read -r a b <<< "$pair"
+      if [ "$how" = best ]; then
+        ratio "$(value siw0 "$kind" "$a" "$size")" "$(value siw0 "$kind" "$b" "$size")"
+      else
+        round_ratio siw0 "$kind" "$a" "$b" "$size"
+      fi
+      echo
+    done
   }
-  for size in $sizes; do
-    siw_cells lat "$size"
-    siw_row "lat $size" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
-  done
-  for chunk in ${siw_chunks//,/ }; do
-    siw_cells bw "$chunk"
-    siw_row "bw $(kib "$chunk")" "${u:--}" "${n:--}" "${r:--}" "${k:--}" "${c:--}" "$(ratio "$n" "$k")" "$(ratio "$u" "$c")" "$(ratio "$u" "$k")" "$(ratio "$r" "$k")"
+  for row in "${siw_rows[@]}"; do
+    read -r kind size <<< "$row"
+    cells=()
+    for tool in uiwarp uiwarp-nocrc uiwarp-ring128k RdmaSocket siw0-crc; do
+      v=$(value siw0 "$kind" "$tool" "$size")
+      cells+=("${v:--}")
+    done
+    mapfile -t ratios < <(siw_ratios best "$kind" "$size")
+    siw_row "$(siw_label "$kind" "$size")" "${cells[@]}" "${ratios[@]}"
   done
   if [ "$reps" -gt 1 ]; then
     echo "the same ratios as the median over rounds of each round's ratio:"
-    for size in $sizes; do
-      siw_row "lat $size" "" "" "" "" "" "$(round_ratio siw0 lat uiwarp-nocrc RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp siw0-crc "$size")" "$(round_ratio siw0 lat uiwarp RdmaSocket "$size")" "$(round_ratio siw0 lat uiwarp-ring128k RdmaSocket "$size")"
-    done
-    for chunk in ${siw_chunks//,/ }; do
-      siw_row "bw $(kib "$chunk")" "" "" "" "" "" "$(round_ratio siw0 bw uiwarp-nocrc RdmaSocket "$chunk")" "$(round_ratio siw0 bw uiwarp siw0-crc "$chunk")" "$(round_ratio siw0 bw uiwarp RdmaSocket "$chunk")" "$(round_ratio siw0 bw uiwarp-ring128k RdmaSocket "$chunk")"
+    for row in "${siw_rows[@]}"; do
+      read -r kind size <<< "$row"
+      mapfile -t ratios < <(siw_ratios median "$kind" "$size")
+      siw_row "$(siw_label "$kind" "$size")" "" "" "" "" "" "${ratios[@]}"
     done
   fi
   echo
