@@ -480,7 +480,7 @@ fn pingpong_loop(pp: &mut Pingpong, n: &mut Counters) -> Result<u32, ExitCode> {
             // The spin-wait hint (`pause` on x86) between empty polls. Under QEMU's TCG it
             // also leaves the vCPU's translated-code loop: without it rxe's kernel work on
             // the other vCPU ran slower and a 4 KiB ping-pong took ~5 µs more an iteration
-            // per end of ours (the README's measurements, session 26).
+            // per end of ours (tests/MEASUREMENTS.md, session 26).
             std::hint::spin_loop();
         };
         for w in &wc[..done] {
