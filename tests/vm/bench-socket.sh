@@ -9,7 +9,11 @@
 # Builds the release bench_socket example, boots the VM once, and in it runs, each on the
 # device's own address (rxe0: 10.99.0.2 on eth0, siw0: 10.99.1.2 on eth1):
 #   rxe0: bench_socket rdma (RdmaSocket) and tcp (TcpStream), ib_send_lat -R, ib_write_lat -R,
-#         rstream (latency: -C 1 -I N; bandwidth: -S 65536 -C M*16 -I 1), ib_write_bw -R
+#         rstream (latency: -C 1 -I N; bandwidth: -S 65536 -C M*16 -I 1), ib_write_bw -R,
+#         and bench_floor: a raw verbs ping-pong with RdmaSocket's wire operations, alone
+#         ("floor-raw") and with the least a socket stream must do ("floor-socket": a lock a
+#         call, the copy out of the receive ring, the copy into the send ring above 64 B),
+#         the latency no socket can beat on this transport
 #   siw0: bench_socket rdma and tcp, ib_send_lat -R, ib_write_bw -R, and bench_socket rdma
 #         over the userspace provider (RDMASOCK_PROVIDER=uiwarp) on eth1's address (issue #5:
 #         uiwarp against the kernel's siw, same workload), with MPA CRC (uiwarp's default)
@@ -59,6 +63,8 @@ if [ "${1:-}" = --guest ]; then
     command -v $tool > /dev/null || { echo "bench: $tool missing (apt-get install tshark)"; exit 1; }
   done
   [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
+  floor=$(dirname "$ours")/bench_floor
+  [ -x "$floor" ] || { echo "bench: $floor missing"; exit 1; }
   for d in rxe0 siw0; do
     [ -e /sys/class/infiniband/$d ] || { echo "bench: no $d in the VM (run with --both)"; exit 1; }
   done
@@ -147,6 +153,14 @@ if [ "${1:-}" = --guest ]; then
     done
   }
 
+  # floor_run: bench_floor on rxe0, both ways (recorded as tools floor-raw, floor-socket)
+  floor_run() {
+    local out
+    out=$(timeout 600 "$floor" --device rxe0 --sizes "${sizes// /,}" --iters "$iters" 2>&1) || { echo "bench: bench_floor failed:" >&2; echo "$out" >&2; return 1; }
+    echo "$out" | awk '$1 == "RESULT" && $2 == "floor" { print "rxe0 lat floor-" $3, $4, $6 }' \
+      | while read -r line; do record $line; done
+  }
+
   # rstream DEVICE KIND SIZE COUNT ITERS IP
   rstream_run() {
     local dev=$1 kind=$2 size=$3 count=$4 n=$5 ip=$6 out line
@@ -208,6 +222,7 @@ if [ "${1:-}" = --guest ]; then
   for rep in $(seq "$reps"); do
   echo "bench: rxe0 ($rxe_ip), round $rep of $reps" >&2
   ours rxe0 "$rxe_ip" || status=1
+  floor_run || status=1
   for size in $sizes; do
     perftest rxe0 lat ib_send_lat "$size" "$iters" 5 "$rxe_ip" || status=1
     perftest rxe0 lat ib_write_lat "$size" "$iters" 5 "$rxe_ip" || status=1
@@ -293,9 +308,33 @@ if [ "${1:-}" = --guest ]; then
     for o in "${others[@]}"; do printf ' %9s' "$(round_ratio "$dev" bw RdmaSocket "$(bw_tool "$o")" 65536)"; done
     echo
   }
+  # the floor under rxe0's latency: what a socket cannot beat, against the targets' peers
+  floor_table() {
+    local size row how
+    echo
+    echo "rxe0's floor (bench_floor, best of $reps round(s), one-way usec, median): floor-raw is a raw verbs ping-pong with RdmaSocket's wire operations, floor-socket the same plus the least a socket stream does (a lock a call, the copy out of the ring, the copy into it above 64 B); no socket is faster than floor-socket on this transport"
+    printf '%-10s %10s %12s %10s %11s %9s %11s %11s %11s\n' workload floor-raw floor-socket RdmaSocket ib_send_lat rstream "sock÷ib_sl" "sock÷rstrm" "ours÷sock"
+    for how in best median; do
+      [ $how = median ] && { [ "$reps" -gt 1 ] || break; echo "the same ratios as the median over rounds of each round's ratio:"; }
+      for size in $sizes; do
+        row=()
+        if [ $how = best ]; then
+          for o in floor-raw floor-socket RdmaSocket ib_send_lat rstream; do row+=("$(value rxe0 lat $o "$size")"); done
+          row+=("$(ratio "${row[1]}" "${row[3]}")" "$(ratio "${row[1]}" "${row[4]}")" "$(ratio "${row[2]}" "${row[1]}")")
+        else
+          row=("" "" "" "" "" "$(round_ratio rxe0 lat floor-socket ib_send_lat "$size")" \
+            "$(round_ratio rxe0 lat floor-socket rstream "$size")" "$(round_ratio rxe0 lat RdmaSocket floor-socket "$size")")
+        fi
+        printf '%-10s %10s %12s %10s %11s %9s %11s %11s %11s\n' "lat $size" "${row[@]}"
+      done
+    done
+    # bandwidth: ib_write_bw is the raw verbs ceiling of the same transport
+    echo "bandwidth: rstream ÷ ib_write_bw = $(ratio "$(value rxe0 bw rstream 65536)" "$(value rxe0 bw ib_write_bw 65536)") (best rounds), $(round_ratio rxe0 bw rstream ib_write_bw 65536) (median of rounds); above 0.67, 1.5× rstream is more than ib_write_bw moves"
+  }
   echo
   echo "bench: results (the ib_send_lat column's bandwidth row is ib_write_bw -R)"
   table rxe0 ib_send_lat ib_write_lat rstream TcpStream
+  floor_table
   table siw0 ib_send_lat TcpStream
   # issue #5: the userspace provider against the kernel's siw, same workload, same netdev
   echo
@@ -360,8 +399,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 cd "$ROOT"
-echo "bench: building the release bench_socket example" >&2
-cargo build --release --example bench_socket >&2
+echo "bench: building the release bench_socket and bench_floor examples" >&2
+cargo build --release --example bench_socket --example bench_floor >&2
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 ours=$target_dir/release/examples/bench_socket
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
