@@ -33,7 +33,8 @@ use rdmasock::verbs::qp_attr::{AddressVector, GlobalRoute};
 use rdmasock::verbs::{
     AccessFlags, CompletionQueue, Context, DeviceList, Gid, GidType, InitAttributes, MemoryRegion,
     Psn, QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, RemoteKey, RtrAttributes,
-    RtsAttributes, ScatterGather, SendFlags, SendOp, SendRequest, WcOpcode, WorkCompletion,
+    RtsAttributes, ScatterGather, SendFlags, SendOp, SendRequest, Transport, WcOpcode,
+    WorkCompletion,
 };
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -133,6 +134,20 @@ struct Route {
 }
 
 fn route(context: &Context) -> Result<Route> {
+    let device = context.device();
+    let kind = match device.transport {
+        Transport::InfiniBand => None,
+        Transport::Iwarp => Some("an iWARP"),
+        Transport::Usnic => Some("a usNIC"),
+        Transport::Unknown => Some("an unknown-transport"),
+    };
+    if let Some(kind) = kind {
+        return Err(format!(
+            "{} is {kind} device: bench_floor connects its queue pairs without the connection \
+             manager, which only RoCE and InfiniBand allow (pick one with --device)",
+            device.name
+        ));
+    }
     let port = context
         .query_port(1)
         .map_err(|e| format!("query port 1: {e}"))?;
