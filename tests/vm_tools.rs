@@ -1,6 +1,7 @@
 //! The rdma-core tool twins against rdma-core itself, in the VM (tests/vm/run.sh runs these
 //! with `--ignored`): discovery against sysfs and netlink, `devices`/`devinfo` against
-//! `ibv_devices`/`ibv_devinfo`, and `rc_pingpong` against `ibv_rc_pingpong` both ways.
+//! `ibv_devices`/`ibv_devinfo`, and `rc_pingpong` against `ibv_rc_pingpong` both ways; and
+//! `bench_floor`, the benchmark of the latency floor, runs to the end on rxe0.
 //!
 //! The examples must be built (`cargo build --examples`); they are found in
 //! `$RDMASOCK_EXAMPLES_DIR` or in `target/<profile>/examples` next to this test binary.
@@ -415,4 +416,48 @@ fn the_examples_run_on_the_provider_asked_for() {
         .query_port(1)
         .expect("query_port through the provider");
     assert!(port.is_ethernet(), "rxe0's port 1 is RoCE: {port:?}");
+}
+
+/// `bench_floor` (the latency floor that tests/vm/bench-socket.sh prints beside RdmaSocket):
+/// both ways run a ping-pong on rxe0 to the end and report a time for each size (every
+/// completion's status and, in the socket way, every echoed byte are checked inside), and an
+/// iWARP device is refused with what to do.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn bench_floor_runs_both_ways_on_rxe0_and_refuses_iwarp() {
+    require_device("rxe0");
+    let out = ours(
+        "bench_floor",
+        &["--device", "rxe0", "--sizes", "64,4096", "--iters", "50"],
+    );
+    let mut seen = Vec::new();
+    for line in out.lines().filter(|l| l.starts_with("RESULT floor ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f.len(), 6, "RESULT floor WAY SIZE AVG MEDIAN: {line}");
+        for v in &f[4..] {
+            let us: f64 = v.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(
+                us > 0.0 && us.is_finite(),
+                "a time must be positive: {line}"
+            );
+        }
+        seen.push(format!("{} {}", f[2], f[3]));
+    }
+    assert_eq!(
+        seen,
+        ["raw 64", "raw 4096", "socket 64", "socket 4096"],
+        "one result per way and size, in order:\n{out}"
+    );
+    if std::path::Path::new("/sys/class/infiniband/siw0").is_dir() {
+        let out = run_bounded(
+            Command::new(example("bench_floor")).args(["--device", "siw0"]),
+            Duration::from_secs(30),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "bench_floor on siw0 must fail");
+        assert!(
+            err.contains("siw0 is an iWARP device") && err.contains("--device"),
+            "the refusal should say why and how to pick another device: {err}"
+        );
+    }
 }
