@@ -6,7 +6,7 @@
 #   tests/vm/bench-socket.sh [--iters N] [--megabytes M] [--sizes "64 4096 65536"] [--reps R]
 #                            [--spin MICROSECONDS] [--ring BYTES]
 #
-# Builds the release bench_socket example, boots the VM once, and in it runs, each on the
+# Builds the release bench_socket and bench_floor examples, boots the VM once, and in it runs, each on the
 # device's own address (rxe0: 10.99.0.2 on eth0, siw0: 10.99.1.2 on eth1):
 #   rxe0: bench_socket rdma (RdmaSocket) and tcp (TcpStream), ib_send_lat -R, ib_write_lat -R,
 #         rstream (latency: -C 1 -I N; bandwidth: -S 65536 -C M*16 -I 1), ib_write_bw -R,
