@@ -39,7 +39,7 @@ use rdmasock::verbs::{
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Each side's receive ring (and send ring, for the copies of the `socket` way).
 const RING: usize = 128 * 1024;
@@ -47,6 +47,10 @@ const RING: usize = 128 * 1024;
 const DEPTH: u32 = 64;
 /// The most bytes sent inline (`RdmaSocket`'s default inline threshold).
 const INLINE: usize = 64;
+/// How long a receive waits for the peer's message before it gives up (the peer failed).
+const WAIT_LIMIT: Duration = Duration::from_secs(10);
+/// The clock is read once in this many empty polls (only to bound the wait).
+const POLLS_PER_CLOCK_READ: u32 = 4096;
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
 
@@ -319,7 +323,19 @@ impl End {
 
     /// Busy-polls until the peer's next message is in; copies it into `out` (`socket` way).
     fn receive(&mut self, out: &mut [u8]) -> Result<()> {
+        let mut polls = 0u32;
+        let mut started = None;
         loop {
+            polls = polls.wrapping_add(1);
+            if polls % POLLS_PER_CLOCK_READ == 0 {
+                let now = Instant::now();
+                if now.duration_since(*started.get_or_insert(now)) > WAIT_LIMIT {
+                    return Err(format!(
+                        "no message from the other end within {WAIT_LIMIT:?} (it failed, or \
+                         the device dropped the connection)"
+                    ));
+                }
+            }
             let _guard = (self.way == Way::Socket).then(|| self.lock.lock());
             let n = self
                 .side
@@ -419,9 +435,17 @@ fn pingpong(
         }
         Ok(())
     };
-    // On an error the echo thread may wait for a message that will not come: it is left.
-    run()?;
-    echo.join().map_err(|_| "the echo thread panicked")??;
+    let ran = run();
+    // Each end gives up WAIT_LIMIT after the other stops sending: both errors are told.
+    let echoed = echo
+        .join()
+        .map_err(|_| "the echo thread panicked".to_string())?;
+    match (ran, echoed) {
+        (Ok(()), Ok(())) => {}
+        (Err(e), Ok(())) => return Err(format!("client: {e}")),
+        (Ok(()), Err(e)) => return Err(format!("echo: {e}")),
+        (Err(a), Err(b)) => return Err(format!("client: {a}; echo: {b}")),
+    }
     let avg = samples.iter().sum::<f64>() / samples.len() as f64;
     samples.sort_by(f64::total_cmp);
     Ok((avg, samples[samples.len() / 2]))
