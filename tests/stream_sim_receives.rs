@@ -69,3 +69,29 @@ fn control_messages_behind_a_full_credit_window_find_a_receive() {
         assert!(f.app_write(1, 10), "side 1 has credits again");
     }
 }
+
+/// Random schedules with both sides posting receive reposts as the socket layer does,
+/// without RNR (iWARP's rule): every byte arrives, in order, and every message finds a
+/// receive.
+#[test]
+fn deferred_receive_reposts_on_random_schedules_without_rnr() {
+    for seed in 0..24u64 {
+        let a = small_config()
+            .signal_interval(1 + (seed % 4) as u16)
+            .write_with_send(seed % 2 == 0)
+            .build()
+            .unwrap();
+        // Write+send mode needs 4 inline bytes (its message word); plain mode takes none.
+        let b = small_config()
+            .write_with_send(seed % 2 == 0)
+            .inline_threshold(if seed % 2 == 0 { 4 } else { 0 })
+            .build()
+            .unwrap();
+        let mut f = fabric::Fabric::connect([a, b], [200_000, 150_000 + seed as usize], seed);
+        f.no_rnr = true;
+        for side in &mut f.sides {
+            side.defer_receives = true;
+        }
+        f.run(20_000);
+    }
+}

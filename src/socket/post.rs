@@ -8,6 +8,9 @@ use crate::stream::{Op, Payload, StreamError, WrId};
 use crate::verbs::{RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest};
 use std::io;
 
+/// Receive reposts held back behind the sends of one `post_ops_with` call at most.
+const RECV_BATCH: usize = 8;
+
 impl Connection {
     /// Posts the engine's queued work requests in order; consecutive sends go out as one
     /// chained list.
@@ -21,15 +24,28 @@ impl Connection {
     }
 
     /// [`Connection::post_ops`], with the payloads of `lend`'s messages taken from the
-    /// caller's buffer as borrowed inline sends.
+    /// caller's buffer as borrowed inline sends. Receive reposts go after the sends queued
+    /// with them (in their own order, a few at a time): a send's doorbell, which the peer
+    /// waits for, does not wait for them, and they come out of the receive reserve
+    /// ([`RECV_DEFER_MAX`](crate::stream::RECV_DEFER_MAX)) meanwhile.
     pub(crate) fn post_ops_with(&mut self, lend: Lend<'_>) -> io::Result<()> {
         let mut result = Ok(());
+        let mut receives = [(WrId(0), None); RECV_BATCH];
+        let mut held = 0;
         while let Some(op) = self.engine.pop_op() {
             result = match op {
                 Op::PostRecv {
                     wr_id,
                     message_slot,
-                } => self.post_recv(wr_id, message_slot),
+                } => {
+                    if held == RECV_BATCH {
+                        result = self.post_receives(&receives[..held]);
+                        held = 0;
+                    }
+                    receives[held] = (wr_id, message_slot);
+                    held += 1;
+                    result
+                }
                 Op::ClearTargetEntry { offset } => self
                     .res
                     .target_mr
@@ -43,6 +59,9 @@ impl Connection {
             if result.is_err() {
                 break;
             }
+        }
+        if result.is_ok() {
+            result = self.post_receives(&receives[..held]);
         }
         if let Err(e) = &result {
             let text = format!("posting a work request failed: {e}");
@@ -172,6 +191,14 @@ impl Connection {
                 ([a, a], 1)
             }
         })
+    }
+
+    /// Posts `receives` in order, one at a time.
+    fn post_receives(&self, receives: &[(WrId, Option<u32>)]) -> io::Result<()> {
+        for &(wr_id, message_slot) in receives {
+            self.post_recv(wr_id, message_slot)?;
+        }
+        Ok(())
     }
 
     /// Posts one receive (with its 4-byte message slot in write+send mode).

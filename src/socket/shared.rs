@@ -137,7 +137,8 @@ impl Shared {
                     }
                     let pumped = match dir {
                         Direction::Write => g.progress_after_write(),
-                        _ => g.progress(),
+                        Direction::Read => g.progress_after_read(),
+                        Direction::Other(_) => g.progress(),
                     };
                     self.wake_others(&g);
                     self.report(&g);

@@ -19,6 +19,13 @@ pub const CONTROL_SLOTS: u32 = 4;
 /// and ring halves we knew at the last feed bound (at most about three credit updates and
 /// two ring halves, often merged), plus one SHUTDOWN and one DISCONNECT.
 pub const RECV_RESERVE: u16 = 16;
+/// Receive reposts a driver may leave queued after it fed their completions, to post them
+/// behind its next send ([`StreamEngine::only_receives_queued`](super::StreamEngine::only_receives_queued)):
+/// they come out of [`RECV_RESERVE`], whose other three quarters still cover the few control
+/// messages the peer can send meanwhile, so neither the credits granted nor those messages
+/// can find no receive posted, however long the socket goes uncalled.
+pub const RECV_DEFER_MAX: usize = 4;
+const _: () = assert!(RECV_DEFER_MAX * 4 <= RECV_RESERVE as usize);
 /// Smallest queue depth rsocket accepts (`RS_QP_MIN_SIZE`).
 pub const MIN_QUEUE_DEPTH: u16 = 16;
 /// Largest queue depth the 16-bit credit arithmetic allows (`RS_QP_MAX_SIZE`).

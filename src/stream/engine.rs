@@ -38,7 +38,8 @@ pub(crate) struct Pending {
 ///
 /// The engine owns no memory and performs no I/O: the driver registers a send ring, a receive
 /// ring, a 32-byte target list (and in write+send mode a message area), copies bytes where the
-/// engine says ([`CopySpan`]), posts the [`Op`]s from [`pop_op`](Self::pop_op) in order, and
+/// engine says ([`CopySpan`]), posts the [`Op`]s from [`pop_op`](Self::pop_op) in order
+/// (receive reposts may wait a little, see [`RECV_DEFER_MAX`](super::RECV_DEFER_MAX)), and
 /// feeds completions back. See the module documentation for the sequence.
 #[derive(Debug)]
 pub struct StreamEngine {
@@ -203,6 +204,13 @@ impl StreamEngine {
     /// True when work requests are waiting in [`pop_op`](Self::pop_op).
     pub fn has_ops(&self) -> bool {
         !self.ops.is_empty()
+    }
+
+    /// True when what is queued is receive reposts ([`Op::PostRecv`]) only, at most `n` of
+    /// them (nothing queued counts): a driver may leave up to
+    /// [`RECV_DEFER_MAX`](super::RECV_DEFER_MAX) of them for its next post.
+    pub fn only_receives_queued(&self, n: usize) -> bool {
+        self.ops.len() <= n && self.ops.iter().all(|op| matches!(op, Op::PostRecv { .. }))
     }
 
     /// The next op [`pop_op`](Self::pop_op) would return, without taking it.

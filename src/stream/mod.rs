@@ -21,7 +21,10 @@
 //!    write as soon as it has our reply. Post the ops it queues once the queue pair can send.
 //! 4. `write`/`read`/`peek` copy through [`CopySpan`]s; after every call and every completion,
 //!    carry out all [`StreamEngine::pop_op`] ops in order, each as it is popped, and report
-//!    [`StreamEngine::readiness`].
+//!    [`StreamEngine::readiness`]. Receive reposts ([`Op::PostRecv`]) are the exception: they
+//!    may go after the sends queued with them, and up to [`RECV_DEFER_MAX`] of them may wait
+//!    for the next call when nothing else is queued
+//!    ([`StreamEngine::only_receives_queued`]).
 //! 5. Feed every completion: [`StreamEngine::on_send_completion`],
 //!    [`StreamEngine::on_receive`] (with a snapshot of the target list) or
 //!    [`StreamEngine::on_receive_failed`]; and the CM's DISCONNECTED event.
@@ -49,8 +52,8 @@ mod recv;
 
 pub use config::{
     ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder, CONTROL_SLOTS, DEFAULT_MAX_SPIN,
-    MAX_QUEUE_DEPTH, MIN_ADAPTIVE_SPIN, MIN_QUEUE_DEPTH, RECV_RESERVE, RSOCKET_MAX_TRANSFER,
-    SEND_LOW_WATER,
+    MAX_QUEUE_DEPTH, MIN_ADAPTIVE_SPIN, MIN_QUEUE_DEPTH, RECV_DEFER_MAX, RECV_RESERVE,
+    RSOCKET_MAX_TRANSFER, SEND_LOW_WATER,
 };
 pub use engine::{StreamEngine, TARGET_ENTRIES, TARGET_LIST_LEN};
 pub use error::StreamError;

@@ -3,7 +3,7 @@
 
 use rdmasock::stream::{
     CopySpan, Hello, LocalRegions, Op, Payload, Received, StreamConfig, StreamEngine, StreamError,
-    WrId, SGE_LEN, TARGET_LIST_LEN,
+    WrId, RECV_DEFER_MAX, SGE_LEN, TARGET_LIST_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -118,6 +118,14 @@ pub struct Side {
     pub recv_hash: Fnv,
     pub eof: bool,
     pub shut: bool,
+    /// Post receive reposts as the socket layer does: up to `RECV_DEFER_MAX` of them, when
+    /// nothing else is queued, wait for the next drain, and they go after the sends queued
+    /// with them; a completion poll first posts what waits (the socket's progress pass).
+    pub defer_receives: bool,
+    /// With `defer_receives`: the reposts of the last post, which the socket layer makes
+    /// after that post's sends, so the peer may act between the two (they reach `rq` at this
+    /// side's next call).
+    pub late_receives: Vec<(WrId, Option<u32>)>,
 }
 
 impl Side {
@@ -150,13 +158,31 @@ impl Side {
             recv_hash: Fnv::new(),
             eof: false,
             shut: false,
+            defer_receives: false,
+            late_receives: Vec::new(),
         }
     }
 
-    /// Posts every queued op, in order, as a driver must.
+    /// Posts the queued ops as a driver must: in order, or with `defer_receives` as the
+    /// socket layer does (see the field).
     pub fn drain_ops(&mut self) {
+        self.rq.extend(self.late_receives.drain(..));
+        if self.defer_receives && self.engine.only_receives_queued(RECV_DEFER_MAX) {
+            return;
+        }
+        self.post_all_ops();
+    }
+
+    /// Posts every queued op now (with `defer_receives`, the receives after the rest).
+    pub fn post_all_ops(&mut self) {
+        self.rq.extend(self.late_receives.drain(..));
+        let mut receives = Vec::new();
         while let Some(op) = self.engine.pop_op() {
             match op {
+                Op::PostRecv {
+                    wr_id,
+                    message_slot,
+                } if self.defer_receives => receives.push((wr_id, message_slot)),
                 Op::PostRecv {
                     wr_id,
                     message_slot,
@@ -221,6 +247,7 @@ impl Side {
                 }
             }
         }
+        self.late_receives = receives;
     }
 
     pub fn source(&mut self, payload: Payload, inline: bool) -> Source {
@@ -327,7 +354,12 @@ impl Side {
                 self.eof = true;
             }
         }
-        self.drain_ops();
+        // A read that returned nothing makes the socket's whole progress pass.
+        if matches!(r, Ok(k) if k > 0) {
+            self.drain_ops();
+        } else {
+            self.post_all_ops();
+        }
         r
     }
 
@@ -345,7 +377,29 @@ impl Side {
     }
 
     /// Polls one completion and feeds it to the engine.
+    /// Feeds one completion (with `defer_receives`, after posting what waits: the socket
+    /// layer's progress pass); false when there is none.
     pub fn poll(&mut self) -> bool {
+        if self.defer_receives {
+            self.post_all_ops();
+        }
+        self.feed_one()
+    }
+
+    /// One progress pass of the socket layer: posts what waits, then feeds every queued
+    /// completion, posting after each as `drain_ops` does (so with `defer_receives` up to
+    /// `RECV_DEFER_MAX` receive reposts stay queued). Returns how many were fed.
+    pub fn progress_pass(&mut self) -> usize {
+        self.post_all_ops();
+        let mut fed = 0;
+        while self.feed_one() {
+            fed += 1;
+        }
+        fed
+    }
+
+    /// Feeds the next completion and posts what that queued (see `drain_ops`).
+    fn feed_one(&mut self) -> bool {
         let Some(c) = self.cq.pop_front() else {
             return false;
         };
@@ -510,6 +564,8 @@ impl Fabric {
                 let k = 1 + self.rng.below(8);
                 (0..k).any(|_| matches!(self.execute(s), Step::Progress))
             }
+            // The socket layer feeds a batch of completions in one pass.
+            _ if self.sides[s].defer_receives => self.sides[s].progress_pass() > 0,
             _ => {
                 let k = 1 + self.rng.below(8);
                 (0..k).filter(|_| self.sides[s].poll()).count() > 0
