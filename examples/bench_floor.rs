@@ -31,11 +31,12 @@
 //! ```
 use rdmasock::verbs::qp_attr::{AddressVector, GlobalRoute};
 use rdmasock::verbs::{
-    AccessFlags, CompletionQueue, Context, DeviceList, Gid, GidType, InitAttributes, MemoryRegion,
-    Psn, QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, RemoteKey, RtrAttributes,
+    AccessFlags, CompletionQueue, Context, Gid, GidType, InitAttributes, MemoryRegion, Mtu, Psn,
+    QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, RemoteKey, RtrAttributes,
     RtsAttributes, ScatterGather, SendFlags, SendOp, SendRequest, Transport, WcOpcode,
     WorkCompletion,
 };
+use std::net::Ipv6Addr;
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::thread;
@@ -135,6 +136,7 @@ struct Peer {
 struct Route {
     grh: Option<GlobalRoute>,
     lid: u16,
+    path_mtu: Mtu,
 }
 
 fn route(context: &Context) -> Result<Route> {
@@ -155,25 +157,25 @@ fn route(context: &Context) -> Result<Route> {
     let port = context
         .query_port(1)
         .map_err(|e| format!("query port 1: {e}"))?;
+    let path_mtu = port.active_mtu().ok_or("port 1 reports no active MTU")?;
     if !port.is_ethernet() {
         return Ok(Route {
             grh: None,
             lid: port.lid,
+            path_mtu,
         });
     }
-    let name = &context.device().name;
-    let list = DeviceList::discover().map_err(|e| format!("device discovery: {e}"))?;
-    let device = list.pick(Some(name)).map_err(|e| e.to_string())?;
-    let port = device.port(1).ok_or(format!("{name} has no port 1"))?;
-    let v4_mapped = |g: &Gid| g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-    let entry = port
-        .gids
+    let name = &device.name;
+    let gids = &device.port(1).ok_or(format!("{name} has no port 1"))?.gids;
+    let v4_mapped = |g: Gid| Ipv6Addr::from(g).to_ipv4_mapped().is_some();
+    let entry = gids
         .iter()
-        .find(|g| g.gid_type == GidType::RoceV2 && v4_mapped(&g.gid))
+        .find(|g| g.gid_type == GidType::RoceV2 && v4_mapped(g.gid))
         .ok_or(format!(
             "{name} has no IPv4 RoCE v2 GID: give its netdev an IPv4 address"
         ))?;
     Ok(Route {
+        path_mtu,
         grh: Some(GlobalRoute {
             dgid: entry.gid,
             flow_label: 0,
@@ -225,13 +227,10 @@ fn side(context: &Context) -> Result<Side> {
 }
 
 /// RTR towards `peer`'s queue pair, then RTS.
-fn connect(qp: &QueuePair, peer: &QueuePair, context: &Context, route: &Route) -> Result<()> {
-    let port = context
-        .query_port(1)
-        .map_err(|e| format!("query port 1: {e}"))?;
+fn connect(qp: &QueuePair, peer: &QueuePair, route: &Route) -> Result<()> {
     let psn = |qp: &QueuePair| Psn(qp.qp_num().0 & 0xff_ffff);
     qp.to_rtr(&RtrAttributes {
-        path_mtu: port.active_mtu().ok_or("port 1 reports no active MTU")?,
+        path_mtu: route.path_mtu,
         dest_qp_num: peer.qp_num(),
         rq_psn: psn(peer),
         max_dest_rd_atomic: 1,
@@ -388,8 +387,8 @@ fn pingpong(
     iters: usize,
 ) -> Result<(f64, f64)> {
     let (a, b) = (side(context)?, side(context)?);
-    connect(&a.qp, &b.qp, context, route)?;
-    connect(&b.qp, &a.qp, context, route)?;
+    connect(&a.qp, &b.qp, route)?;
+    connect(&b.qp, &a.qp, route)?;
     let peer = |s: &Side| Peer {
         addr: s.recv_ring.addr(),
         rkey: s.recv_ring.rkey(),
