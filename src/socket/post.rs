@@ -38,13 +38,16 @@ impl Connection {
                     wr_id,
                     message_slot,
                 } => {
-                    if held == RECV_BATCH {
-                        result = self.post_receives(&receives[..held]);
+                    // A full batch goes out first, so that the reposts keep their order.
+                    let flushed = if held == RECV_BATCH {
                         held = 0;
-                    }
+                        self.post_receives(&receives)
+                    } else {
+                        Ok(())
+                    };
                     receives[held] = (wr_id, message_slot);
                     held += 1;
-                    result
+                    flushed
                 }
                 Op::ClearTargetEntry { offset } => self
                     .res
