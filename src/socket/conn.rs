@@ -522,8 +522,12 @@ impl Connection {
         self.spin.record_overslept(nap);
     }
 
-    /// Copies up to `buf.len()` bytes into the send ring.
+    /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.
     pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
+        if let Some(message) = self.engine.write_inline(buf.len()) {
+            // A lone small message: straight to the queue pair (see `post_inline_write`).
+            return self.post_inline_write(message, buf).map(|()| buf.len());
+        }
         if !self.lends(buf.len()) {
             let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
             return self.engine.write(buf.len(), |s| {

@@ -4,7 +4,7 @@
 
 use super::conn::{Connection, POST_BATCH};
 use super::lend::Lend;
-use crate::stream::{Op, Payload, StreamError, WrId};
+use crate::stream::{InlineWrite, Op, Payload, StreamError, WrId};
 use crate::verbs::{RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest};
 use std::io;
 
@@ -71,6 +71,38 @@ impl Connection {
             self.engine.fail(StreamError::ConnectionReset(text));
         }
         result
+    }
+
+    /// Posts the message [`StreamEngine::write_inline`](crate::stream::StreamEngine::write_inline)
+    /// made of `bytes` as one inline RDMA WRITE WITH IMMEDIATE, without the op queue, the
+    /// batch arrays or a ring copy: a ping-pong's small reply reaches the doorbell with the
+    /// least work. The receive reposts queued before it go with the next progress pass.
+    pub(crate) fn post_inline_write(
+        &mut self,
+        message: InlineWrite,
+        bytes: &[u8],
+    ) -> Result<(), StreamError> {
+        let sge = [ScatterGather::borrowed(bytes)];
+        let op = SendOp::RdmaWriteWithImm {
+            remote_addr: message.remote_addr,
+            rkey: RemoteKey(message.rkey),
+            imm: message.imm,
+        };
+        let flags = if message.signaled {
+            SendFlags::INLINE | SendFlags::SIGNALED
+        } else {
+            SendFlags::INLINE
+        };
+        let wr = SendRequest::new(message.wr_id.0, op, &sge).with_flags(flags);
+        match self.res.qp.post_send(&[wr]) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let e = io::Error::from(crate::verbs::Error::from(e));
+                let text = format!("posting a work request failed: {e}");
+                self.engine.fail(StreamError::ConnectionReset(text.clone()));
+                Err(StreamError::ConnectionReset(text))
+            }
+        }
     }
 
     /// Posts `first` and the sends queued right after it as chained lists of up to

@@ -360,6 +360,19 @@ impl StreamEngine {
 
     /// rsocket's `rs_write_data`: one data message into the current destination.
     fn post_data(&mut self, payload: Payload, len: usize) {
+        let (dest, signaled) = self.take_data_slot(len);
+        let msg = Message::Data(len as u32).encode();
+        let inline = len <= self.cfg.inline_threshold as usize;
+        self.post_write_msg(
+            payload, msg, dest.addr, dest.key, inline, signaled, false, len,
+        );
+    }
+
+    /// The accounting of one data message of `len` bytes (its ring space already taken): a
+    /// credit, a send-queue slot, `len` bytes of send ring and of the current destination
+    /// (queueing the clearing of its target-list entry when that is used up), and whether
+    /// it is signalled. Returns where in the peer's ring it goes, and that flag.
+    pub(crate) fn take_data_slot(&mut self, len: usize) -> (RemoteSge, bool) {
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= self.sqes_per_message();
         self.sbuf_avail -= len;
@@ -382,11 +395,7 @@ impl StreamEngine {
         if signaled {
             self.unsignaled = 0;
         }
-        let msg = Message::Data(len as u32).encode();
-        let inline = len <= self.cfg.inline_threshold as usize;
-        self.post_write_msg(
-            payload, msg, dest.addr, dest.key, inline, signaled, false, len,
-        );
+        (dest, signaled)
     }
 
     /// Queues `msg` with `payload` written to (addr, rkey): one WRITE WITH IMM, or in

@@ -294,6 +294,23 @@ pub fn engine(data: &[u8]) -> Reached {
                     reached.bytes_read += n;
                 }
             }
+            8 if input.byte() & 1 == 0 => {
+                // A small write the socket posts the short way, when the engine allows it.
+                buf_len = usize::from(input.byte());
+                if let Some(w) = e.write_inline(buf_len) {
+                    assert!(
+                        buf_len > 0 && buf_len <= d.cfg.inline_threshold() as usize,
+                        "{buf_len} bytes went inline"
+                    );
+                    assert!(!w.wr_id.is_receive(), "{w:?}");
+                    d.sends.push_back((w.wr_id, w.signaled));
+                    assert!(
+                        d.sends.len() <= usize::from(d.cfg.send_queue_depth()),
+                        "more sends posted than the send queue holds"
+                    );
+                    reached.bytes_written += buf_len;
+                }
+            }
             8 | 9 => {
                 buf_len = usize::from(input.u16());
                 let mut total = 0;

@@ -19,9 +19,10 @@
 //!    call [`StreamEngine::on_connected`]: on the active side when the connect response
 //!    arrives; on the passive side before accepting, as rsocket does, because the peer may
 //!    write as soon as it has our reply. Post the ops it queues once the queue pair can send.
-//! 4. `write`/`read`/`peek` copy through [`CopySpan`]s; after every call and every completion,
-//!    carry out all [`StreamEngine::pop_op`] ops in order, each as it is popped, and report
-//!    [`StreamEngine::readiness`]. Receive reposts ([`Op::PostRecv`]) are the exception: they
+//! 4. `write`/`read`/`peek` copy through [`CopySpan`]s (or a small write goes out at once
+//!    as the [`InlineWrite`] that [`StreamEngine::write_inline`] returns); after every call
+//!    and every completion, carry out all [`StreamEngine::pop_op`] ops in order, each as it
+//!    is popped, and report [`StreamEngine::readiness`]. Receive reposts ([`Op::PostRecv`]) are the exception: they
 //!    may go after the sends queued with them, and up to [`RECV_DEFER_MAX`] of them may wait
 //!    for the next call when nothing else is queued
 //!    ([`StreamEngine::only_receives_queued`]).
@@ -46,6 +47,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hello;
+mod inline_write;
 mod msg;
 mod op;
 mod recv;
@@ -60,5 +62,6 @@ pub use error::StreamError;
 pub use hello::{
     Hello, HelloError, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
 };
+pub use inline_write::InlineWrite;
 pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
 pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};

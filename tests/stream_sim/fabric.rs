@@ -78,6 +78,12 @@ pub struct Side {
     /// after that post's sends, so the peer may act between the two (they reach `rq` at this
     /// side's next call).
     pub late_receives: Vec<(WrId, Option<u32>)>,
+    /// Write as the socket layer does: a write the engine can send inline at once
+    /// (`StreamEngine::write_inline`) goes straight to the send queue with the caller's
+    /// bytes, ahead of the queued receive reposts, and the send ring is left unwritten.
+    pub inline_writes: bool,
+    /// Writes that went the inline way.
+    pub inline_written: usize,
 }
 
 impl Side {
@@ -112,6 +118,8 @@ impl Side {
             shut: false,
             defer_receives: false,
             late_receives: Vec::new(),
+            inline_writes: false,
+            inline_written: 0,
         }
     }
 
@@ -258,11 +266,30 @@ impl Side {
             self.gen.fill(&mut self.unsent, n - have);
         }
         let src = &self.unsent[self.unsent_start..];
+        let inline = if self.inline_writes {
+            self.engine.write_inline(n)
+        } else {
+            None
+        };
         let ring = &mut self.send_ring;
-        let r = self.engine.write(n, |c: CopySpan| {
-            ring[c.ring_offset..c.ring_offset + c.len]
-                .copy_from_slice(&src[c.data_offset..c.data_offset + c.len]);
-        });
+        let r = if let Some(w) = inline {
+            // The caller's bytes, captured as the provider copies an inline send's.
+            self.sq.push_back(Posted {
+                kind: Kind::WriteImm(w.imm),
+                wr_id: w.wr_id,
+                source: Source::Captured(src[..n].to_vec()),
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+                signaled: w.signaled,
+            });
+            self.inline_written += 1;
+            Ok(n)
+        } else {
+            self.engine.write(n, |c: CopySpan| {
+                ring[c.ring_offset..c.ring_offset + c.len]
+                    .copy_from_slice(&src[c.data_offset..c.data_offset + c.len]);
+            })
+        };
         if let Ok(k) = r {
             self.sent_hash
                 .update(&self.unsent[self.unsent_start..self.unsent_start + k]);

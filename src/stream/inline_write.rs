@@ -1,0 +1,67 @@
+//! The short way for a lone small write: one data message whose bytes go inline from the
+//! caller's buffer, handed to the driver at once instead of through the op queue (see
+//! [`StreamEngine::write_inline`]).
+#![forbid(unsafe_code)]
+
+use super::engine::{Phase, StreamEngine};
+use super::msg::Message;
+use super::op::{Op, WrId};
+
+/// One data message for the driver to post now, as an inline RDMA WRITE WITH IMMEDIATE of
+/// the caller's bytes (all of them, in one scatter/gather entry) to `remote_addr` with
+/// `rkey` and immediate data `imm`, signalled when `signaled` says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InlineWrite {
+    /// The work request id (feed its completion to
+    /// [`StreamEngine::on_send_completion`]).
+    pub wr_id: WrId,
+    /// Where in the peer's receive ring the bytes go.
+    pub remote_addr: u64,
+    /// The peer's receive ring's remote key.
+    pub rkey: u32,
+    /// The message word (the data length), as the immediate data.
+    pub imm: u32,
+    /// Whether the work request asks for a completion.
+    pub signaled: bool,
+}
+
+impl StreamEngine {
+    /// [`write`](Self::write) of all `len` bytes as one message sent inline, when it can go
+    /// now, ahead of what is queued: `len` is 1 to the inline threshold, the mode is plain
+    /// (no write+send), the stream is open for writing, a message can be sent
+    /// ([`Readiness::writable`](super::Readiness)), the bytes fit the send ring, one transfer
+    /// and the current destination without using it up, and nothing but receive reposts
+    /// ([`Op::PostRecv`]) waits in [`pop_op`](Self::pop_op) (they may go after it).
+    ///
+    /// Returns the work request, which the engine counts as posted: post it at once (before
+    /// the queued ops), with the caller's bytes inline; their send-ring space is reserved but
+    /// not written, as no one reads it. `None` when any condition fails: nothing changed,
+    /// and `write` does what is possible.
+    pub fn write_inline(&mut self, len: usize) -> Option<InlineWrite> {
+        let destination = self.target[self.target_index].length as usize;
+        let fits = len > 0
+            && len <= self.cfg.inline_threshold as usize
+            && !self.cfg.write_with_send
+            && self.error.is_none()
+            && self.phase == Phase::Connected
+            && self.writable
+            && self.can_send()
+            && len <= self.sbuf_avail
+            && len <= self.cfg.max_transfer as usize
+            && len < destination
+            && self.ops.iter().all(|op| matches!(op, Op::PostRecv { .. }));
+        if !fits {
+            return None;
+        }
+        self.sbuf_head = (self.sbuf_head + len) % self.cfg.send_ring;
+        let (dest, signaled) = self.take_data_slot(len);
+        let wr_id = self.track(false, len, false, signaled);
+        Some(InlineWrite {
+            wr_id,
+            remote_addr: dest.addr,
+            rkey: dest.key,
+            imm: Message::Data(len as u32).encode(),
+            signaled,
+        })
+    }
+}
