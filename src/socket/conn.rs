@@ -350,6 +350,7 @@ impl Connection {
     /// after each (a poll and the completions' bookkeeping cost ~500 instructions a 4 KiB
     /// message on the userspace provider); whatever runs short first brings the poll back, and
     /// a write that finds nothing free feeds them anyway.
+    #[inline]
     pub(crate) fn progress_after_write(&mut self) -> io::Result<bool> {
         if !self.engine.has_headroom() {
             return self.progress();
@@ -368,6 +369,7 @@ impl Connection {
     /// reply leaving (~0.6 µs of rxe0's 64 B one-way time under QEMU, README, session 29).
     /// The reposts come out of the receive reserve, which is sized for it, so a socket left
     /// uncalled starves no one; a credit update or anything else queued is posted now.
+    #[inline]
     pub(crate) fn progress_after_read(&mut self) -> io::Result<bool> {
         if self.last_read == 0 || !self.engine.only_receives_queued(RECV_DEFER_MAX) {
             // A read that returned nothing (end-of-stream, or a read side shut down) may be
@@ -426,10 +428,18 @@ impl Connection {
     /// where our own DISCONNECT's completion does not mean the peer has it, only once the
     /// peer closed too (its DISCONNECT, or the connection manager's event); a drop bounds
     /// that wait by the close timeout ([`CmEndpoint::disconnect_waits_for_peer`]).
+    #[inline]
     fn maybe_disconnect(&mut self) {
-        if self.disconnect_started {
+        if self.disconnect_started || !(self.cm_closed || self.engine.finished()) {
             return;
         }
+        self.disconnect_if_over();
+    }
+
+    /// The rest of [`maybe_disconnect`](Self::maybe_disconnect), out of line: the stream is
+    /// finished or the connection manager said it is closed.
+    #[inline(never)]
+    fn disconnect_if_over(&mut self) {
         let finished = self.engine.finished()
             && (self.engine.peer_closed()
                 || self.engine.error().is_some()
@@ -523,6 +533,7 @@ impl Connection {
     }
 
     /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.
+    #[inline]
     pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
         if let Some(message) = self.engine.write_inline(buf.len()) {
             // A lone small message: straight to the queue pair (see `post_inline_write`).
@@ -596,6 +607,7 @@ impl Connection {
     }
 
     /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
+    #[inline]
     pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
         let mr = &self.res.recv_mr;
         let len = buf.len();

@@ -77,6 +77,7 @@ impl Connection {
     /// made of `bytes` as one inline RDMA WRITE WITH IMMEDIATE, without the op queue, the
     /// batch arrays or a ring copy: a ping-pong's small reply reaches the doorbell with the
     /// least work. The receive reposts queued before it go with the next progress pass.
+    #[inline]
     pub(crate) fn post_inline_write(
         &mut self,
         message: InlineWrite,

@@ -209,6 +209,7 @@ impl StreamEngine {
     /// True when what is queued is receive reposts ([`Op::PostRecv`]) only, at most `n` of
     /// them (nothing queued counts): a driver may leave up to
     /// [`RECV_DEFER_MAX`](super::RECV_DEFER_MAX) of them for its next post.
+    #[inline]
     pub fn only_receives_queued(&self, n: usize) -> bool {
         self.ops.len() <= n && self.ops.iter().all(|op| matches!(op, Op::PostRecv { .. }))
     }
@@ -220,6 +221,7 @@ impl StreamEngine {
 
     /// Whether the stream is over for the connection manager: failed, or disconnected with
     /// every send completed (cheaper than [`readiness`](Self::readiness) for the data path).
+    #[inline]
     pub fn finished(&self) -> bool {
         self.error.is_some() || (self.phase == Phase::Disconnected && self.all_sends_done())
     }
@@ -372,6 +374,7 @@ impl StreamEngine {
     /// credit, a send-queue slot, `len` bytes of send ring and of the current destination
     /// (queueing the clearing of its target-list entry when that is used up), and whether
     /// it is signalled. Returns where in the peer's ring it goes, and that flag.
+    #[inline]
     pub(crate) fn take_data_slot(&mut self, len: usize) -> (RemoteSge, bool) {
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= self.sqes_per_message();
@@ -467,6 +470,7 @@ impl StreamEngine {
 
     /// Records a posted send work request and returns its id. A control work request takes a
     /// control slot here; a data work request's slot was taken by the caller.
+    #[inline]
     pub(crate) fn track(
         &mut self,
         control: bool,
@@ -491,6 +495,7 @@ impl StreamEngine {
         WrId::send(seq)
     }
 
+    #[inline]
     pub(crate) fn post_recv(&mut self) {
         if self.cfg.write_with_send {
             let slot = self.next_msg_slot;

@@ -37,6 +37,7 @@ impl StreamEngine {
     /// the queued ops), with the caller's bytes inline; their send-ring space is reserved but
     /// not written, as no one reads it. `None` when any condition fails: nothing changed,
     /// and `write` does what is possible.
+    #[inline]
     pub fn write_inline(&mut self, len: usize) -> Option<InlineWrite> {
         let destination = self.target[self.target_index].length as usize;
         let fits = len > 0

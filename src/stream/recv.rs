@@ -21,6 +21,7 @@ impl StreamEngine {
 
     /// [`on_receive`](Self::on_receive), with the target list read by `read_targets` only
     /// for a buffer update (a data message, the common case, needs no read of that memory).
+    #[inline]
     pub fn on_receive_with(
         &mut self,
         wr_id: WrId,
@@ -106,6 +107,7 @@ impl StreamEngine {
         self.signal_last_send();
     }
 
+    #[inline]
     fn on_data(&mut self, len: u32) {
         let len = len as usize;
         if self.rmsg.len() >= usize::from(self.cfg.recv_queue_depth) {
@@ -182,6 +184,7 @@ impl StreamEngine {
     /// Moves up to `len` bytes of received data out; for each piece, `copy` is told which ring
     /// bytes go where in the application's buffer. Returns the bytes moved; `Ok(0)` (for
     /// `len > 0`) means end of stream; [`StreamError::WouldBlock`] means wait for readable.
+    #[inline]
     pub fn read(&mut self, len: usize, copy: impl FnMut(CopySpan)) -> Result<usize, StreamError> {
         self.copy_out(len, copy, true)
     }
@@ -202,6 +205,7 @@ impl StreamEngine {
         (self.rbuf_offset + self.rbuf_queued) % self.cfg.recv_ring
     }
 
+    #[inline]
     fn copy_out(
         &mut self,
         len: usize,
@@ -280,12 +284,29 @@ impl StreamEngine {
 
     /// rsocket's `rs_give_credits` / `rs_send_credits`: grant credits once half the receive
     /// queue's worth of messages was consumed since the last grant, and advertise a receive-ring
-    /// half as soon as one is free.
+    /// half as soon as one is free. (Checked after every message and read: the common case,
+    /// nothing due, is inlined, the sending out of line.)
+    #[inline]
     pub(crate) fn update_credits(&mut self) {
+        if self.credits_due() {
+            self.send_due_credits();
+        }
+    }
+
+    /// Whether a credit grant or a ring half is due (whether it can be sent is checked by
+    /// [`send_due_credits`](Self::send_due_credits)).
+    #[inline]
+    fn credits_due(&self) -> bool {
+        self.rbuf_avail >= self.cfg.recv_ring / 2
+            || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0
+    }
+
+    /// Sends what [`credits_due`](Self::credits_due) says, while the stream may send it and a
+    /// control slot is free.
+    #[inline(never)]
+    fn send_due_credits(&mut self) {
         loop {
-            let half = self.cfg.recv_ring / 2;
-            let due =
-                self.rbuf_avail >= half || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0;
+            let due = self.credits_due();
             // Nothing follows our DISCONNECT: we read no more, and on iWARP the peer may
             // close its TCP socket once it has the DISCONNECT, which answers a later
             // segment with a reset that loses what that socket still had to send us.

@@ -138,14 +138,22 @@ impl RegisteredMemory {
         Ok(())
     }
 
+    #[inline]
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
-            _ => Err(Error::InvalidArgument(format!(
-                "range {offset}+{len} outside memory of {} bytes",
-                self.len()
-            ))),
+            _ => Err(self.range_error(offset, len)),
         }
+    }
+
+    /// The error of [`check`](Self::check), built out of line.
+    #[cold]
+    #[inline(never)]
+    fn range_error(&self, offset: usize, len: usize) -> Error {
+        Error::InvalidArgument(format!(
+            "range {offset}+{len} outside memory of {} bytes",
+            self.len()
+        ))
     }
 
     /// Faults in the pages of `offset..offset+len` ahead of their first write, in one system
@@ -162,6 +170,7 @@ impl RegisteredMemory {
     }
 
     /// Copies `dst.len()` bytes at `offset` into `dst` (in [`COPY_PIECE`]-byte pieces).
+    #[inline]
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len())?;
         for (i, piece) in dst.chunks_mut(COPY_PIECE).enumerate() {
@@ -171,6 +180,7 @@ impl RegisteredMemory {
     }
 
     /// Copies `src` into the memory at `offset` (in [`COPY_PIECE`]-byte pieces).
+    #[inline]
     pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_writable()?;
         self.check(offset, src.len())?;

@@ -60,6 +60,7 @@ pub enum WcStatus {
 
 impl WcStatus {
     /// Decodes the kernel's status number.
+    #[inline]
     pub fn from_raw(v: u32) -> WcStatus {
         use WcStatus::*;
         match v {
@@ -176,6 +177,7 @@ impl WcStatus {
     }
 
     /// Whether the status is [`WcStatus::Success`].
+    #[inline]
     pub fn is_success(self) -> bool {
         self == WcStatus::Success
     }
@@ -214,6 +216,7 @@ pub enum WcOpcode {
 
 impl WcOpcode {
     /// Decodes the kernel's opcode number.
+    #[inline]
     pub fn from_raw(v: u32) -> WcOpcode {
         match v {
             0 => WcOpcode::Send,
@@ -297,10 +300,12 @@ pub struct WorkCompletion {
 
 impl WorkCompletion {
     /// The decoded status.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         WcStatus::from_raw(self.status)
     }
     /// The decoded opcode.
+    #[inline]
     pub fn opcode(&self) -> WcOpcode {
         WcOpcode::from_raw(self.opcode)
     }

@@ -40,6 +40,7 @@ impl<'a> ScatterGather<'a> {
     /// `post_send` refuses a request without `INLINE` that carries one, and `post_recv`
     /// refuses them all. Its local key is 0; `bytes` longer than `u32::MAX` are cut there
     /// (the send then fails its length check).
+    #[inline]
     pub fn borrowed(bytes: &'a [u8]) -> ScatterGather<'a> {
         let bytes = &bytes[..bytes.len().min(u32::MAX as usize)];
         ScatterGather {
@@ -222,6 +223,7 @@ pub struct SendRequest<'a> {
 
 impl<'a> SendRequest<'a> {
     /// A signaled request with no other flags.
+    #[inline]
     pub fn new(wr_id: u64, op: SendOp, sg_list: &'a [ScatterGather<'a>]) -> Self {
         SendRequest {
             wr_id,
@@ -231,11 +233,13 @@ impl<'a> SendRequest<'a> {
         }
     }
     /// Sets the flags.
+    #[inline]
     pub fn with_flags(mut self, flags: SendFlags) -> Self {
         self.flags = flags;
         self
     }
     /// Total bytes of the gather list.
+    #[inline]
     pub fn total_length(&self) -> u64 {
         self.sg_list.iter().map(|s| u64::from(s.length())).sum()
     }

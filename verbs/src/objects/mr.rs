@@ -101,6 +101,7 @@ impl MemoryRegion {
     }
 
     /// Copies `src` into the region at `offset`.
+    #[inline]
     pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.memory.write_at(offset, src)
     }
@@ -112,6 +113,7 @@ impl MemoryRegion {
     }
 
     /// Copies from the region at `offset` into `dst`.
+    #[inline]
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.memory.read_at(offset, dst)
     }

@@ -140,6 +140,7 @@ impl RawMemory {
     }
 
     /// Copies out; the caller has checked bounds.
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         assert!(offset + dst.len() <= self.len);
         // SAFETY: bounds asserted above; the range is valid per the constructor's contract;
@@ -154,6 +155,7 @@ impl RawMemory {
     }
 
     /// Copies in; the caller has checked bounds.
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) {
         assert!(!self.read_only, "write into lent read-only memory");
         assert!(offset + src.len() <= self.len);
