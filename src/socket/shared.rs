@@ -139,8 +139,7 @@ impl Shared {
                             g.record_overslept(nap)
                         }
                         (Some((start, _)), None) => {
-                            let end = spun_to.unwrap_or_else(Instant::now);
-                            g.record_wait(end.saturating_duration_since(start))
+                            g.record_wait(start, spun_to.unwrap_or_else(Instant::now))
                         }
                         _ => {}
                     }

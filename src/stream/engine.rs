@@ -52,6 +52,9 @@ pub struct StreamEngine {
     pub(crate) peer_order: ByteOrder,
     pub(crate) peer_rdmasock: bool,
     pub(crate) ops: VecDeque<Op>,
+    /// How many of `ops` are receive reposts ([`Op::PostRecv`]): whether only they are
+    /// queued is asked on every read and small write, without walking the queue.
+    pub(crate) queued_receives: usize,
     // Send side.
     pub(crate) sseq_no: u16,
     pub(crate) sseq_comp: u16,
@@ -103,6 +106,7 @@ impl StreamEngine {
             peer_order: ByteOrder::native(),
             peer_rdmasock: false,
             ops: VecDeque::new(),
+            queued_receives: 0,
             sseq_no: 0,
             sseq_comp: 0,
             target: [RemoteSge::default(); TARGET_ENTRIES],
@@ -198,7 +202,11 @@ impl StreamEngine {
 
     /// The next work request to post, in order.
     pub fn pop_op(&mut self) -> Option<Op> {
-        self.ops.pop_front()
+        let op = self.ops.pop_front();
+        if let Some(Op::PostRecv { .. }) = op {
+            self.queued_receives -= 1;
+        }
+        op
     }
 
     /// True when work requests are waiting in [`pop_op`](Self::pop_op).
@@ -211,7 +219,13 @@ impl StreamEngine {
     /// [`RECV_DEFER_MAX`](super::RECV_DEFER_MAX) of them for its next post.
     #[inline]
     pub fn only_receives_queued(&self, n: usize) -> bool {
-        self.ops.len() <= n && self.ops.iter().all(|op| matches!(op, Op::PostRecv { .. }))
+        self.ops.len() <= n && self.only_receives()
+    }
+
+    /// Whether everything queued is a receive repost (or nothing is).
+    #[inline]
+    pub(crate) fn only_receives(&self) -> bool {
+        self.ops.len() == self.queued_receives
     }
 
     /// The next op [`pop_op`](Self::pop_op) would return, without taking it.
@@ -497,6 +511,7 @@ impl StreamEngine {
 
     #[inline]
     pub(crate) fn post_recv(&mut self) {
+        self.queued_receives += 1;
         if self.cfg.write_with_send {
             let slot = self.next_msg_slot;
             self.next_msg_slot = (slot + 1) % self.cfg.recv_posted();

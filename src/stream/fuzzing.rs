@@ -138,6 +138,10 @@ impl Driver {
                 }
             }
         }
+        assert_eq!(
+            e.queued_receives, 0,
+            "the count of queued receive reposts is off once the queue is empty"
+        );
     }
 
     fn check_payload(&self, payload: Payload) {

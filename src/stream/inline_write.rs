@@ -5,7 +5,7 @@
 
 use super::engine::{Phase, StreamEngine};
 use super::msg::Message;
-use super::op::{Op, WrId};
+use super::op::WrId;
 
 /// One data message for the driver to post now, as an inline RDMA WRITE WITH IMMEDIATE of
 /// the caller's bytes (all of them, in one scatter/gather entry) to `remote_addr` with
@@ -31,7 +31,7 @@ impl StreamEngine {
     /// (no write+send), the stream is open for writing, a message can be sent
     /// ([`Readiness::writable`](super::Readiness)), the bytes fit the send ring, one transfer
     /// and the current destination without using it up, and nothing but receive reposts
-    /// ([`Op::PostRecv`]) waits in [`pop_op`](Self::pop_op) (they may go after it).
+    /// ([`Op::PostRecv`](super::Op::PostRecv)) waits in [`pop_op`](Self::pop_op) (they may go after it).
     ///
     /// Returns the work request, which the engine counts as posted: post it at once (before
     /// the queued ops), with the caller's bytes inline; their send-ring space is reserved but
@@ -50,7 +50,7 @@ impl StreamEngine {
             && len <= self.sbuf_avail
             && len <= self.cfg.max_transfer as usize
             && len < destination
-            && self.ops.iter().all(|op| matches!(op, Op::PostRecv { .. }));
+            && self.only_receives();
         if !fits {
             return None;
         }

@@ -80,6 +80,7 @@ pub enum Message {
 
 impl Message {
     /// Encodes as `op << 29 | value` (values are masked to 29 bits).
+    #[inline(always)]
     pub fn encode(self) -> u32 {
         let (op, data) = match self {
             Message::Data(n) => (OP_DATA, n),
@@ -93,6 +94,7 @@ impl Message {
     }
 
     /// Decodes any 32-bit word (every word is some message).
+    #[inline]
     pub fn decode(word: u32) -> Self {
         let data = word & DATA_MASK;
         match word >> 29 {

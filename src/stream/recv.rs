@@ -233,18 +233,24 @@ impl StreamEngine {
         while done < len && index < self.rmsg.len() {
             let msg_len = self.rmsg[index] as usize;
             let take = msg_len.min(len - done);
-            let first = take.min(ring - offset);
-            copy(CopySpan {
+            // One piece, or two where the message wraps the ring's end (one call site of
+            // `copy`, which the compiler can then inline).
+            let mut piece = CopySpan {
                 data_offset: done,
                 ring_offset: offset,
-                len: first,
-            });
-            if take > first {
-                copy(CopySpan {
-                    data_offset: done + first,
+                len: take.min(ring - offset),
+            };
+            loop {
+                copy(piece);
+                let copied = piece.data_offset + piece.len - done;
+                if copied == take {
+                    break;
+                }
+                piece = CopySpan {
+                    data_offset: done + copied,
                     ring_offset: 0,
-                    len: take - first,
-                });
+                    len: take - copied,
+                };
             }
             offset = (offset + take) % ring;
             done += take;
