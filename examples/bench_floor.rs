@@ -42,6 +42,11 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "common/clock.rs"]
+#[allow(dead_code)] // the percentiles are bench_socket's
+mod clock;
+use clock::RoundTrips;
+
 /// Each side's receive ring (and send ring, for the copies of the `socket` way).
 const RING: usize = 128 * 1024;
 /// Receives kept posted, and the send queue's depth.
@@ -419,15 +424,12 @@ fn pingpong(
     });
     let out: Vec<u8> = (0..size).map(|i| (i * 7) as u8).collect();
     let mut back = vec![0u8; size];
-    let mut samples = Vec::with_capacity(iters);
+    let mut clock = RoundTrips::new(warm, iters);
     let mut run = || -> Result<()> {
-        for i in 0..iters + warm {
-            let t = Instant::now();
+        for _ in 0..iters + warm {
+            clock.start();
             client.send(&out)?;
             client.receive(&mut back)?;
-            if i >= warm {
-                samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-            }
             if way == Way::Socket && back != out {
                 return Err("the echo differs from what was sent".into());
             }
@@ -445,9 +447,8 @@ fn pingpong(
         (Ok(()), Err(e)) => return Err(format!("echo: {e}")),
         (Err(a), Err(b)) => return Err(format!("client: {a}; echo: {b}")),
     }
-    let avg = samples.iter().sum::<f64>() / samples.len() as f64;
-    samples.sort_by(f64::total_cmp);
-    Ok((avg, samples[samples.len() / 2]))
+    let samples = clock.finish(2.0);
+    Ok((samples.average(), samples.median()))
 }
 
 fn main() -> ExitCode {

@@ -32,6 +32,7 @@
 mod common;
 
 use common::bench::Stream;
+use common::clock::RoundTrips;
 use rdmasock::socket::WaitStats;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -175,20 +176,16 @@ fn ping<S: Stream>(mut client: S, size: usize, iters: usize, spread: bool) -> ((
     let warm = iters / 10;
     let out: Vec<u8> = (0..size).map(|i| (i * 7) as u8).collect();
     let mut back = vec![0u8; size];
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..iters + warm {
-        let t = Instant::now();
+    let mut clock = RoundTrips::new(warm, iters);
+    for _ in 0..iters + warm {
+        clock.start();
         client.write_all(&out).expect("client write");
         client.read_exact(&mut back).expect("client read");
-        if i >= warm {
-            samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
         assert_eq!(back, out, "the echo differs from what was sent");
     }
-    let avg = samples.iter().sum::<f64>() / samples.len() as f64;
-    samples.sort_by(f64::total_cmp);
+    let samples = clock.finish(2.0);
     if spread {
-        let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+        let at = |q: f64| samples.quantile(q);
         println!(
             "SPREAD lat {size} p10 {:.0} p50 {:.0} p90 {:.0} p99 {:.0} max {:.0}",
             at(0.1),
@@ -198,7 +195,7 @@ fn ping<S: Stream>(mut client: S, size: usize, iters: usize, spread: bool) -> ((
             at(1.0)
         );
     }
-    ((avg, samples[samples.len() / 2]), client)
+    ((samples.average(), samples.median()), client)
 }
 
 /// MiB/s of `total` bytes written in `chunk`-byte writes, until the reader's one-byte ack.

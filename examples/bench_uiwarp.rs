@@ -24,6 +24,7 @@
 mod common;
 
 use common::bench::Stream;
+use common::clock::RoundTrips;
 use rdmasock::socket::{UiwarpCm, WaitStats};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -112,20 +113,17 @@ fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> Round {
         s.waits()
     });
     let mut buf = [7u8; 64];
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..iters + iters / 10 {
-        let t = Instant::now();
+    let mut clock = RoundTrips::new(iters / 10, iters);
+    for _ in 0..iters + iters / 10 {
+        clock.start();
         client.write_all(&buf).expect("ping");
         client.read_exact(&mut buf).expect("pong");
-        if i >= iters / 10 {
-            samples.push(t.elapsed().as_secs_f64() * 1e6);
-        }
     }
+    let samples = clock.finish(1.0);
     let client_waits = client.waits();
     drop(client);
     let server_waits = echo.join().ok().flatten();
-    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (samples[samples.len() / 2], client_waits, server_waits)
+    (samples.median(), client_waits, server_waits)
 }
 
 /// MB/s of a one-way stream of `total` bytes in `chunk`-byte writes.

@@ -5,6 +5,7 @@
 
 pub mod address;
 pub mod bench;
+pub mod clock;
 pub mod cm_endpoint;
 pub mod pingpong;
 
