@@ -67,8 +67,7 @@ impl Connection {
             result = self.post_receives(&receives[..held]);
         }
         if let Err(e) = &result {
-            let text = format!("posting a work request failed: {e}");
-            self.engine.fail(StreamError::ConnectionReset(text));
+            self.post_failed(e);
         }
         result
     }
@@ -95,15 +94,18 @@ impl Connection {
             SendFlags::INLINE
         };
         let wr = SendRequest::new(message.wr_id.0, op, &sge).with_flags(flags);
-        match self.res.qp.post_send(&[wr]) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let e = io::Error::from(crate::verbs::Error::from(e));
-                let text = format!("posting a work request failed: {e}");
-                self.engine.fail(StreamError::ConnectionReset(text.clone()));
-                Err(StreamError::ConnectionReset(text))
-            }
-        }
+        self.res
+            .qp
+            .post_send(&[wr])
+            .map_err(|e| self.post_failed(&io::Error::from(crate::verbs::Error::from(e))))
+    }
+
+    /// A post failed: the queue pair is unusable, so the stream fails with `e`. Returns that
+    /// error, for the caller to report.
+    fn post_failed(&mut self, e: &io::Error) -> StreamError {
+        let error = StreamError::ConnectionReset(format!("posting a work request failed: {e}"));
+        self.engine.fail(error.clone());
+        error
     }
 
     /// Posts `first` and the sends queued right after it as chained lists of up to

@@ -22,9 +22,9 @@
 //! 4. `write`/`read`/`peek` copy through [`CopySpan`]s (or a small write goes out at once
 //!    as the [`InlineWrite`] that [`StreamEngine::write_inline`] returns); after every call
 //!    and every completion, carry out all [`StreamEngine::pop_op`] ops in order, each as it
-//!    is popped, and report [`StreamEngine::readiness`]. Receive reposts ([`Op::PostRecv`]) are the exception: they
-//!    may go after the sends queued with them, and up to [`RECV_DEFER_MAX`] of them may wait
-//!    for the next call when nothing else is queued
+//!    is popped, and report [`StreamEngine::readiness`]. Receive reposts ([`Op::PostRecv`])
+//!    are the exception: they may go after the sends queued with them, and up to
+//!    [`RECV_DEFER_MAX`] of them may wait for the next call when nothing else is queued
 //!    ([`StreamEngine::only_receives_queued`]).
 //! 5. Feed every completion: [`StreamEngine::on_send_completion`],
 //!    [`StreamEngine::on_receive`] (with a snapshot of the target list) or

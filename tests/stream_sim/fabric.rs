@@ -355,7 +355,6 @@ impl Side {
         }
     }
 
-    /// Polls one completion and feeds it to the engine.
     /// Feeds one completion (with `defer_receives`, after posting what waits: the socket
     /// layer's progress pass); false when there is none.
     pub fn poll(&mut self) -> bool {
