@@ -14,7 +14,7 @@ use std::hash::Hasher;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -30,6 +30,17 @@ mod vm_support;
 const TOTAL: usize = 8 << 20;
 /// How long the server waits for its client, and the client for its server's listener.
 const MEET: Duration = Duration::from_secs(180);
+/// How long one blocking read or write on a test's socket may wait: far above what any of
+/// these exchanges needs, so that a wire that stops between the two VMs fails the test with
+/// a timeout instead of hanging it to the VM's limit.
+const STALL: Duration = Duration::from_secs(120);
+
+/// Bounds `s`'s blocking reads and writes (and its clones') by [`STALL`].
+fn bounded(s: RdmaSocket) -> RdmaSocket {
+    s.set_read_timeout(Some(STALL)).expect("set_read_timeout");
+    s.set_write_timeout(Some(STALL)).expect("set_write_timeout");
+    s
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Role {
@@ -88,10 +99,11 @@ fn serve(addr: SocketAddr, cm: Option<&'static UiwarpCm>) {
     thread::spawn(move || {
         let _ = tx.send(l.accept());
     });
-    let (mut s, peer) = rx
+    let (s, peer) = rx
         .recv_timeout(MEET)
         .unwrap_or_else(|_| panic!("no client connected to {addr} within {MEET:?}"))
         .unwrap_or_else(|e| panic!("accept on {addr}: {e}"));
+    let mut s = bounded(s);
     assert_ne!(peer.ip(), addr.ip(), "the client is on the other host");
     assert_eq!(s.local_addr().unwrap(), addr);
     let mut buf = vec![0u8; 256 << 10];
@@ -122,7 +134,7 @@ fn call(addr: SocketAddr, netdev: &str, cm: Option<&'static UiwarpCm>) {
             None => RdmaSocket::connect_with(addr, &opts),
         };
         match r {
-            Ok(c) => break c,
+            Ok(c) => break bounded(c),
             // The server's listener is not up yet (refused), or its address not yet known.
             Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(200)),
             Err(e) => panic!("connect to {addr} for {MEET:?}: {e}"),
@@ -286,6 +298,43 @@ fn roce_v2_gid_index() -> String {
     gid.index.to_string()
 }
 
+/// How long a ping-pong program may run once its peer is there.
+const RUN: Duration = Duration::from_secs(60);
+
+/// For a failure message: this host's side of the wire (link counters, neighbours, TCP
+/// sockets, rxe0's counters), so that a stall between the two VMs shows on which side the
+/// frames stopped.
+fn wire_state() -> String {
+    let run = |program: &str, args: &[&str]| {
+        let out = Command::new(program)
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(cannot run {program}: {e})"));
+        format!("{program} {}:\n{out}", args.join(" "))
+    };
+    let counters = std::fs::read_dir("/sys/class/infiniband/rxe0/ports/1/hw_counters")
+        .map(|dir| {
+            let mut lines: Vec<String> = dir
+                .flatten()
+                .map(|e| {
+                    let value = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    format!("{} {}", e.file_name().to_string_lossy(), value.trim())
+                })
+                .collect();
+            lines.sort();
+            lines.join("\n")
+        })
+        .unwrap_or_else(|e| format!("(unreadable: {e})"));
+    [
+        run("ip", &["-s", "link", "show", "eth0"]),
+        run("ip", &["neigh", "show", "dev", "eth0"]),
+        run("ss", &["-tnio"]),
+        format!("rxe0 hw_counters:\n{counters}\n"),
+    ]
+    .concat()
+}
+
 /// Runs a ping-pong program (ours or rdma-core's) with rdma-core's flags; `peer`: the
 /// client's server. A client retries while the server's port is not open yet.
 fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
@@ -303,9 +352,18 @@ fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
         if let Some(peer) = peer {
             cmd.arg(peer.to_string());
         }
-        let out: Output = cmd
-            .output()
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        // 300 round trips take a few seconds; a server waits for its client up to MEET.
+        let out: Output = vm_support::finish_within_explained(
+            child,
+            MEET + RUN,
+            std::slice::from_ref(&what),
+            wire_state,
+        );
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.success() {
@@ -389,6 +447,7 @@ fn rstream_and_rdmasocket_across_hosts() {
                 .recv_timeout(MEET)
                 .unwrap_or_else(|_| panic!("rstream did not connect to {addr} within {MEET:?}"))
                 .unwrap_or_else(|e| panic!("accept on {addr}: {e}"));
+            let s = bounded(s);
             assert_ne!(peer.ip(), own, "rstream is on the other host");
             assert!(!s.peer_is_rdmasock(), "rstream is plain rsocket");
             play_server(s, exchange, what);
@@ -402,7 +461,7 @@ fn rstream_and_rdmasocket_across_hosts() {
             let end = Instant::now() + MEET;
             let c = loop {
                 match RdmaSocket::connect(addr) {
-                    Ok(c) => break c,
+                    Ok(c) => break bounded(c),
                     Err(_) if Instant::now() < end => thread::sleep(Duration::from_millis(200)),
                     Err(e) => panic!("{what}: connect to {addr} for {MEET:?}: {e}"),
                 }
@@ -412,7 +471,12 @@ fn rstream_and_rdmasocket_across_hosts() {
             let what = "rstream client, RdmaListener server on rxe0 of the other host";
             loop {
                 let client = rstream(ours, exchange, &["-s", &peer.to_string()], false);
-                let out = client.wait_with_output().expect("rstream client");
+                let out = vm_support::finish_within_explained(
+                    client,
+                    STALL,
+                    &[what.to_string()],
+                    wire_state,
+                );
                 if out.status.success() {
                     let stdout = String::from_utf8_lossy(&out.stdout);
                     assert!(
@@ -446,6 +510,55 @@ fn rstream_and_rdmasocket_across_hosts() {
     }
 }
 
+/// Runs `tc` with `args`, panicking with its output when it fails.
+fn tc(args: &[&str]) -> String {
+    let out = Command::new("tc")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tc (iproute2): {e}"));
+    assert!(
+        out.status.success(),
+        "tc {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Cuts `netdev`'s wire inside this guest: every frame in and out is dropped (tc matchall
+/// drop on the ingress and egress hooks) while the NIC itself stays up and keeps taking
+/// frames off its ring, so the peer sees a host that vanished and qemu's wire between the
+/// VMs keeps flowing (a NIC taken down instead stops emptying its receive ring, which
+/// backs frames up into qemu). Returns [`cut_wire_counts`] right after the cut.
+fn cut_wire(netdev: &str) -> (u64, u64) {
+    tc(&["qdisc", "add", "dev", netdev, "clsact"]);
+    for hook in ["ingress", "egress"] {
+        tc(&[
+            "filter", "add", "dev", netdev, hook, "matchall", "action", "drop",
+        ]);
+    }
+    cut_wire_counts(netdev)
+}
+
+/// The frames the cut on `netdev` has dropped so far: (in, out).
+fn cut_wire_counts(netdev: &str) -> (u64, u64) {
+    let dropped = |hook: &str| {
+        let text = tc(&["-s", "filter", "show", "dev", netdev, hook]);
+        // "Sent 1234 bytes 17 pkt (dropped 17, overlimits 0 requeues 0)"
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("Sent "))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no packet count in tc's {hook} statistics:\n{text}"))
+    };
+    (dropped("ingress"), dropped("egress"))
+}
+
+/// Ends [`cut_wire`]'s cut.
+fn mend_wire(netdev: &str) {
+    tc(&["qdisc", "del", "dev", netdev, "clsact"]);
+}
+
 /// How long the client keeps its wire cut in the vanishing-peer test: well past the
 /// server's detection (a 500 ms keepalive, then the transport's 7 retries), so that nothing
 /// the client sends when it comes back (a DREQ) can be what ended the server's connections.
@@ -457,8 +570,8 @@ const CUT: Duration = Duration::from_secs(45);
 /// thread), and over the userspace iWARP provider on the same wire (whose keepalive WRITE
 /// completes once TCP takes it: the TCP user timeout the keepalive sets ends it). The server
 /// accepts two connections on rxe0 and one over uiwarp, each with a 500 ms keepalive; the
-/// client echoes a byte on each, takes eth0 down for [`CUT`], then brings it back for the
-/// tests after this one.
+/// client echoes a byte on each, cuts eth0's wire for [`CUT`] ([`cut_wire`]: the frames are
+/// dropped inside the guest, the NIC stays up), then mends it for the tests after this one.
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
 fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
@@ -492,8 +605,13 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             let uiwarp_addr = SocketAddr::new(addr.ip(), 7612);
             let ul = RdmaListener::bind_via(&UiwarpCm, uiwarp_addr, &opts)
                 .unwrap_or_else(|e| panic!("bind {uiwarp_addr} over uiwarp: {e}"));
-            let (mut over_tcp, _) = ul
-                .accept()
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let _ = tx.send(ul.accept());
+            });
+            let (mut over_tcp, _) = rx
+                .recv_timeout(MEET)
+                .unwrap_or_else(|_| panic!("no client at {uiwarp_addr} within {MEET:?}"))
                 .unwrap_or_else(|e| panic!("accept on {uiwarp_addr}: {e}"));
             let mut b = [0u8; 1];
             over_tcp
@@ -572,7 +690,8 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             let end = Instant::now() + MEET;
             let connect = || loop {
                 match RdmaSocket::connect(addr) {
-                    Ok(mut c) => {
+                    Ok(c) => {
+                        let mut c = bounded(c);
                         c.write_all(b"k").unwrap();
                         let mut b = [0u8; 1];
                         c.read_exact(&mut b).expect("the echo");
@@ -586,7 +705,8 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             let uiwarp_addr = SocketAddr::new(addr.ip(), 7612);
             let over_tcp = loop {
                 match RdmaSocket::connect_via(&UiwarpCm, uiwarp_addr, &SocketOptions::default()) {
-                    Ok(mut c) => {
+                    Ok(c) => {
+                        let mut c = bounded(c);
                         c.write_all(b"u").unwrap();
                         let mut b = [0u8; 1];
                         c.read_exact(&mut b).expect("the uiwarp echo");
@@ -596,28 +716,17 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                     Err(e) => panic!("connect to {uiwarp_addr} over uiwarp for {MEET:?}: {e}"),
                 }
             };
-            let ip = |state: &str| {
-                let out = Command::new("ip")
-                    .args(["link", "set", "eth0", state])
-                    .output()
-                    .expect("run ip");
-                assert!(out.status.success(), "ip link set eth0 {state}: {out:?}");
-            };
-            ip("down");
+            let (dropped_in, _) = cut_wire("eth0");
             thread::sleep(CUT);
-            ip("up");
-            let state = "/sys/class/infiniband/rxe0/ports/1/state";
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !std::fs::read_to_string(state)
-                .unwrap_or_default()
-                .contains("ACTIVE")
-            {
-                assert!(
-                    Instant::now() < deadline,
-                    "rxe0 not ACTIVE 30 s after eth0 up"
-                );
-                thread::sleep(Duration::from_millis(100));
-            }
+            let (more_in, out) = cut_wire_counts("eth0");
+            mend_wire("eth0");
+            // The server's keepalives (and its TCP's) met the cut.
+            assert!(
+                more_in > dropped_in,
+                "the cut dropped {} frames in ({out} out) in {CUT:?}: the server's keepalives \
+                 never reached it",
+                more_in - dropped_in
+            );
             drop((kept, over_tcp));
         }
     }

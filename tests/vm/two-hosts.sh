@@ -10,10 +10,13 @@
 # --ignored --test-threads=1, in the same order, and each test pairs with the same test on
 # the other VM. The client's tests check that the NIC carried the stream (its counters).
 # Prints both VMs' output and "two-hosts: N passed, N failed"; exits 0 when both sides
-# passed every test, 1 when a test failed, 125 when a VM could not be set up. When a VM's
-# NIC stalls (tests/vm/run.sh exit 126: qemu's socket netdev stopped taking frames, which
-# no test can cause or cure) the other VM is stopped too and the whole run is made once
-# more, saying so; a second stall is a failure (125).
+# passed every test, 1 when a test failed, 125 when a VM could not be set up. When the wire
+# between the VMs stalls, which no test can cause or cure, both VMs are stopped and the
+# whole run is made once more, saying so; a second stall is a failure (125). A stall is
+# either a VM's NIC whose transmit queue timed out (tests/vm/run.sh exit 126) or, seen
+# from this host, a qemu that has left frames unread on its wire socket for $STUCK_S s
+# (no guest here ever stops taking frames: the tests cut the wire inside the guest with
+# tc, its NIC keeps receiving).
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -51,7 +54,13 @@ start_side() {   # start_side ROLE HOST PEER WIRE: runs in the background, pid i
     echo $? > "$logs/$1.rc"
   ) &
 }
-# One run of both VMs; returns 126 when a VM's NIC stalled (the other is stopped then).
+# The wire sockets' unread bytes (Recv-Q) on this host, a line "LOCAL>PEER RECVQ" each.
+wire_queues() {
+  ss -tnH state established "( sport = :$port or sport = :$((port + 1)) or dport = :$port or dport = :$((port + 1)) )" \
+    | awk '{ print $3 ">" $4, $1 }'
+}
+STUCK_S=${RDMASOCK_WIRE_STUCK_S:-60}
+# One run of both VMs; returns 126 when the wire stalled (both VMs are stopped then).
 run_pair() {
   start_side server 2 3 listen
   # qemu's connecting side needs the listening socket up at its start.
@@ -61,18 +70,37 @@ run_pair() {
     sleep 0.1
   done
   start_side client 3 2 connect
+  local -A last=() same=()
+  local stalled=
   while [ ! -e "$logs/server.rc" ] || [ ! -e "$logs/client.rc" ]; do
     for side in server client; do
-      if [ "$(cat "$logs/$side.rc" 2>/dev/null)" = 126 ]; then
-        for other in server client; do
-          [ -e "$logs/$other.rc" ] || kill "$(cat "$logs/$other.pid" 2>/dev/null)" 2>/dev/null
-        done
-      fi
+      [ "$(cat "$logs/$side.rc" 2>/dev/null)" = 126 ] && stalled="$side's NIC timed out"
     done
+    # A socket whose unread bytes stay the same, and above 0, for STUCK_S samples: its
+    # qemu has stopped reading the wire.
+    while read -r sock queued; do
+      if [ "$queued" != 0 ] && [ "${last[$sock]:-}" = "$queued" ]; then
+        same[$sock]=$((${same[$sock]:-0} + 1))
+      else
+        same[$sock]=0
+      fi
+      last[$sock]=$queued
+      if [ "${same[$sock]}" -ge "$STUCK_S" ]; then
+        stalled="the qemu at $sock left $queued bytes unread for ${STUCK_S} s"
+        echo "two-hosts: wire sockets now: $(wire_queues | tr '\n' ' ')" >> "$logs/stall"
+      fi
+    done < <(wire_queues)
+    if [ -n "$stalled" ]; then
+      echo "two-hosts: the wire between the VMs stalled: $stalled" >> "$logs/stall"
+      for side in server client; do
+        [ -e "$logs/$side.rc" ] || kill "$(cat "$logs/$side.pid" 2>/dev/null)" 2>/dev/null
+      done
+      wait
+      return 126
+    fi
     sleep 1
   done
   wait
-  grep -qx 126 "$logs/server.rc" "$logs/client.rc" && return 126
   return 0
 }
 if ! run_pair; then
@@ -80,9 +108,12 @@ if ! run_pair; then
     echo "===== VM ${side} (first run, stopped) ====="
     cat "$logs/$side.log"
   done
-  echo "two-hosts: a VM's NIC stalled (NETDEV WATCHDOG, see above): running both VMs once more"
+  cat "$logs/stall"
+  echo "two-hosts: the wire stalled below the tests (see above): running both VMs once more"
+  rm -f "$logs/stall"
   if ! run_pair; then
-    echo "two-hosts: a VM's NIC stalled again"
+    cat "$logs/stall"
+    echo "two-hosts: the wire stalled again"
     for side in server client; do echo 125 > "$logs/$side.rc"; done
   fi
 fi

@@ -379,14 +379,25 @@ pub fn where_stuck(pid: u32) -> String {
 /// is killed after its threads' kernel stacks and backtraces are taken, and the test fails
 /// with them (a hang once in many runs must explain itself).
 pub fn finish_within(
+    child: std::process::Child,
+    limit: Duration,
+    what: &[String],
+) -> std::process::Output {
+    finish_within_explained(child, limit, what, String::new)
+}
+
+/// [`finish_within`], with `context()` (say, the state of the wire between two hosts) added
+/// to the report of a child that had to be killed.
+pub fn finish_within_explained(
     mut child: std::process::Child,
     limit: Duration,
     what: &[String],
+    context: impl FnOnce() -> String,
 ) -> std::process::Output {
     let deadline = Instant::now() + limit;
     while child.try_wait().expect("poll the child").is_none() {
         if Instant::now() > deadline {
-            let stuck = where_stuck(child.id());
+            let stuck = where_stuck(child.id()) + &context();
             let _ = child.kill();
             let out = child
                 .wait_with_output()
