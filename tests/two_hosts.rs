@@ -525,38 +525,49 @@ fn tc(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Cuts `netdev`'s wire inside this guest: every frame in and out is dropped (tc matchall
-/// drop on the ingress and egress hooks) while the NIC itself stays up and keeps taking
-/// frames off its ring, so the peer sees a host that vanished and qemu's wire between the
-/// VMs keeps flowing (a NIC taken down instead stops emptying its receive ring, which
-/// backs frames up into qemu). Returns [`cut_wire_counts`] right after the cut.
-fn cut_wire(netdev: &str) -> (u64, u64) {
-    tc(&["qdisc", "add", "dev", netdev, "clsact"]);
-    for hook in ["ingress", "egress"] {
-        tc(&[
-            "filter", "add", "dev", netdev, hook, "matchall", "action", "drop",
-        ]);
+/// A NIC's wire cut inside this guest: every frame in and out is dropped (tc matchall drop
+/// on the ingress and egress hooks) while the NIC itself stays up and keeps taking frames
+/// off its ring, so the peer sees a host that vanished and qemu's wire between the VMs
+/// keeps flowing (a NIC taken down instead stops emptying its receive ring, which backs
+/// frames up into qemu). Dropping it mends the wire, also when the test fails.
+struct WireCut(&'static str);
+
+impl WireCut {
+    fn new(netdev: &'static str) -> WireCut {
+        tc(&["qdisc", "add", "dev", netdev, "clsact"]);
+        let cut = WireCut(netdev);
+        for hook in ["ingress", "egress"] {
+            tc(&[
+                "filter", "add", "dev", netdev, hook, "matchall", "action", "drop",
+            ]);
+        }
+        cut
     }
-    cut_wire_counts(netdev)
+
+    /// The frames the cut has dropped so far: (in, out).
+    fn dropped(&self) -> (u64, u64) {
+        let dropped = |hook: &str| {
+            let text = tc(&["-s", "filter", "show", "dev", self.0, hook]);
+            // "Sent 1234 bytes 17 pkt (dropped 17, overlimits 0 requeues 0)"
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix("Sent "))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no packet count in tc's {hook} statistics:\n{text}"))
+        };
+        (dropped("ingress"), dropped("egress"))
+    }
 }
 
-/// The frames the cut on `netdev` has dropped so far: (in, out).
-fn cut_wire_counts(netdev: &str) -> (u64, u64) {
-    let dropped = |hook: &str| {
-        let text = tc(&["-s", "filter", "show", "dev", netdev, hook]);
-        // "Sent 1234 bytes 17 pkt (dropped 17, overlimits 0 requeues 0)"
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("Sent "))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no packet count in tc's {hook} statistics:\n{text}"))
-    };
-    (dropped("ingress"), dropped("egress"))
-}
-
-/// Ends [`cut_wire`]'s cut.
-fn mend_wire(netdev: &str) {
-    tc(&["qdisc", "del", "dev", netdev, "clsact"]);
+impl Drop for WireCut {
+    fn drop(&mut self) {
+        let out = Command::new("tc")
+            .args(["qdisc", "del", "dev", self.0, "clsact"])
+            .output();
+        if !matches!(&out, Ok(o) if o.status.success()) && !thread::panicking() {
+            panic!("mending {}'s wire (tc qdisc del … clsact): {out:?}", self.0);
+        }
+    }
 }
 
 /// How long the client keeps its wire cut in the vanishing-peer test: well past the
@@ -570,7 +581,7 @@ const CUT: Duration = Duration::from_secs(45);
 /// thread), and over the userspace iWARP provider on the same wire (whose keepalive WRITE
 /// completes once TCP takes it: the TCP user timeout the keepalive sets ends it). The server
 /// accepts two connections on rxe0 and one over uiwarp, each with a 500 ms keepalive; the
-/// client echoes a byte on each, cuts eth0's wire for [`CUT`] ([`cut_wire`]: the frames are
+/// client echoes a byte on each, cuts eth0's wire for [`CUT`] ([`WireCut`]: the frames are
 /// dropped inside the guest, the NIC stays up), then mends it for the tests after this one.
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
@@ -716,10 +727,11 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                     Err(e) => panic!("connect to {uiwarp_addr} over uiwarp for {MEET:?}: {e}"),
                 }
             };
-            let (dropped_in, _) = cut_wire("eth0");
+            let cut = WireCut::new("eth0");
+            let (dropped_in, _) = cut.dropped();
             thread::sleep(CUT);
-            let (more_in, out) = cut_wire_counts("eth0");
-            mend_wire("eth0");
+            let (more_in, out) = cut.dropped();
+            drop(cut);
             // The server's keepalives (and its TCP's) met the cut.
             assert!(
                 more_in > dropped_in,
