@@ -527,9 +527,10 @@ fn tc(args: &[&str]) -> String {
 
 /// A NIC's wire cut inside this guest: every frame in and out is dropped (tc matchall drop
 /// on the ingress and egress hooks) while the NIC itself stays up and keeps taking frames
-/// off its ring, so the peer sees a host that vanished and qemu's wire between the VMs
-/// keeps flowing (a NIC taken down instead stops emptying its receive ring, which backs
-/// frames up into qemu). Dropping it mends the wire, also when the test fails.
+/// off its ring. The peer sees a host that vanished, as with the link taken down, but the
+/// NIC, rxe0's port and the guest's routes and neighbours go through no down and up (the
+/// one unusual event before both two-host runs that hung). Dropping it mends the wire,
+/// also when the test fails.
 struct WireCut(&'static str);
 
 impl WireCut {
