@@ -113,8 +113,9 @@ fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> Round {
         s.waits()
     });
     let mut buf = [7u8; 64];
-    let mut clock = RoundTrips::new(iters / 10, iters);
-    for _ in 0..iters + iters / 10 {
+    let warm = iters / 10;
+    let mut clock = RoundTrips::new(warm, iters);
+    for _ in 0..iters + warm {
         clock.start();
         client.write_all(&buf).expect("ping");
         client.read_exact(&mut buf).expect("pong");

@@ -154,17 +154,27 @@ pub fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> 
 /// For a failure message: where a stuck rstream sleeps (see `vm_support::where_stuck`) and
 /// rxe0's counters (retries, RNR NAKs, errors).
 pub fn where_stuck(pid: u32) -> String {
-    let mut counters = String::new();
-    if let Ok(dir) = std::fs::read_dir(COUNTERS) {
-        for entry in dir.flatten() {
-            let value = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            counters += &format!("{}={} ", entry.file_name().to_string_lossy(), value.trim());
-        }
-    }
     format!(
-        "rstream:\n{}\nrxe0 counters: {counters}",
-        crate::vm_support::where_stuck(pid)
+        "rstream:\n{}\nrxe0 counters: {}",
+        crate::vm_support::where_stuck(pid),
+        counters_text()
     )
+}
+
+/// For a failure message: all of rxe0's counters, `name=value` each, by name.
+pub fn counters_text() -> String {
+    let mut counters: Vec<String> = std::fs::read_dir(COUNTERS)
+        .map(|dir| {
+            dir.flatten()
+                .map(|entry| {
+                    let value = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                    format!("{}={}", entry.file_name().to_string_lossy(), value.trim())
+                })
+                .collect()
+        })
+        .unwrap_or_else(|e| vec![format!("({COUNTERS} unreadable: {e})")]);
+    counters.sort();
+    counters.join(" ")
 }
 
 /// Waits for rstream (bounded) and checks it exited 0 and reported its test.

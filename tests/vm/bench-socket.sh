@@ -115,16 +115,16 @@ if [ "${1:-}" = --guest ]; then
   perftest() {
     local dev=$1 kind=$2 tool=$3 size=$4 n=$5 col=$6 ip=$7
     shift 7
-    port=$((port + 1))
-    local flags=(-R -F -s "$size" -n "$n" -p "$port" "$@") out value
-    if ! out=$(server_client "$tool" "$tool" "${flags[@]}" -- "$tool" "${flags[@]}" "$ip"); then
-      # perftest's own pair now and then fails to connect ("Unexpected CM event bl blka 8",
-      # REJECTED, once in a few hundred runs, sessions 29 and 30): one more try, on a new port.
+    local flags out value try
+    # perftest's own pair now and then fails to connect ("Unexpected CM event bl blka 8",
+    # REJECTED, once in a few hundred runs, sessions 29 and 30): one more try, on a new port.
+    for try in 1 2; do
       port=$((port + 1))
       flags=(-R -F -s "$size" -n "$n" -p "$port" "$@")
-      echo "bench: running $tool $size once more, on port $port" >&2
-      out=$(server_client "$tool" "$tool" "${flags[@]}" -- "$tool" "${flags[@]}" "$ip") || return 1
-    fi
+      out=$(server_client "$tool" "$tool" "${flags[@]}" -- "$tool" "${flags[@]}" "$ip") && break
+      [ $try = 2 ] && return 1
+      echo "bench: running $tool $size once more, on port $((port + 1))" >&2
+    done
     value=$(echo "$out" | awk -v s="$size" -v n="$n" -v c="$col" '$1 == s && $2 == n { print $c; exit }')
     [ -n "$value" ] || { echo "bench: no result line from $tool:" >&2; echo "$out" >&2; return 1; }
     record "$dev" "$kind" "$tool" "$size" "$value"

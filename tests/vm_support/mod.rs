@@ -345,13 +345,7 @@ pub fn where_stuck(pid: u32) -> String {
             comm.trim()
         );
     }
-    let run = |program: &str, args: &[&str]| {
-        std::process::Command::new(program)
-            .args(args)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_else(|e| format!("(cannot run {program}: {e})"))
-    };
+    let run = command_text;
     let gdb = run(
         "gdb",
         &[
@@ -373,6 +367,15 @@ pub fn where_stuck(pid: u32) -> String {
     );
     text += &format!("rdma res show qp:\n{}", run("rdma", &["res", "show", "qp"]));
     text
+}
+
+/// For a failure message: what `program args` prints on stdout, or why it could not run.
+pub fn command_text(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("(cannot run {program}: {e})"))
 }
 
 /// Waits up to `limit` for `child`, then collects its output; a child still running then
