@@ -478,9 +478,9 @@ fn pingpong_loop(pp: &mut Pingpong, n: &mut Counters) -> Result<u32, ExitCode> {
                 break polled.len();
             }
             // The spin-wait hint (`pause` on x86) between empty polls. Under QEMU's TCG it
-            // also leaves the vCPU's translated-code loop: without it rxe's kernel work on
-            // the other vCPU ran slower and a 4 KiB ping-pong took ~5 µs more an iteration
-            // per end of ours (tests/MEASUREMENTS.md, session 26).
+            // also leaves the vCPU's translated-code loop, so rxe's kernel work on the other
+            // vCPU is not slowed down by this one's polling (without the hint a 4 KiB
+            // ping-pong there takes a few µs more an iteration per end).
             std::hint::spin_loop();
         };
         for w in &wc[..done] {

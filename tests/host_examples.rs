@@ -3,8 +3,8 @@
 //! * the README's first command, `pingpong --local`: with no kernel RDMA device it must run
 //!   on the userspace iWARP provider, say so once on stderr, and print ibv_rc_pingpong's
 //!   closing lines for both ends;
-//! * `tcp_swap` (issue #3: a program written for TcpStream runs with RdmaSocket after
-//!   swapping the type names): the same program text over TCP and over RDMA must print the
+//! * `tcp_swap` (a program written for TcpStream runs with RdmaSocket after swapping the
+//!   type names): the same program text over TCP and over RDMA must print the
 //!   same exchange;
 //! * `mio_echo local`: a mio event loop serving several clients.
 

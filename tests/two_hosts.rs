@@ -198,7 +198,7 @@ fn siw_ipv6_stream_across_hosts() {
 }
 
 /// The userspace provider on the client's side against the kernel's siw on the server's
-/// (issue #5: uiwarp talks to a real iWARP peer on another host).
+/// (uiwarp talks to a real iWARP peer on another host).
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
 fn uiwarp_client_to_siw_server_across_hosts() {

@@ -1,4 +1,4 @@
-//! Wire interoperability with rdma-core's rsocket (issue #3), against the kernel's rxe0 in
+//! Wire interoperability with rdma-core's rsocket, against the kernel's rxe0 in
 //! the VM (`tests/vm/run.sh` runs these with `--ignored --test-threads=1`):
 //!
 //! * `rstream` (librdmacm's rsocket benchmark, calling rsocket/rbind/rlisten/raccept/
@@ -128,8 +128,8 @@ fn preloaded_tcp_client_rdmalistener_server() {
     );
 }
 
-/// rsocket on the kernel's siw0 against our socket on the userspace iWARP provider (issue
-/// #5's wire compatibility, issue #3's rsocket interop): rstream (the rsocket API, which has
+/// rsocket on the kernel's siw0 against our socket on the userspace iWARP provider (the
+/// provider's wire compatibility with siw, and rsocket interop): rstream (the rsocket API, which has
 /// no TCP fallback) serves on siw0's address and a uiwarp `RdmaSocket` connects, then the
 /// roles swap, rstream's rdma_cm connecting siw0 to a uiwarp `RdmaListener`. Both sides run
 /// rsocket's iWARP mode (RDMA WRITE plus a SEND with the message word); the plain rsocket

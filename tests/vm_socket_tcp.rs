@@ -133,11 +133,10 @@ fn lossy_options() -> SocketOptions {
 // not show here even with unsignalled WRITEs (loopback, up to 50 ms of delay), but every
 // request is signalled on siw anyway (`unsignaled_sends_borrow_memory`).
 //
-// Four rounds: each side shuts down writing when its writer is done, and when the two
-// SHUTDOWNs crossed, each side took the other's for the close and disconnected while the
-// other still sent ring updates, whose reset lost the SHUTDOWN still in TCP's queue. Before
-// the fix the reader got ConnectionReset in 5 and 9 single rounds of 25 (session 20: about
-// 1 in 10); with it, 30 of 30 passed.
+// Four rounds: each side shuts down writing when its writer is done, and the two SHUTDOWNs
+// may cross. Neither side may then take the other's SHUTDOWN for the close and disconnect
+// while the other still sends ring updates: the reset would lose the SHUTDOWN still in
+// TCP's queue, and the reader would get ConnectionReset.
 fn siw_under_tcp_delay_and_loss() {
     for _ in 0..4 {
         under_delay_and_loss(&KernelCm, siw_ip(), &lossy_options());
@@ -150,8 +149,7 @@ fn siw_under_tcp_delay_and_loss() {
 /// dropped) must not disconnect before the server closed too: siw releases the TCP socket at
 /// once on a disconnect, the server's ring updates for the data it is still reading then
 /// draw a reset, and the reset throws away the data and the DISCONNECT message TCP had yet
-/// to (re)send. Before the fix the server read ConnectionReset in the first round, 3 runs
-/// of 3 (rsocket disconnects the same way).
+/// to (re)send: the server would read ConnectionReset (rsocket disconnects that way).
 fn write_and_drop_under_delay_and_loss(cm: &dyn ConnectionManager, ip: IpAddr) {
     let opts = lossy_options();
     let l = RdmaListener::bind_via(cm, SocketAddr::new(ip, 0), &opts).expect("bind");

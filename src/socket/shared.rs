@@ -358,10 +358,8 @@ const YIELD_EVERY: u32 = 128;
 /// kernel's softirq thread finishing a soft device's work, the peer of a same-host
 /// connection) waits at most that many polls for it. The polls do not `pause`
 /// (`std::hint::spin_loop`): each one reads the clock and the queue anyway, and under
-/// QEMU's TCG a `pause` leaves the CPU loop (~260 ns). The spin used to pause on each of
-/// its first 64 polls and yield on every one after them, so that a reply that came during a
-/// `pause` or a `sched_yield` waited for its end; in the VM this one is faster on siw0 and
-/// the userspace provider and level on rxe0 (tests/MEASUREMENTS.md, session 23).
+/// QEMU's TCG a `pause` leaves the CPU loop (~260 ns), and neither a `pause` nor a
+/// `sched_yield` between polls helps: a reply that arrives during one waits for its end.
 /// The spin also ends, without progress, as soon as another caller waits for the
 /// connection's lock (`contenders`): a clone writing while this one reads must not wait out
 /// the whole budget; this caller then sleeps in poll(2), which releases the lock.

@@ -103,7 +103,7 @@ impl RdmaSocket {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.expect("at least one address was tried"))
+        Err(last.expect("the loop tries at least one address"))
     }
 
     /// The peer's address.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench-bridge.sh - a benchmark, not a test (issue #6): RdmaSocket's latency and bandwidth
+# bench-bridge.sh - a benchmark, not a test: RdmaSocket's latency and bandwidth
 # on rxe0 through the pure-Rust rxe provider against the rdma-core bridge
 # (RDMASOCK_PROVIDER=ibverbs: rdma-core's libibverbs and its rxe provider underneath), in
 # one VM boot (tests/vm/run.sh --rxe).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench-rc-pingpong.sh - a benchmark, not a test (issue #2): our rc_pingpong example
+# bench-rc-pingpong.sh - a benchmark, not a test: our rc_pingpong example
 # against rdma-core's ibv_rc_pingpong, on the same rxe0 in one VM boot.
 #
 #   tests/vm/bench-rc-pingpong.sh [--reps N] [--iters N] [--sizes "4096 64"] [--modes "poll events"]

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench-socket.sh - a benchmark, not a test (issues #3 and #4): RdmaSocket's ping-pong
+# bench-socket.sh - a benchmark, not a test: RdmaSocket's ping-pong
 # latency and streaming bandwidth against perftest, rdma-core's rstream and TcpStream, on
 # rxe0 and on siw0, in one VM boot (tests/vm/run.sh --both).
 #
@@ -15,8 +15,8 @@
 #         call, the copy out of the receive ring, the copy into the send ring above 64 B),
 #         the latency no socket can beat on this transport
 #   siw0: bench_socket rdma and tcp, ib_send_lat -R, ib_write_bw -R, and bench_socket rdma
-#         over the userspace provider (RDMASOCK_PROVIDER=uiwarp) on eth1's address (issue #5:
-#         uiwarp against the kernel's siw, same workload), with MPA CRC (uiwarp's default)
+#         over the userspace provider (RDMASOCK_PROVIDER=uiwarp) on eth1's address (uiwarp
+#         against the kernel's siw, same workload), with MPA CRC (uiwarp's default)
 #         and without (RDMASOCK_UIWARP_CRC=0: how siw0 talks to siw0), and with siw0's ring
 #         size (128 KiB; uiwarp's default is 1 MiB)
 #   siw0-crc: bench_socket rdma on siw0 with siw reloaded as siw-crc.ko (built here by
@@ -30,8 +30,8 @@
 # Bandwidth is MiB/s of M MiB (default 16) in 64 KiB messages: one way for RdmaSocket, TCP
 # and ib_write_bw (its "BW average[MB/sec]", MB = 2^20); rstream sends the block and gets it
 # back, and its Gb/sec counts both directions, converted to MiB/s the same way. On siw0
-# RdmaSocket (siw0, siw0-crc, uiwarp) also streams in 4 KiB and in 1 MiB writes: issue #5's
-# workload (uiwarp against siw, the sizes its host benchmark uses).
+# RdmaSocket (siw0, siw0-crc, uiwarp) also streams in 4 KiB and in 1 MiB writes: the
+# userspace provider's workload against siw (the sizes bench_uiwarp uses on the host).
 # --spin sets RdmaSocket's busy-poll budget per wait (0: event mode; default: the library's
 # default, the adaptive wait; perftest polls without end); --ring its send and receive ring
 # sizes (default: the library's).
@@ -117,7 +117,7 @@ if [ "${1:-}" = --guest ]; then
     shift 7
     local flags out value try
     # perftest's own pair now and then fails to connect ("Unexpected CM event bl blka 8",
-    # REJECTED, once in a few hundred runs, sessions 29 and 30): one more try, on a new port.
+    # REJECTED, about once in a few hundred runs): one more try, on a new port.
     for try in 1 2; do
       port=$((port + 1))
       flags=(-R -F -s "$size" -n "$n" -p "$port" "$@")
@@ -139,7 +139,7 @@ if [ "${1:-}" = --guest ]; then
   # faulted in at registration): it tells ring effects from the wire engine's
   ours() {
     local dev=$1 ip=$2 kind out kinds="rdma tcp" provider= crc=1 tool rings=$ring chunks=65536
-    # on siw0, issue #5's streaming workload too: 4 KiB and 1 MiB writes
+    # on siw0, the userspace provider's streaming workload too: 4 KiB and 1 MiB writes
     [ "$dev" = siw0 ] && chunks=$siw_chunks
     case ${3:-} in
       siw-crc) kinds=rdma ;;
@@ -343,7 +343,7 @@ if [ "${1:-}" = --guest ]; then
   table rxe0 ib_send_lat ib_write_lat rstream TcpStream
   floor_table
   table siw0 ib_send_lat TcpStream
-  # issue #5: the userspace provider against the kernel's siw, same workload, same netdev
+  # the userspace provider against the kernel's siw, same workload, same netdev
   echo
   echo "RdmaSocket over uiwarp (userspace iWARP on eth1) against RdmaSocket over siw0 (kernel), best of $reps; ratio = uiwarp / siw0 (latency: <= 1.00 means uiwarp is no slower; bandwidth: >= 1.00). Same wire, two ways: siw0 to siw0 runs without MPA CRC, as uiwarp-nocrc does (nocrc÷siw0); uiwarp asks for CRC by default, as siw0-crc (siw-crc.ko) does (÷siw0-crc). ÷siw0 crosses them (uiwarp with CRC, siw0 without); uiwarp-128k is uiwarp with siw0's ring size (128 KiB, not 1 MiB)"
   siw_row() { printf '%-10s %8s %12s %11s %8s %8s %9s %10s %10s %9s\n' "$@"; }

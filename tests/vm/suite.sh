@@ -131,14 +131,11 @@ done
 # Context::provider_name() is "ibverbs" then (and "rxe" in the run above); RdmaSocket has no
 # such accessor, but a forced bridge fails rather than fall back, and vm_bridge (run above,
 # unforced) proves both ways which provider RdmaSocket traffic takes.
-# The bridge runs cover rxe0 (issue #6): tests named *siw* are skipped there; the pure-Rust
-# run above covers siw0. (Through the bridge, i.e. rdma-core's libsiw, vm_socket's siw echo,
-# 64 MiB and half-close tests and vm_rsocket's siw capture pass too, and the 64-connection mio
-# test passed once and failed once in two runs, unexamined; the 1000 siw connect/close cycles
-# did not finish within the binary's time limit.)
+# The bridge runs cover rxe0: tests named *siw* are skipped there; the pure-Rust run above
+# covers siw0.
 # The connect/close cycle test runs RDMASOCK_VM_BRIDGE_CYCLES (default 100) cycles there, not
-# 1000: under TCG a cycle through libibverbs takes about 1.3 s (0.5 s pure-Rust, measured in
-# one VM with examples/connect_cycles), and the leak checks (fds, MRs exact) need no more.
+# 1000: under TCG a cycle through libibverbs takes about 1.3 s (0.5 s pure-Rust; see
+# examples/connect_cycles), and the leak checks (fds, MRs exact) need no more.
 # RDMASOCK_VM_BRIDGE_SUITES overrides the list ("" skips this).
 bridge_suites=${RDMASOCK_VM_BRIDGE_SUITES-vm_verbs vm_tools vm_socket vm_socket_tcp vm_rsocket}
 bridge_cycles=${RDMASOCK_VM_BRIDGE_CYCLES:-100}

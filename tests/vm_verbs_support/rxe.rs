@@ -68,7 +68,7 @@ pub fn open_rxe0() -> Context {
     assert!(
         std::path::Path::new(&sysfs).is_dir(),
         "{sysfs} does not exist: these tests need the VM's Soft-RoCE device (run \
-         tests/vm/run.sh, or /work/shared/vm/run-in-vm.sh '<test binary> --ignored')"
+         tests/vm/run.sh, or tests/vm/run.sh -- '<test binary> --ignored')"
     );
     let context = rdmasock::open_device(Some(DEVICE)).expect("opening rxe0");
     assert_eq!(

@@ -94,8 +94,8 @@ fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
 /// Event mode, the way the socket layer waits: arm, sleep on the channel, take the event,
 /// poll. The woken thread reads the socket itself, and once it does the engine stops
 /// watching for input: a ping-pong of 1,000 round trips must not wake the engine thread per
-/// message (before this was so, it took about one engine wake-up per arrival, plus one per
-/// ACK for room to write, each a context switch that cost most of a message's time under
+/// message (otherwise it would take about one engine wake-up per arrival, plus one per ACK
+/// for room to write, each a context switch that costs most of a message's time under
 /// QEMU's TCG).
 #[test]
 fn an_event_mode_ping_pong_leaves_the_engine_asleep() {
