@@ -8,11 +8,12 @@
 //! it returns `Ok(None)`. The blocking helpers of [`crate::CmId`] set aside events of other ids
 //! of the channel; `try_get_event` hands those out first.
 //!
-//! Event accounting (kernel-abi.md §1.11): the kernel never waits for acknowledgements, and
-//! events are handed out by value (a CONNECT_REQUEST owns its new [`crate::CmId`]), so no
-//! event can refer to a destroyed id. The channel still counts the events it took from the
-//! kernel per id, under the same lock as DESTROY_ID, so that [`crate::CmId::destroy`] can
-//! return the kernel's `events_reported` and it equals [`crate::CmId::events_delivered`].
+//! Event accounting (docs/kernel-abi.md#rdma_cm-events): the kernel never waits for
+//! acknowledgements, and events are handed out by value (a CONNECT_REQUEST owns its new
+//! [`crate::CmId`]), so no event can refer to a destroyed id. The channel still counts the events
+//! it took from the kernel per id, under the same lock as DESTROY_ID, so that
+//! [`crate::CmId::destroy`] can return the kernel's `events_reported` and it equals
+//! [`crate::CmId::events_delivered`].
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};

@@ -1,5 +1,6 @@
-//! From a cm id to its verbs device (node GUID, kernel-abi.md §1.7), and the "address on no
-//! RDMA device" diagnosis: which devices exist, on which netdevs, with which addresses.
+//! From a cm id to its verbs device (node GUID, docs/kernel-abi.md#rdma_cm-device-identity), and
+//! the "address on no RDMA device" diagnosis: which devices exist, on which netdevs, with which
+//! addresses.
 #![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};

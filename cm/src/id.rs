@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Private data limits of IB/RoCE with IP addressing (kernel-abi.md §1.6).
+/// Private data limits of IB/RoCE with IP addressing (docs/kernel-abi.md#rdma_cm-private-data).
 pub const IB_CONNECT_PRIVATE_DATA_MAX: usize = 56;
 /// ACCEPT (REP) limit on IB/RoCE.
 pub const IB_ACCEPT_PRIVATE_DATA_MAX: usize = 196;

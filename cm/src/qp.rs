@@ -1,7 +1,7 @@
-//! Driving a [`QueuePair`] through the states the connection manager chooses: INIT_QP_ATTR
-//! for INIT, RTR and RTS, applied with `QueuePair::modify` — librdmacm's exact sequence
-//! (kernel-abi.md §1.8). On iWARP user space does INIT only; the kernel's iWARP CM moves the
-//! QP to RTS during connect/accept.
+//! Driving a [`QueuePair`] through the states the connection manager chooses: INIT_QP_ATTR for
+//! INIT, RTR and RTS, applied with `QueuePair::modify` — librdmacm's exact sequence
+//! (docs/kernel-abi.md#rdma_cm-queue-pair-states). On iWARP user space does INIT only; the kernel's
+//! iWARP CM moves the QP to RTS during connect/accept.
 #![forbid(unsafe_code)]
 
 use crate::error::Result;

@@ -1,7 +1,7 @@
 //! The `#[repr(C)]` structs of the rdma_cm write ABI (`include/uapi/rdma/rdma_user_cm.h`),
-//! exactly as kernel-abi.md §1.2–1.6 tabulates them (sizes and offsets are checked by the
+//! as docs/kernel-abi.md#rdma_cm-structures lists them (sizes and offsets are checked by the
 //! layout tests). Field names follow the kernel's.
-#![allow(missing_docs)] // field-for-field mirrors of the uapi header; see kernel-abi.md §1.4
+#![allow(missing_docs)] // field-for-field mirrors of the uapi header; see docs/kernel-abi.md
 
 use super::Pod;
 

@@ -1,8 +1,9 @@
 //! [`CmFd`]: one open `/dev/infiniband/rdma_cm` (one event channel) and every write command.
 //!
-//! Each command is `write(fd, header ++ payload)`; commands with a response carry a user
-//! pointer to it inside the payload, which the kernel `copy_to_user`s into before `write`
-//! returns (kernel-abi.md §1.2). The pointer is made and consumed inside one method call here.
+//! Each command is `write(fd, header ++ payload)`; commands with a response carry a user pointer to
+//! it inside the payload, which the kernel `copy_to_user`s into before `write` returns
+//! (docs/kernel-abi.md#rdma_cm-commands-and-responses). The pointer is made and consumed inside one
+//! method call here.
 
 use super::abi::*;
 use super::sockaddr;

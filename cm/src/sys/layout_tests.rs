@@ -1,6 +1,7 @@
-//! Size and offset of every field of every rdma_cm ABI struct, against kernel-abi.md §1.2–1.6
-//! (pahole output of the 6.1 uapi headers). Each check also proves the struct has no padding
-//! (the field sizes add up to the struct size), which the `Pod` impls rely on.
+//! Size and offset of every field of every rdma_cm ABI struct, against `rdma_user_cm.h`
+//! (docs/kernel-abi.md#rdma_cm-structures) (pahole output of the 6.1 uapi headers). Each check also
+//! proves the struct has no padding (the field sizes add up to the struct size), which the `Pod`
+//! impls rely on.
 
 use super::abi::*;
 use super::Pod;

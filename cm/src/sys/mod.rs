@@ -1,6 +1,6 @@
 //! Everything `unsafe` of the connection-manager layer: the `#[repr(C)]` structs of the
-//! `/dev/infiniband/rdma_cm` write ABI (kernel-abi.md §1.2–1.6), and the one place that hands
-//! the kernel a command with a response pointer in it ([`fd::CmFd`]).
+//! `/dev/infiniband/rdma_cm` write ABI (`rdma_user_cm.h`; docs/kernel-abi.md#rdma_cm), and the one
+//! place that hands the kernel a command with a response pointer in it ([`fd::CmFd`]).
 //!
 //! The contract this module gives the safe layers above:
 //!

@@ -1,6 +1,6 @@
-//! Between the verbs layer's types and libibverbs' structs. Numbers are the kernel's in both
-//! except the work completion flags (kernel-abi.md §2.10.7) and the byte order of immediate
-//! data (network order in libibverbs' structs, host order in ours).
+//! Between the verbs layer's types and libibverbs' structs. Numbers are the kernel's in both except
+//! the work completion flags (docs/kernel-abi.md#work-completion-flags) and the byte order of
+//! immediate data (network order in libibverbs' structs, host order in ours).
 #![forbid(unsafe_code)]
 
 use crate::sys::abi::{

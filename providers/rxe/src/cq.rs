@@ -185,7 +185,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
-    /// `struct mminfo` (kernel-abi.md §3.2): `offset` (u64) at 0, `size` (u32) at 8, `pad`
+    /// `struct mminfo` (`rdma_user_rxe.h`): `offset` (u64) at 0, `size` (u32) at 8, `pad`
     /// (u32, ignored) at 12, little-endian, read at the given offset of a driver response
     /// (here the CREATE_CQ one, `rxe_create_cq_resp`, behind 4 unrelated bytes).
     #[test]

@@ -1,10 +1,10 @@
 //! rdmasock provider: rxe (Soft-RoCE).
 //!
-//! The control path is the verbs layer's shared uverbs code ([`rdmasock_verbs::kernel`]);
-//! this crate adds rxe's driver data and its data path on the kernel's mmap'd rings
-//! (kernel-abi.md §3): send WQEs written into the send ring and a POST_SEND doorbell, receive
-//! WQEs into the receive ring (no syscall), completions read from the CQ ring. The `ring`
-//! module is the only place with `unsafe`.
+//! The control path is the verbs layer's shared uverbs code ([`rdmasock_verbs::kernel`]); this
+//! crate adds rxe's driver data and its data path on the kernel's mmap'd rings (`rdma_user_rxe.h`,
+//! docs/kernel-abi.md#rxe): send WQEs written into the send ring and a POST_SEND doorbell, receive
+//! WQEs into the receive ring (no syscall), completions read from the CQ ring. The `ring` module is
+//! the only place with `unsafe`.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 

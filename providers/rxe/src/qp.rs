@@ -99,7 +99,7 @@ fn kernel_cq_handle(cq: &Arc<dyn CqOps>) -> Result<u32> {
         })
 }
 
-/// The CREATE_QP driver response, `struct rxe_create_qp_resp` (kernel-abi.md §3.2): where to
+/// The CREATE_QP driver response, `struct rxe_create_qp_resp` (`rdma_user_rxe.h`): where to
 /// map the receive ring (`rq_mi`, at 0) and the send ring (`sq_mi`, at 16).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct CreateQpResponse {
@@ -411,10 +411,10 @@ impl QpOps for RxeQp {
 mod tests {
     use super::*;
 
-    /// `struct rxe_create_qp_resp` built byte by byte from the kernel's layout (kernel-abi.md
-    /// §3.2, `rdma/rdma_user_rxe.h`): `rq_mi` then `sq_mi`, each a `struct mminfo` of
-    /// `__aligned_u64 offset`, `__u32 size`, `__u32 pad`, little-endian. The pads hold
-    /// garbage and the offsets use their high bytes, so a misread shows.
+    /// `struct rxe_create_qp_resp` built byte by byte from the kernel's layout (see
+    /// docs/kernel-abi.md#rxe-driver-data, `rdma/rdma_user_rxe.h`): `rq_mi` then `sq_mi`, each a
+    /// `struct mminfo` of `__aligned_u64 offset`, `__u32 size`, `__u32 pad`, little-endian. The
+    /// pads hold garbage and the offsets use their high bytes, so a misread shows.
     #[test]
     fn create_qp_response_has_the_receive_ring_first() {
         let mut out = [0u8; 32];

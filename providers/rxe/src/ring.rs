@@ -1,4 +1,4 @@
-//! Access to rxe's mmap'd queues (`struct rxe_queue_buf`, kernel-abi.md §3.4 and §3.8): the
+//! Access to rxe's mmap'd queues (`struct rxe_queue_buf`, docs/kernel-abi.md#rxe-queues): the
 //! only module of this crate with `unsafe`.
 //!
 //! A queue is a 384-byte header — `log2_elem_size` at +0, `index_mask` at +4, the producer
@@ -226,7 +226,7 @@ mod tests {
         u32::from_le_bytes(bytes)
     }
 
-    /// The header layout of the kernel's `struct rxe_queue_buf` (kernel-abi.md §3.4,
+    /// The header layout of the kernel's `struct rxe_queue_buf` (docs/kernel-abi.md#rxe-queues,
     /// `rdma/rdma_user_rxe.h`): `log2_elem_size` at 0, `index_mask` at 4, `producer_index`
     /// at 128 and `consumer_index` at 256 (each after 30 or 31 pad words), slot 0 at 384.
     /// The header is written and read as raw file bytes; every other word holds a filler

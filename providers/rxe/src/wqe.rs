@@ -1,4 +1,4 @@
-//! rxe work queue elements as bytes (kernel-abi.md §3.5, §3.6): the send WQE
+//! rxe work queue elements as bytes (docs/kernel-abi.md#rxe-work-queue-elements): the send WQE
 //! (`struct rxe_send_wqe`, 208-byte header then SGEs or inline data) and the receive WQE
 //! (`struct rxe_recv_wqe`, 40-byte header then SGEs), and CQE decoding.
 #![forbid(unsafe_code)]

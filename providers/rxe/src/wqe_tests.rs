@@ -1,4 +1,5 @@
-//! Byte-for-byte checks of the WQE encodings against the layout in kernel-abi.md §3.5.
+//! Byte-for-byte checks of the WQE encodings against the layout in
+//! docs/kernel-abi.md#rxe-work-queue-elements.
 
 use super::*;
 use rdmasock_verbs::{RemoteKey, WcFlags};

@@ -1,6 +1,6 @@
-//! siw's queue elements as bytes (kernel-abi.md §4.4): the send element (`struct siw_sqe`,
-//! 120 bytes), the receive element (`struct siw_rqe`, 112 bytes), the completion element
-//! (`struct siw_cqe`, 32 bytes), and the codes inside them.
+//! siw's queue elements as bytes (`siw-abi.h`, docs/kernel-abi.md#siw-elements): the send element
+//! (`struct siw_sqe`, 120 bytes), the receive element (`struct siw_rqe`, 112 bytes), the completion
+//! element (`struct siw_cqe`, 32 bytes), and the codes inside them.
 //!
 //! Encoders fill a buffer with everything but the flags field and return the flags to
 //! publish: the ring stores those last, with release semantics (see `ring`).

@@ -1,4 +1,5 @@
-//! Byte-for-byte checks of the element encodings against the layouts in kernel-abi.md §4.4,
+//! Byte-for-byte checks of the element encodings against the layouts in `siw-abi.h`
+//! (docs/kernel-abi.md#siw-elements),
 //! the expected bytes built independently field by field.
 
 use super::*;

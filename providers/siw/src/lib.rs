@@ -2,7 +2,7 @@
 //!
 //! The control path is the verbs layer's shared uverbs code ([`rdmasock_verbs::kernel`]);
 //! this crate adds siw's driver data (GET_CONTEXT and REG_MR carry 8 bytes each way) and its
-//! data path on the kernel's mmap'd element arrays (kernel-abi.md §4): send elements written
+//! data path on the kernel's mmap'd element arrays (docs/kernel-abi.md#siw): send elements written
 //! into the send array and a POST_SEND doorbell, receive elements into the receive array (no
 //! system call), completions taken from the completion array, and CQ arming through the
 //! shared word after it. Ownership of every element is a VALID flag inside it; the `ring`

@@ -309,8 +309,8 @@ impl QpOps for SiwQp {
             posted += 1;
         }
         if posted > 0 {
-            // Ring every time: always correct (kernel-abi.md §4.5); the kernel sends in our
-            // context when its transmit engine is idle.
+            // Ring every time: always correct (docs/kernel-abi.md#siw-doorbell); the kernel sends
+            // in our context when its transmit engine is idle.
             if let Err(e) = self.ring_connected() {
                 return Err(post_error(0, first.wr_id, self.doorbell_error(e)));
             }

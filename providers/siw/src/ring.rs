@@ -1,4 +1,4 @@
-//! Access to siw's mmap'd element arrays (kernel-abi.md §4.3–§4.6): the only module of this
+//! Access to siw's mmap'd element arrays (docs/kernel-abi.md#siw-elements): the only module of this
 //! crate with `unsafe`.
 //!
 //! A siw queue is a bare array of `count` fixed-size elements (`count` a power of two) with no

@@ -2,7 +2,8 @@
 //!
 //! [`DeviceList::discover`] reads `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
 //! (`sysfs`) and asks NETLINK_RDMA for each device's driver id (`netlink`), falling back
-//! to the sysfs heuristics of kernel-abi.md §2.1.3 when netlink is unavailable.
+//! to the sysfs heuristics of
+//! docs/kernel-abi.md#driver-names-and-the-fallback when netlink is unavailable.
 #![forbid(unsafe_code)]
 
 #[doc(hidden)]

@@ -1,6 +1,7 @@
-//! The driver id of each device from NETLINK_RDMA (kernel-abi.md §2.1.2): an NLDEV GET dump
-//! for the device indexes, then GET_CHARDEV("uverbs") per device for `UVERBS_DRIVER_ID`.
-//! The messages are built and parsed here in safe code; the socket comes from nix.
+//! The driver id of each device from NETLINK_RDMA (docs/kernel-abi.md#driver-ids-from-netlink): an
+//! NLDEV GET dump for the device indexes, then GET_CHARDEV("uverbs") per device for
+//! `UVERBS_DRIVER_ID`. The messages are built and parsed here in safe code; the socket comes from
+//! nix.
 #![forbid(unsafe_code)]
 
 use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType};
@@ -55,7 +56,8 @@ pub(crate) struct NetlinkDevice {
     pub abi: Option<u32>,
 }
 
-/// rdma-core's provider name for `enum rdma_driver_id` value `id` (kernel-abi.md §2.1.3).
+/// rdma-core's provider name for `enum rdma_driver_id` value `id`
+/// (docs/kernel-abi.md#driver-names-and-the-fallback).
 pub fn driver_name(id: u32) -> Option<&'static str> {
     Some(match id {
         1 => "mlx5",

@@ -1,6 +1,6 @@
 //! Reading devices from sysfs (`/sys/class/infiniband`, `/sys/class/infiniband_verbs`):
-//! kernel-abi.md §2.1.1. Every function takes the sysfs root so the parsing can be tested on a
-//! fake tree.
+//! docs/kernel-abi.md#device-discovery-in-sysfs. Every function takes the sysfs root so the parsing
+//! can be tested on a fake tree.
 #![forbid(unsafe_code)]
 
 use super::{DeviceInfo, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport};
@@ -259,7 +259,8 @@ fn netdev_by_mac(root: &Path, gid: &Gid) -> Option<String> {
     })
 }
 
-/// The driver by the fallback heuristics of kernel-abi.md §2.1.3 (when netlink gave none):
+/// The driver by the fallback heuristics of
+/// docs/kernel-abi.md#driver-names-and-the-fallback (when netlink gave none):
 /// rxe is a CA with an Ethernet port, no parent bus device and a `parent` file; siw is an
 /// RNIC with no parent bus device and driver ABI 1.
 pub(crate) fn guess_driver(dev_dir: &Path, info: &DeviceInfo) -> Option<String> {

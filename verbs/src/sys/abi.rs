@@ -1,6 +1,7 @@
 //! The uverbs legacy write ABI: command numbers, the command header, and the request and
 //! response structs of the context, device, PD, MR, completion channel and CQ commands, plus
-//! the event records read from the channel and async fds (kernel-abi.md §2.3, §2.6, §2.9).
+//! the event records read from the channel and async fds (`ib_user_verbs.h`;
+//! docs/kernel-abi.md#uverbs-write-commands and #event-records).
 //!
 //! Queue pair structs live in [`super::abi_qp`]. Field names follow the uapi header
 //! (`rdma/ib_user_verbs.h`); every layout is checked by a test against the reference tables.
@@ -446,12 +447,12 @@ mod tests {
 
     /// The number and name of `command` in the kernel's `enum ib_uverbs_write_cmds`
     /// (`include/uapi/rdma/ib_user_verbs.h`; values copied from Debian's linux-libc-dev 6.1
-    /// `/usr/include/rdma/ib_user_verbs.h` and kernel-abi.md §2.3.2). The kernel enum has no
-    /// explicit values, so each is its position, counting the commands this library does not
-    /// use: MODIFY_AH 6, QUERY_AH 7, REG_SMR 10, REREG_MR 11, QUERY_MR 12, ALLOC_MW 14,
-    /// BIND_MW 15, DEALLOC_MW 16, PEEK_CQ 22, ATTACH_MCAST 30, DETACH_MCAST 31,
-    /// POST_SRQ_RECV 36, OPEN_XRCD 37, CLOSE_XRCD 38, CREATE_XSRQ 39, OPEN_QP 40. The match
-    /// has no wildcard: a new variant does not compile until it has its row here.
+    /// `/usr/include/rdma/ib_user_verbs.h` and docs/kernel-abi.md#uverbs-write-commands). The
+    /// kernel enum has no explicit values, so each is its position, counting the commands this
+    /// library does not use: MODIFY_AH 6, QUERY_AH 7, REG_SMR 10, REREG_MR 11, QUERY_MR 12,
+    /// ALLOC_MW 14, BIND_MW 15, DEALLOC_MW 16, PEEK_CQ 22, ATTACH_MCAST 30, DETACH_MCAST 31,
+    /// POST_SRQ_RECV 36, OPEN_XRCD 37, CLOSE_XRCD 38, CREATE_XSRQ 39, OPEN_QP 40. The match has no
+    /// wildcard: a new variant does not compile until it has its row here.
     fn kernel(command: Command) -> (u32, &'static str) {
         use Command::*;
         match command {

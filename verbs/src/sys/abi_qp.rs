@@ -1,6 +1,7 @@
 //! The uverbs legacy write ABI for queue pairs: CREATE/MODIFY/QUERY/DESTROY_QP, the POST_SEND
 //! doorbell, and the attribute structs rdma_cm's INIT_QP_ATTR returns (`ib_uverbs_qp_attr`,
-//! `ib_uverbs_ah_attr`, `ib_uverbs_global_route`) — kernel-abi.md §1.4, §2.6.10–§2.6.14.
+//! `ib_uverbs_ah_attr`, `ib_uverbs_global_route`) — `ib_user_verbs.h`,
+//! docs/kernel-abi.md#queue-pair-commands.
 
 use super::abi::{Command, WriteCommand};
 use super::pod::impl_pod;

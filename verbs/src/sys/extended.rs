@@ -1,7 +1,7 @@
-//! The two queries whose answers the legacy write commands leave out: the extended write
-//! command EX_QUERY_DEVICE (ODP, timestamp and tag-matching capabilities, the 64-bit device
-//! flags; kernel-abi.md §2.6.2) and the ioctl method DEVICE/QUERY_PORT (`port_cap_flags2`,
-//! §2.6.3 and §2.7). `ibv_query_device_ex` and `ibv_query_port` use the same two.
+//! The two queries whose answers the legacy write commands leave out: the extended write command
+//! EX_QUERY_DEVICE (ODP, timestamp and tag-matching capabilities, the 64-bit device flags;
+//! docs/kernel-abi.md#extended-queries) and the ioctl method DEVICE/QUERY_PORT (`port_cap_flags2`,
+//! `ib_user_ioctl_cmds.h`). `ibv_query_device_ex` and `ibv_query_port` use the same two.
 
 use super::abi::{CommandHeader, QueryDeviceResponse, QueryPortResponse};
 use super::ioctl::{rdma_verbs_ioctl, IoctlAttr, IoctlHeader};
@@ -288,7 +288,7 @@ mod tests {
         assert_layout!(QueryPortIoctl, size 56, { header @ 0, port_num @ 24, response @ 40 });
     }
 
-    /// kernel-abi.md appendix A.2: command 0x80000001, in_words 1, out_words 38, the
+    /// docs/kernel-abi.md#extended-queries: command 0x80000001, in_words 1, out_words 38, the
     /// response pointer at byte 8, 32 bytes in all.
     #[test]
     fn ex_query_device_bytes() {

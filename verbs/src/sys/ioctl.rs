@@ -1,4 +1,5 @@
-//! The uverbs ioctl entry point (`RDMA_VERBS_IOCTL`) and its header structs (kernel-abi.md §2.4).
+//! The uverbs ioctl entry point (`RDMA_VERBS_IOCTL`) and its header structs
+//! (`rdma_user_ioctl_cmds.h`, docs/kernel-abi.md#uverbs-ioctl).
 //!
 //! This library drives the kernel through the legacy write ABI, which every 5.4+ kernel has;
 //! the ioctl encoding is kept here, computed with nix's macro, for the methods that exist

@@ -5,7 +5,7 @@
 //! and by the size tests below.
 //!
 //! Numbers (opcodes, flags, states, masks) are the same as the kernel's except the work
-//! completion flags (kernel-abi.md §2.10.7), converted in `convert.rs`.
+//! completion flags (docs/kernel-abi.md#work-completion-flags), converted in `convert.rs`.
 #![allow(missing_docs)] // field names are rdma-core's; see verbs.h for each
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
