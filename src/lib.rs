@@ -1,8 +1,138 @@
 //! # rdmasock
 //!
-//! RDMA with the face of a socket. This crate assembles the layers: the verbs objects
-//! ([`verbs`]), the connection manager ([`cm`]) and the providers, and picks a provider for
-//! each device.
+//! RDMA with the face of a socket. [`RdmaSocket`] and [`RdmaListener`] stand where
+//! `std::net::TcpStream` and `TcpListener` stand; underneath, the bytes move as RDMA writes
+//! between registered rings, over a kernel RDMA device when one serves the address and over a
+//! userspace iWARP provider (RDMA over an ordinary TCP socket) when none does. This crate
+//! assembles the layers: the verbs objects ([`verbs`]), the connection manager ([`cm`]), the
+//! providers, and the registry that picks a provider for each device.
+//!
+//! ## Quick start
+//!
+//! Swap the type names and keep the code. On a machine without RDMA (or on loopback, as here)
+//! the userspace provider carries the connection, so this runs anywhere:
+//!
+//! ```
+//! use rdmasock::{RdmaListener, RdmaSocket};
+//! use std::io::{Read, Write};
+//!
+//! let listener = RdmaListener::bind("127.0.0.1:0")?;
+//! let address = listener.local_addr()?;
+//! let server = std::thread::spawn(move || -> std::io::Result<()> {
+//!     let (mut socket, _peer) = listener.accept()?;
+//!     let mut request = [0; 4];
+//!     socket.read_exact(&mut request)?;
+//!     socket.write_all(b"pong")?;
+//!     Ok(())
+//! });
+//!
+//! let mut client = RdmaSocket::connect(address)?;
+//! client.write_all(b"ping")?;
+//! let mut reply = [0; 4];
+//! client.read_exact(&mut reply)?;
+//! assert_eq!(&reply, b"pong");
+//! server.join().unwrap()?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! [`RdmaSocket`] implements `Read` and `Write` (also on `&RdmaSocket`), `peek`,
+//! `shutdown` with half-close, timeouts, `set_nonblocking` and `try_clone`. The stream speaks
+//! librdmacm's rsocket protocol, so the peer may be an rsocket program (`rstream`) as well.
+//!
+//! ## Choosing a provider
+//!
+//! A provider is the data path of one kind of device. The registry ([`default_registry`],
+//! [`registry_for`]) picks one per device, in this order: the one the environment variable
+//! [`PROVIDER_ENV`] (`RDMASOCK_PROVIDER`) names for it; else the pure-Rust provider of its
+//! driver; else the bridge to the system's libibverbs, when it loads; else an error naming
+//! the driver and what to install.
+//!
+//! | provider | devices | needs |
+//! |---|---|---|
+//! | `rxe` | Soft-RoCE (`rdma_rxe`) | the kernel module, a link (`rdma link add`), `rdma_ucm` |
+//! | `siw` | soft-iWARP (`siw`) | the kernel module, a link, `rdma_ucm` |
+//! | `ibverbs` | hardware NICs | rdma-core's `libibverbs.so.1` and the NIC's provider library, loaded at run time |
+//! | `uiwarp` | none: iWARP over TCP | nothing |
+//!
+//! The sockets use the userspace provider when no kernel RDMA device serves the address, or
+//! when `RDMASOCK_PROVIDER=uiwarp`. The variable takes a comma-separated list of `KIND` (every
+//! device) or `DEVICE:KIND` entries: `RDMASOCK_PROVIDER=rxe0:ibverbs,siw0:siw`. The verbs
+//! layer opens devices through the same registry:
+//!
+//! ```no_run
+//! // Needs a kernel RDMA device (here the first one found).
+//! let context = rdmasock::open_device(None)?;
+//! println!("{} through the {} provider", context.device().name, context.provider_name());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Wait modes
+//!
+//! A blocking call that has to wait for the device waits in one of three ways, chosen with
+//! [`SocketOptions::builder`]:
+//!
+//! | mode | builder method | behaviour |
+//! |---|---|---|
+//! | adaptive (the default, 1 ms) | [`adaptive`](socket::SocketOptionsBuilder::adaptive) | spins about as long as the connection's recent waits lasted, then sleeps |
+//! | busy-poll | [`busy_poll`](socket::SocketOptionsBuilder::busy_poll) | spins up to a fixed budget, then sleeps |
+//! | event | [`event_mode`](socket::SocketOptionsBuilder::event_mode) | sleeps on the completion channel at once |
+//!
+//! ```
+//! use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+//! use std::time::Duration;
+//!
+//! let options = SocketOptions::builder()
+//!     .busy_poll(Duration::from_micros(50))
+//!     .connect_timeout(Duration::from_secs(5))
+//!     .build()?;
+//! let listener = RdmaListener::bind_with("127.0.0.1:0", &options)?;
+//! let address = listener.local_addr()?;
+//! // The listener answers a connection request from within `accept`.
+//! let server = std::thread::spawn(move || listener.accept());
+//! let client = RdmaSocket::connect_with(address, &options)?;
+//! let (_server, _peer) = server.join().unwrap()?;
+//! let stats = client.wait_stats();
+//! println!("{} waits so far", stats.waits);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`RdmaSocket::wait_stats`] counts a connection's waits, naps and sleeps, for choosing
+//! among the modes.
+//!
+//! ## mio
+//!
+//! [`RdmaSocket`] and [`RdmaListener`] implement [`mio::event::Source`]: register them with a
+//! [`mio::Poll`] and drive them nonblocking, as a `mio::net::TcpStream`. Readiness is
+//! edge-triggered, as mio's is: after a call returned `WouldBlock`, an event follows when
+//! that direction can go on. A pollable file descriptor of its own is not offered yet: the
+//! types do not implement `AsFd` or `AsRawFd`, so event loops other than mio cannot watch a
+//! socket directly.
+//!
+//! ```
+//! use mio::{Events, Interest, Poll, Token};
+//! use rdmasock::RdmaListener;
+//! use std::time::Duration;
+//!
+//! let mut listener = RdmaListener::bind("127.0.0.1:0")?;
+//! listener.set_nonblocking(true)?;
+//! let mut poll = Poll::new()?;
+//! poll.registry().register(&mut listener, Token(0), Interest::READABLE)?;
+//!
+//! let address = listener.local_addr()?;
+//! let client = std::thread::spawn(move || rdmasock::RdmaSocket::connect(address));
+//! let mut events = Events::with_capacity(8);
+//! let server = loop {
+//!     poll.poll(&mut events, Some(Duration::from_secs(10)))?;
+//!     match listener.accept() {
+//!         Ok((socket, _peer)) => break socket,
+//!         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+//!         Err(e) => return Err(e.into()),
+//!     }
+//! };
+//! let _client = client.join().unwrap()?;
+//! drop(server);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
