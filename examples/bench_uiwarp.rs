@@ -5,7 +5,7 @@
 //! ```text
 //! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
 //!              [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits]
-//!              [--nodelay] [--tcp-nagle]
+//!              [--nodelay] [--tcp-nagle] [--markdown FILE]
 //! ```
 //! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
 //! alternating, each round on fresh connections; the table gives each side's median and
@@ -20,14 +20,19 @@
 //! a write for a few microseconds to send it with the next ones; see
 //! `RdmaSocket::set_nodelay`); `--nodelay` sets nodelay on RdmaSocket too (every write
 //! goes to TCP at once), `--tcp-nagle` leaves Nagle's algorithm on in TcpStream.
+//! `--markdown FILE` also writes the table, with the date and the machine, into the
+//! `bench-uiwarp` section of FILE (normally `docs/BENCHMARKS.md`; between
+//! `<!-- bench-uiwarp:begin -->` and `<!-- bench-uiwarp:end -->`), leaving the rest as it is.
 
 mod common;
 
 use common::bench::Stream;
 use common::clock::RoundTrips;
+use common::markdown;
 use rdmasock::socket::{UiwarpCm, WaitStats};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::thread;
 use std::time::Instant;
 
@@ -54,6 +59,10 @@ struct Args {
     nodelay: bool,
     /// TcpStream without TCP_NODELAY.
     tcp_nagle: bool,
+    /// Write the table into this markdown file's `bench-uiwarp` section.
+    markdown: Option<PathBuf>,
+    /// The options given, for the markdown section (without `--markdown FILE`).
+    command_line: String,
 }
 
 fn args() -> Args {
@@ -69,6 +78,8 @@ fn args() -> Args {
         waits: false,
         nodelay: false,
         tcp_nagle: false,
+        markdown: None,
+        command_line: command_line(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -89,15 +100,33 @@ fn args() -> Args {
             "--waits" => a.waits = true,
             "--nodelay" => a.nodelay = true,
             "--tcp-nagle" => a.tcp_nagle = true,
+            "--markdown" => {
+                a.markdown = Some(PathBuf::from(it.next().expect("--markdown needs a file")))
+            }
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] [--nodelay] [--tcp-nagle] (not {other})"
+                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] [--nodelay] [--tcp-nagle] [--markdown FILE] (not {other})"
                 );
                 std::process::exit(2);
             }
         }
     }
     a
+}
+
+/// How the benchmark was run, for the markdown section: its options without
+/// `--markdown FILE`.
+fn command_line() -> String {
+    let mut shown = vec!["bench_uiwarp".to_string()];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--markdown" {
+            args.next();
+        } else {
+            shown.push(arg);
+        }
+    }
+    shown.join(" ")
 }
 
 /// Median microseconds per 64-byte round trip (after a warm-up).
@@ -260,6 +289,10 @@ fn main() {
         "{:<34} {:>22} {:>22} {:>8} {:>8} {:>8}",
         "workload (median [min-max])", "TcpStream", "uiwarp", "ratio", "paired", "target"
     );
+    let mut table = String::from(
+        "| workload | TcpStream, median [min-max] | uiwarp, median [min-max] | ratio | paired | target |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
     for (name, tcp, rdma, paired, target) in rows {
         let ratio = rdma.median / tcp.median;
         let paired = match paired {
@@ -271,6 +304,36 @@ fn main() {
             tcp.text(),
             rdma.text()
         );
+        table.push_str(&format!(
+            "| {name} | {} | {} | {ratio:.2} | {paired} | {} |\n",
+            tcp.text(),
+            rdma.text(),
+            target.replace("<=", "≤").replace(">=", "≥")
+        ));
+    }
+    if let Some(file) = &a.markdown {
+        let body = format!(
+            "Latest run: {}, `{}`, {}: RdmaSocket over uiwarp (nodelay {}) against TcpStream \
+             ({}) on loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream. \
+             ratio = uiwarp ÷ TcpStream of the medians; paired = the median of each round's \
+             own ratio.\n\n{table}",
+            markdown::now_utc(),
+            a.command_line,
+            markdown::machine(),
+            if a.nodelay { "on" } else { "off" },
+            if a.tcp_nagle { "Nagle on" } else { "TCP_NODELAY" },
+            if a.event { "event" } else { "adaptive busy-poll" },
+            a.rounds,
+            a.iters,
+            a.megabytes
+        );
+        match markdown::replace_section(file, "bench-uiwarp", &body) {
+            Ok(()) => eprintln!("bench_uiwarp: wrote the bench-uiwarp section of {}", file.display()),
+            Err(e) => {
+                eprintln!("bench_uiwarp: cannot write {}: {e}", file.display());
+                std::process::exit(1);
+            }
+        }
     }
 }
 

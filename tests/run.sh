@@ -10,7 +10,7 @@
 #
 # First tests/setup.sh installs what is missing (Debian packages, siw.ko; a no-op once done).
 # Both parts always run; the exit status is non-zero if either failed.  The last line
-# is "N passed, N failed" for the VM tests.  See README.md, "Running the tests".
+# is "N passed, N failed" for the VM tests.  See docs/TESTING.md.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 2

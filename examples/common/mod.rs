@@ -7,6 +7,7 @@ pub mod address;
 pub mod bench;
 pub mod clock;
 pub mod cm_endpoint;
+pub mod markdown;
 pub mod pingpong;
 
 /// One option an example takes.

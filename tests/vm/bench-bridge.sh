@@ -5,6 +5,7 @@
 # one VM boot (tests/vm/run.sh --rxe).
 #
 #   tests/vm/bench-bridge.sh [--iters N] [--megabytes M] [--sizes "64 4096 65536"] [--reps R]
+#                            [--markdown FILE]
 #
 # Builds the release bench_socket example and, in the VM, runs `bench_socket rdma` on
 # rxe0's address R times (default 3) for each provider, alternating pure-Rust and bridge so
@@ -17,6 +18,10 @@
 # Which provider ran is checked for every run, with glibc's loader log (LD_DEBUG=files):
 # the bridge runs must load libibverbs.so.1 (RDMASOCK_PROVIDER=ibverbs fails rather than
 # falling back), the pure-Rust runs must not.
+#
+# With --markdown FILE the table also replaces this script's section of FILE (normally
+# docs/BENCHMARKS.md, between <!-- bench-bridge:begin --> and <!-- bench-bridge:end -->),
+# with the date and the machine; see tests/vm/bench-markdown.sh.
 #
 # The VM runs under TCG: absolute numbers are far from hardware; read the ratios. Exit
 # status: 0 when every run finished and ran on the provider it asked for, 1 otherwise, 125
@@ -94,9 +99,12 @@ if [ "${1:-}" = --guest ]; then
 fi
 
 # ------------------------------------------------------------------ on the host ----
-iters=200 megabytes=16 sizes="64 4096 65536" reps=3
+iters=200 megabytes=16 sizes="64 4096 65536" reps=3 markdown=
+command_line=$0
 while [ $# -gt 0 ]; do
+  [ "$1" = --markdown ] || command_line+=" $1${2:+ $2}"
   case $1 in
+    --markdown) markdown=$(realpath -m "${2:?--markdown needs a file}"); shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --megabytes) megabytes=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
@@ -111,5 +119,8 @@ cargo build --release --example bench_socket >&2
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 ours=$target_dir/release/examples/bench_socket
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
-exec "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
+# shellcheck source=bench-markdown.sh
+source "$HERE/bench-markdown.sh"
+bench_markdown_run "$markdown" bench-bridge "${command_line#"$ROOT"/}" "rxe0, RdmaSocket, best of" "raw results" -- \
+  "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
   bash "$HERE/bench-bridge.sh" --guest "$ours" "$iters" "$megabytes" "$sizes" "$reps"

@@ -3,7 +3,7 @@
 # against rdma-core's ibv_rc_pingpong, on the same rxe0 in one VM boot.
 #
 #   tests/vm/bench-rc-pingpong.sh [--reps N] [--iters N] [--sizes "4096 64"] [--modes "poll events"]
-#                                 [--baseline BINARY]
+#                                 [--baseline BINARY] [--markdown FILE]
 #
 # Builds the release rc_pingpong example, boots the VM once (tests/vm/run.sh --rxe) and,
 # inside it, runs for each message size (4096 B, 64 B) and mode (polling, -e events)
@@ -18,6 +18,10 @@
 # With --baseline (an earlier build of the rc_pingpong example, copied aside), that binary
 # runs as a third contender "baseline" in the same rotation, and a second table compares
 # it with ours (before/after a change, in one VM boot).
+#
+# With --markdown FILE the tables also replace this script's section of FILE (normally
+# docs/BENCHMARKS.md, between <!-- bench-rc-pingpong:begin --> and <!-- bench-rc-pingpong:end -->), with the date and
+# the machine; see tests/vm/bench-markdown.sh.
 #
 # The VM runs under TCG, so absolute numbers are far from hardware and noisy when the
 # host is loaded; the ratio of interleaved runs is what to read.  Exit status: 0 when
@@ -146,9 +150,12 @@ if [ "${1:-}" = --guest ]; then
 fi
 
 # ------------------------------------------------------------------ on the host ----
-reps=5 iters=1000 sizes="4096 64" modes="poll events" baseline=
+reps=5 iters=1000 sizes="4096 64" modes="poll events" baseline= markdown=
+command_line=$0
 while [ $# -gt 0 ]; do
+  [ "$1" = --markdown ] || command_line+=" $1${2:+ $2}"
   case $1 in
+    --markdown) markdown=$(realpath -m "${2:?--markdown needs a file}"); shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
@@ -164,5 +171,8 @@ cargo build --release --example rc_pingpong >&2
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 ours=$target_dir/release/examples/rc_pingpong
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
-exec "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
+# shellcheck source=bench-markdown.sh
+source "$HERE/bench-markdown.sh"
+bench_markdown_run "$markdown" bench-rc-pingpong "${command_line#"$ROOT"/}" "rc_pingpong vs ibv_rc_pingpong" "" -- \
+  "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
   bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters" "$sizes" "$modes" ${baseline:+"$baseline"}

@@ -4,7 +4,7 @@
 # rxe0 and on siw0, in one VM boot (tests/vm/run.sh --both).
 #
 #   tests/vm/bench-socket.sh [--iters N] [--megabytes M] [--sizes "64 4096 65536"] [--reps R]
-#                            [--spin MICROSECONDS] [--ring BYTES]
+#                            [--spin MICROSECONDS] [--ring BYTES] [--markdown FILE]
 #
 # Builds the release bench_socket and bench_floor examples, boots the VM once, and in it runs, each on the
 # device's own address (rxe0: 10.99.0.2 on eth0, siw0: 10.99.1.2 on eth1):
@@ -42,6 +42,10 @@
 # each table is followed by the same ratios taken within each round (every round runs all
 # tools back to back, so a slow spell of the VM slows both sides of a ratio) and reduced to
 # their median over the rounds: one lucky round of a peer cannot decide it.
+#
+# With --markdown FILE the tables also replace this script's section of FILE (normally
+# docs/BENCHMARKS.md, between <!-- bench-socket:begin --> and <!-- bench-socket:end -->), with the date and
+# the machine; see tests/vm/bench-markdown.sh.
 #
 # The VM runs under TCG: absolute numbers are far from hardware and noisy when the host is
 # loaded; read the ratios. Exit status: 0 when every run finished, 1 when one failed, 125
@@ -392,9 +396,12 @@ if [ "${1:-}" = --guest ]; then
 fi
 
 # ------------------------------------------------------------------ on the host ----
-iters=200 megabytes=16 sizes="64 4096 65536" reps=1 spin= ring=
+iters=200 megabytes=16 sizes="64 4096 65536" reps=1 spin= ring= markdown=
+command_line=$0
 while [ $# -gt 0 ]; do
+  [ "$1" = --markdown ] || command_line+=" $1${2:+ $2}"
   case $1 in
+    --markdown) markdown=$(realpath -m "${2:?--markdown needs a file}"); shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --megabytes) megabytes=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
@@ -412,5 +419,8 @@ target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_d
 ours=$target_dir/release/examples/bench_socket
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
 "$HERE/build-siw.sh" --crc-required >&2
-exec "$HERE/run.sh" --both --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
+# shellcheck source=bench-markdown.sh
+source "$HERE/bench-markdown.sh"
+bench_markdown_run "$markdown" bench-socket "${command_line#"$ROOT"/}" "bench: results" "raw results" -- \
+  "$HERE/run.sh" --both --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
   bash "$HERE/bench-socket.sh" --guest "$ours" "$iters" "$megabytes" "$sizes" "$reps" "$spin" "$ring"

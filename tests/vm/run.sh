@@ -251,8 +251,8 @@ timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display no
   "${shares[@]}" "${nics[@]}" -device virtio-rng-pci \
   < /dev/null 2> "$CTL/qemu.err" &
 qemu_pid=$!
-# A NIC whose transmit queue stopped (qemu's socket netdev between two VMs stalled once in
-# ~30 CI runs: the guest logged the watchdog every 5 s until the timeout) ends the run.
+# A NIC whose transmit queue stopped (qemu's socket netdev between two VMs can stall; the
+# guest then logs the watchdog every 5 s until the timeout) ends the run.
 (
   while kill -0 "$qemu_pid" 2>/dev/null; do
     if grep -q 'NETDEV WATCHDOG' "$CTL/console.log" 2>/dev/null; then
