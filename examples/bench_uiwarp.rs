@@ -276,7 +276,7 @@ fn main() {
         let (t, u) = (Summary::of(t), Summary::of(u));
         rows.push((name, t, u, paired, target));
     }
-    println!(
+    let description = format!(
         "RdmaSocket over uiwarp (nodelay {}) vs TcpStream ({}), loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream",
         if a.nodelay { "on" } else { "off" },
         if a.tcp_nagle { "Nagle on" } else { "TCP_NODELAY" },
@@ -285,6 +285,7 @@ fn main() {
         a.iters,
         a.megabytes
     );
+    println!("{description}");
     println!(
         "{:<34} {:>22} {:>22} {:>8} {:>8} {:>8}",
         "workload (median [min-max])", "TcpStream", "uiwarp", "ratio", "paired", "target"
@@ -313,22 +314,17 @@ fn main() {
     }
     if let Some(file) = &a.markdown {
         let body = format!(
-            "Latest run: {}, `{}`, {}: RdmaSocket over uiwarp (nodelay {}) against TcpStream \
-             ({}) on loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream. \
-             ratio = uiwarp ÷ TcpStream of the medians; paired = the median of each round's \
-             own ratio.\n\n{table}",
+            "Latest run: {}, `{}`, {}. {description}; ratio = uiwarp ÷ TcpStream of the \
+             medians, paired = the median of each round's own ratio.\n\n{table}",
             markdown::now_utc(),
             a.command_line,
             markdown::machine(),
-            if a.nodelay { "on" } else { "off" },
-            if a.tcp_nagle { "Nagle on" } else { "TCP_NODELAY" },
-            if a.event { "event" } else { "adaptive busy-poll" },
-            a.rounds,
-            a.iters,
-            a.megabytes
         );
         match markdown::replace_section(file, "bench-uiwarp", &body) {
-            Ok(()) => eprintln!("bench_uiwarp: wrote the bench-uiwarp section of {}", file.display()),
+            Ok(()) => eprintln!(
+                "bench_uiwarp: wrote the bench-uiwarp section of {}",
+                file.display()
+            ),
             Err(e) => {
                 eprintln!("bench_uiwarp: cannot write {}: {e}", file.display());
                 std::process::exit(1);
