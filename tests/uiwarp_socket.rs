@@ -252,18 +252,16 @@ fn wait_stats_count_each_mode_s_waits() {
 
 /// A nap that overslept is seen as one, so a stream does not nap through its run. On uiwarp
 /// what arrives during a nap waits in the TCP socket until a thread reads it: within 2 ms of
-/// a spin the engine leaves the socket to the application. The look after a nap used to poll
-/// the completion queue only; it found nothing, the spin after it read the bytes at once, and
-/// the wait counted as a whole nap, so the next wait napped as long. A 1 MiB stream whose
-/// first waits ran past the spin cap then napped through its run on both ends, each end's nap
-/// holding back what the other end waited for (`bench_uiwarp --only 1m --waits`: 30 to 90 naps
-/// in a round of 256 writes, at a third of the speed). Now the queue is armed before a nap
-/// and its events are taken after it, which reads the socket. In each of eight 32 MiB
-/// streams, naps that did not oversleep must be a few of each end's waits (with the old look,
-/// a quarter to a half of the connections napped in most of their waits, almost never seen
-/// to oversleep). A release build only: a debug build processes a 1 MiB chunk for longer than
-/// the spin cap, so its waits nap for good reason and the old look failed there only now and
-/// then; `tests/run.sh` runs this test with `--release`.
+/// a spin the engine leaves the socket to the application. A look after a nap that polled
+/// the completion queue only would find nothing, the spin after it would read the bytes at
+/// once, and the wait would count as a whole nap, so the next wait would nap as long: a 1 MiB
+/// stream whose first waits ran past the spin cap would then nap through its run on both
+/// ends, each end's nap holding back what the other end waits for (`bench_uiwarp --only 1m
+/// --waits` shows the naps). So the queue is armed before a nap and its events are taken
+/// after it, which reads the socket. In each of eight 32 MiB streams, naps that did not
+/// oversleep must be a few of each end's waits. A release build only: a debug build
+/// processes a 1 MiB chunk for longer than the spin cap, so its waits nap for good reason;
+/// `tests/run.sh` runs this test with `--release`.
 #[test]
 #[cfg_attr(
     debug_assertions,

@@ -66,8 +66,7 @@ impl SpinPolicy {
     /// naps until a little before the shortest of them would end (half the cap early, or a
     /// quarter of it for a short one), then spins for up to the cap, instead of sleeping
     /// until the completion channel wakes it: the wake-up latency is gone (rxe0's 64 KiB
-    /// ping-pong under QEMU: faster in 5 of 6 interleaved rounds), and no wait spins longer
-    /// than the cap, as before. When the slowest recent wait ran past the cap but the shortest
+    /// ping-pong under QEMU is faster for it), and no wait spins longer than the cap. When the slowest recent wait ran past the cap but the shortest
     /// did not (short waits with an outlier among them), the wait spins four times the
     /// shortest, up to the cap: spinning only the floor there made each of the next twenty or
     /// so waits sleep on the channel and pay its wake-up (rxe0's 4 KiB ping-pong under QEMU,

@@ -151,8 +151,8 @@ impl SiwQp {
     /// Rings the doorbell of a QP known to be in RTS. siw's post_send only try-locks the QP's
     /// state and answers ENOTCONN while another path holds it for writing (the connection
     /// manager finishing a transition): the requests are in the ring already, so ring again
-    /// for a short while before reporting the QP as not connected. (Seen once in ~1300
-    /// connect/write cycles: the first write after ESTABLISHED got ENOTCONN.)
+    /// for a short while before reporting the QP as not connected. (Rare: the first write
+    /// after ESTABLISHED can meet it, about once in a thousand connect/write cycles.)
     fn ring_connected(&self) -> Result<()> {
         let deadline = Instant::now() + DOORBELL_RETRY;
         loop {

@@ -469,8 +469,8 @@ fn hostile_frames_end_the_victim_only() {
 
 /// A DDP segment shorter than the header its T bit announces (a 14-byte ULPDU whose control
 /// bytes say untagged SEND, CRC correct) must draw a TERMINATE like any malformed segment.
-/// The provider used to panic on it (the TERMINATE's header copy sliced 18 bytes out of 14),
-/// which on the engine thread stopped the engine for every connection in the process.
+/// A panic there (say, the TERMINATE's header copy slicing 18 bytes out of 14) would stop
+/// the engine thread for every connection in the process.
 #[test]
 fn ddp_segment_shorter_than_its_header_ends_the_victim_only() {
     run_cases(vec![Case {

@@ -1,9 +1,9 @@
 //! Doorbell coalescing: sends posted in quick succession go to TCP together.
 //!
-//! Every post used to end in a `sendmsg(2)` of its frames, and on a fast loopback that system
-//! call, not the protocol, bounds a stream of small writes (a 4 KiB message cost the writer
-//! ~3.7 µs, ~2.7 of them in the kernel's TCP send, against ~2.4 µs for `TcpStream`'s whole
-//! `write`). A NIC's doorbell only starts work that the NIC does while the CPU goes on; ours
+//! Were every post to end in a `sendmsg(2)` of its frames, on a fast loopback that system
+//! call, not the protocol, would bound a stream of small writes (a 4 KiB message would cost
+//! the writer ~3.7 µs, ~2.7 of them in the kernel's TCP send, against ~2.4 µs for
+//! `TcpStream`'s whole `write`). A NIC's doorbell only starts work that the NIC does while the CPU goes on; ours
 //! does the work on the poster's thread, so it batches instead: a post that comes within
 //! [`WINDOW`] of the connection's last write to TCP, while neither of its QP's completion
 //! queues is armed (a thread may be about to sleep on the channel), is *held* (queued in the
