@@ -173,6 +173,6 @@ ours=$target_dir/release/examples/rc_pingpong
 [ -x "$ours" ] || { echo "bench: $ours was not built" >&2; exit 1; }
 # shellcheck source=bench-markdown.sh
 source "$HERE/bench-markdown.sh"
-bench_markdown_run "$markdown" bench-rc-pingpong "${command_line#"$ROOT"/}" "rc_pingpong vs ibv_rc_pingpong" "" -- \
+bench_markdown_run "$markdown" bench-rc-pingpong "${command_line#"$ROOT"/}" "rc_pingpong vs ibv_rc_pingpong" "vm: exit status" -- \
   "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
   bash "$HERE/bench-rc-pingpong.sh" --guest "$ours" "$reps" "$iters" "$sizes" "$modes" ${baseline:+"$baseline"}
