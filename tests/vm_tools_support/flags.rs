@@ -97,17 +97,18 @@ fn rc_pingpong_new_send_interoperates_with_ibv_rc_pingpong() {
     super::pingpong(mine(), mine(), Some(18643), &["-N", "-e", "-c"]);
 }
 
-/// Starts `server` with `args` on `port`, waits until it listens, runs `client` with the
-/// same `args`, `client_extra` and the VM's address; returns both outputs, failed or not.
+/// Starts `server` with `args` and `server_extra` on `port`, waits until it listens, runs
+/// `client` with `args` and the VM's address; returns both outputs, failed or not.
 fn pair(
     server: &PathBuf,
     client: &PathBuf,
     args: &[&str],
-    client_extra: &[&str],
+    server_extra: &[&str],
     port: u16,
 ) -> (Output, Output) {
     let srv = Command::new(server)
         .args(args)
+        .args(server_extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -123,26 +124,24 @@ fn pair(
         std::thread::sleep(Duration::from_millis(20));
     }
     let c_out = run_bounded(
-        Command::new(client)
-            .args(args)
-            .args(client_extra)
-            .arg(vm_ip()),
+        Command::new(client).args(args).arg(vm_ip()),
         Duration::from_secs(120),
     );
     let s_out = wait_bounded(srv, Duration::from_secs(60), &server.display().to_string());
     (s_out, c_out)
 }
 
-/// `-c` on the client checks the first byte of each page, which a server marks only when it
-/// has `-c` too: against ibv_rc_pingpong's server without it, both clients name the same
-/// two pages of an 8 KiB message (ours also exits 1 then, where rdma-core's exits 0).
+/// `-c`: the connecting side marks the first byte of each page it sends, the listening side
+/// checks them. Against ibv_rc_pingpong's client without `-c` (no marks), both servers with
+/// `-c` name the same two pages of an 8 KiB message (ours also exits 1 then, where
+/// rdma-core's exits 0).
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn rc_pingpong_chk_reports_unmarked_pages_as_ibv_rc_pingpong_does() {
     require_device("rxe0");
     let iters = ITERS.to_string();
     let expected = "invalid data in page 0\ninvalid data in page 1\n";
-    for (client, port, status) in [
+    for (server, port, status) in [
         (PathBuf::from(THEIRS), 18644u16, Some(0)),
         (ours_path(), 18645, Some(1)),
     ] {
@@ -150,19 +149,19 @@ fn rc_pingpong_chk_reports_unmarked_pages_as_ibv_rc_pingpong_does() {
         let args = [
             "-d", "rxe0", "-g", "1", "-s", "8192", "-n", &iters, "-p", &p,
         ];
-        let (s_out, c_out) = pair(&PathBuf::from(THEIRS), &client, &args, &["-c"], port);
-        let c_text = String::from_utf8_lossy(&c_out.stdout);
-        assert!(s_out.status.success(), "the server failed: {s_out:?}");
+        let (s_out, c_out) = pair(&server, &PathBuf::from(THEIRS), &args, &["-c"], port);
+        let s_text = String::from_utf8_lossy(&s_out.stdout);
+        assert!(c_out.status.success(), "the client failed: {c_out:?}");
         assert_eq!(
-            c_out.status.code(),
+            s_out.status.code(),
             status,
-            "{}: {c_text}",
-            client.display()
+            "{}: {s_text}",
+            server.display()
         );
         assert!(
-            c_text.ends_with(expected),
-            "{} -c against an unmarking server: {c_text}",
-            client.display()
+            s_text.ends_with(expected),
+            "{} -c against a client that marks nothing: {s_text}",
+            server.display()
         );
     }
 }
