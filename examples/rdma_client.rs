@@ -31,15 +31,16 @@ const FOREVER: Duration = Duration::MAX;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // librdmacm's example reads its options with getopt("s:p:"): short forms only.
     let specs = [
         OptSpec {
             short: 's',
-            long: "server",
+            long: "",
             takes_value: true,
         },
         OptSpec {
             short: 'p',
-            long: "port",
+            long: "",
             takes_value: true,
         },
     ];

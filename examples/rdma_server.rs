@@ -1,7 +1,8 @@
 //! `rdma_server`: the twin of librdmacm's `rdma_server` example, on rdmasock's connection
 //! manager and verbs with no librdmacm.
 //!
-//! Listens on every address, port 7471 (`-p`); takes one connection request, creates a QP on
+//! Listens on port 7471 (`-p`) of every IPv4 address, or of the one address `-s` names (a
+//! name or a numeric address, as librdmacm's `rdma_getaddrinfo` takes it); takes one connection request, creates a QP on
 //! the request's device (1 send / 1 receive of 16 bytes, inline sends when the device can),
 //! posts a receive, accepts, waits for the client's message, sends 16 bytes back, waits for
 //! that send, disconnects. Prints `rdma_server: start` and `rdma_server: end 0` (or the
@@ -9,7 +10,7 @@
 //! rdma-core's `rdma_client` both ways.
 //!
 //! ```text
-//! rdma_server [-p port_number]
+//! rdma_server [-s server_address] [-p port_number]
 //! ```
 
 mod common;
@@ -17,7 +18,7 @@ mod common;
 use common::cm_endpoint::{open_channel, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
 use common::{parse_args, OptSpec};
 use rdmasock::cm::{CmId, ConnectionParameters};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 const PROGRAM: &str = "rdma_server";
@@ -26,31 +27,46 @@ const FOREVER: Duration = Duration::MAX;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let specs = [OptSpec {
-        short: 'p',
-        long: "port",
-        takes_value: true,
-    }];
-    let port = match parse_args(&args, &specs).and_then(|p| {
-        let mut port = 7471u16;
-        for (_, v) in p.opts {
+    // librdmacm's example reads its options with getopt("s:p:"): short forms only.
+    let specs = [
+        OptSpec {
+            short: 's',
+            long: "",
+            takes_value: true,
+        },
+        OptSpec {
+            short: 'p',
+            long: "",
+            takes_value: true,
+        },
+    ];
+    let options = parse_args(&args, &specs).and_then(|p| {
+        let (mut server, mut port) = ("0.0.0.0".to_string(), 7471u16);
+        for (name, v) in p.opts {
             let v = v.unwrap_or_default();
-            port = v
-                .parse()
-                .map_err(|_| format!("invalid port number '{v}'"))?;
+            match name {
+                's' => server = v,
+                _ => {
+                    port = v
+                        .parse()
+                        .map_err(|_| format!("invalid port number '{v}'"))?
+                }
+            }
         }
-        Ok(port)
-    }) {
-        Ok(port) => port,
+        Ok((server, port))
+    });
+    let (server, port) = match options {
+        Ok(o) => o,
         Err(e) => {
             println!("{PROGRAM}: {e}");
             println!("usage: {PROGRAM}");
+            println!("\t[-s server_address]");
             println!("\t[-p port_number]");
             std::process::exit(1);
         }
     };
     println!("{PROGRAM}: start");
-    let ret = match run(port) {
+    let ret = match run(&server, port) {
         Ok(()) => 0,
         Err(e) => {
             println!("{e}");
@@ -61,11 +77,15 @@ fn main() {
     std::process::exit(ret);
 }
 
-fn run(port: u16) -> Result<(), String> {
+fn run(server: &str, port: u16) -> Result<(), String> {
+    let address: SocketAddr = (server, port)
+        .to_socket_addrs()
+        .map_err(step("rdma_getaddrinfo"))?
+        .next()
+        .ok_or_else(|| format!("rdma_getaddrinfo: no address for {server}"))?;
     let channel = open_channel("rdma_server", "server")?;
     let listener = CmId::new(&channel).map_err(step("rdma_create_id"))?;
-    let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
-    listener.bind(any).map_err(step("rdma_bind_addr"))?;
+    listener.bind(address).map_err(step("rdma_bind_addr"))?;
     listener.listen(0).map_err(step("rdma_listen"))?;
     let request = listener
         .get_request(FOREVER)

@@ -181,3 +181,68 @@ fn default_port_matches_rdma_core_both_ways() {
     exchange("rxe0", Who::Ours, Who::RdmaCore, None);
     exchange("rxe0", Who::RdmaCore, Who::Ours, None);
 }
+
+/// `-s` makes a server listen on that one address, as rdma-core's does: with the server on
+/// rxe0's address, rdma_cm shows its listener there, a client asking for the same port at
+/// siw0's address finds nobody, and one at rxe0's address is served.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn server_address_flag_listens_on_that_address_as_rdma_core_does() {
+    let rxe = vm_support::device_ip("rxe0").to_string();
+    let siw = vm_support::device_ip("siw0").to_string();
+    for (who, port) in [(Who::Ours, 7487u16), (Who::RdmaCore, 7488)] {
+        let p = port.to_string();
+        let server_args = ["-s", rxe.as_str(), "-p", p.as_str()];
+        let server = match who {
+            Who::Ours => ours("rdma_server", &server_args),
+            Who::RdmaCore => rdma_core("rdma_server", &server_args),
+        };
+        let srv = Command::new("timeout")
+            .arg("120")
+            .args(&server)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {server:?}: {e}"));
+        wait_listening(port);
+        let ids = Command::new("rdma")
+            .args(["res", "show", "cm_id"])
+            .output()
+            .expect("cannot run `rdma` (iproute2)");
+        let ids = String::from_utf8_lossy(&ids.stdout);
+        assert!(
+            ids.lines()
+                .any(|l| l.contains("state LISTEN") && l.contains(&format!("{rxe}:{port} "))),
+            "{server:?} should listen on {rxe}:{port}:\n{ids}"
+        );
+        let elsewhere = Command::new("timeout")
+            .arg("60")
+            .args(rdma_core("rdma_client", &["-s", &siw, "-p", &p]))
+            .output()
+            .expect("run rdma_client");
+        assert!(
+            !elsewhere.status.success(),
+            "{server:?}: a client at {siw}:{port} was served: {}",
+            String::from_utf8_lossy(&elsewhere.stdout)
+        );
+        let client = rdma_core("rdma_client", &["-s", &rxe, "-p", &p]);
+        let cli = Command::new("timeout")
+            .arg("120")
+            .args(&client)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot start {client:?}: {e}"));
+        let srv = vm_support::finish_within(srv, Duration::from_secs(100), &server);
+        let (so, co) = (
+            String::from_utf8_lossy(&srv.stdout).into_owned(),
+            String::from_utf8_lossy(&cli.stdout).into_owned(),
+        );
+        assert!(
+            srv.status.success() && cli.status.success(),
+            "server {server:?}: {}\n{so}\nclient: {}\n{co}",
+            srv.status,
+            cli.status
+        );
+        ended_well(who, "rdma_server", &so);
+        ended_well(Who::RdmaCore, "rdma_client", &co);
+    }
+}

@@ -1,7 +1,8 @@
 //! The rdma-core tool twins against rdma-core itself, in the VM (tests/vm/run.sh runs these
 //! with `--ignored`): discovery against sysfs and netlink, `devices`/`devinfo` against
 //! `ibv_devices`/`ibv_devinfo`, and `rc_pingpong` against `ibv_rc_pingpong` both ways; and
-//! `bench_floor`, the benchmark of the latency floor, runs to the end on rxe0.
+//! `bench_floor`, the benchmark of the latency floor, runs to the end on rxe0; `flags`
+//! compares rc_pingpong's capability flags and `-N`/`-c` with ibv_rc_pingpong's.
 //!
 //! The examples must be built (`cargo build --examples`); they are found in
 //! `$RDMASOCK_EXAMPLES_DIR` or in `target/<profile>/examples` next to this test binary.
@@ -9,6 +10,8 @@
 
 #[path = "vm_tools_support/closing_lines.rs"]
 mod closing_lines;
+#[path = "vm_tools_support/flags.rs"]
+mod flags;
 mod vm_support;
 use closing_lines::check_closing_lines;
 

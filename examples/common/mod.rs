@@ -14,7 +14,7 @@ pub mod pingpong;
 pub struct OptSpec {
     /// Short name (`-p`).
     pub short: char,
-    /// Long name (`--port`).
+    /// Long name (`--port`), or `""` where the option has none (a plain `getopt` tool's).
     pub long: &'static str,
     /// Whether it takes a value.
     pub takes_value: bool,
@@ -49,7 +49,7 @@ pub fn parse_args(args: &[String], specs: &[OptSpec]) -> Result<Parsed, String> 
             };
             let spec = specs
                 .iter()
-                .find(|s| s.long == name)
+                .find(|s| !s.long.is_empty() && s.long == name)
                 .ok_or_else(|| format!("unrecognized option '--{name}'"))?;
             let value = if spec.takes_value {
                 match inline {

@@ -17,21 +17,34 @@
 //!   -e, --events           sleep on CQ events (default poll)
 //!   -g, --gid-idx=<gid index> local port gid index (needed on RoCE: -g 1 for IPv4)
 //!   -c, --chk              validate received buffer
+//!   -o, --odp              use on demand paging
+//!   -O, --iodp             use implicit on demand paging
+//!   -P, --prefetch         prefetch an ODP MR
+//!   -t, --ts               get CQE with timestamp
+//!   -j, --dm               use device memory
+//!   -N, --new_send         use new post send WR API
 //! ```
 //!
-//! rdma-core's `-o -O -P -t -j -N` (ODP, timestamps, device memory, new send API) are
-//! refused with a message. iWARP devices cannot be connected this way (their QPs move to
-//! RTS only through the connection manager): use the cm-based `pingpong` example there.
+//! `-o -O -P -t -j` need device capabilities: where the device lacks one, the twin says what
+//! ibv_rc_pingpong says and exits as it does; where the device has it but rdmasock's verbs
+//! layer cannot use it (all but `-o`), it says so and exits non-zero (see `features.rs`).
+//! `-N` posts each send as the work-request builder would (one SEND of the whole buffer),
+//! so nothing changes on the wire. iWARP devices cannot be connected this way (their QPs
+//! move to RTS only through the connection manager): use the cm-based `pingpong` example
+//! there.
 #![forbid(unsafe_code)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod features;
+mod options;
 
 use common::pingpong::{client_exchange, server_exchange, Destination};
-use common::{c_long, parse_args, OptSpec};
+use options::{parse_config, Config};
 use rdmasock::verbs::qp_attr::{AddressVector, GlobalRoute};
 use rdmasock::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, DeviceList, Gid, InitAttributes,
-    MemoryRegion, Mtu, Psn, QpCapabilities, QpInitAttributes, QpNumber, QueuePair, RecvRequest,
+    MemoryRegion, Psn, QpCapabilities, QpInitAttributes, QpNumber, QueuePair, RecvRequest,
     RtrAttributes, RtsAttributes, SendFlags, SendOp, SendRequest, WcStatus, WorkCompletion,
 };
 use std::process::ExitCode;
@@ -43,194 +56,6 @@ const SEND_WRID: u64 = 2;
 const RECV_BATCH: usize = 64;
 /// The page size `-c` marks pages with (x86-64 and arm64 4 KiB pages).
 const PAGE_SIZE: usize = 4096;
-
-const OPTIONS: &[OptSpec] = &[
-    OptSpec {
-        short: 'p',
-        long: "port",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'd',
-        long: "ib-dev",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'i',
-        long: "ib-port",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 's',
-        long: "size",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'm',
-        long: "mtu",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'r',
-        long: "rx-depth",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'n',
-        long: "iters",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'l',
-        long: "sl",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'e',
-        long: "events",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 'g',
-        long: "gid-idx",
-        takes_value: true,
-    },
-    OptSpec {
-        short: 'c',
-        long: "chk",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 'o',
-        long: "odp",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 'O',
-        long: "iodp",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 'P',
-        long: "prefetch",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 't',
-        long: "ts",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 'j',
-        long: "dm",
-        takes_value: false,
-    },
-    OptSpec {
-        short: 'N',
-        long: "new_send",
-        takes_value: false,
-    },
-];
-
-fn usage(argv0: &str) {
-    println!("Usage:");
-    println!("  {argv0}            start a server and wait for connection");
-    println!("  {argv0} <host>     connect to server at <host>");
-    println!();
-    println!("Options:");
-    println!("  -p, --port=<port>      listen on/connect to port <port> (default 18515)");
-    println!("  -d, --ib-dev=<dev>     use IB device <dev> (default first device found)");
-    println!("  -i, --ib-port=<port>   use port <port> of IB device (default 1)");
-    println!("  -s, --size=<size>      size of message to exchange (default 4096)");
-    println!("  -m, --mtu=<size>       path MTU (default 1024)");
-    println!("  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)");
-    println!("  -n, --iters=<iters>    number of exchanges (default 1000)");
-    println!("  -l, --sl=<sl>          service level value");
-    println!("  -e, --events           sleep on CQ events (default poll)");
-    println!("  -g, --gid-idx=<gid index> local port gid index");
-    println!("  -c, --chk              validate received buffer");
-}
-
-/// The settings from the command line.
-struct Config {
-    server: Option<String>,
-    tcp_port: u16,
-    dev_name: Option<String>,
-    ib_port: u8,
-    size: usize,
-    mtu: Mtu,
-    rx_depth: u32,
-    iters: u32,
-    sl: u8,
-    events: bool,
-    gid_index: Option<u32>,
-    validate: bool,
-}
-
-/// Parses the command line; `Err` carries the exit code after usage or a message.
-fn parse_config(args: &[String]) -> Result<Config, ExitCode> {
-    let argv0 = args.first().map(String::as_str).unwrap_or("rc_pingpong");
-    let bad = || {
-        usage(argv0);
-        ExitCode::FAILURE
-    };
-    let parsed = parse_args(&args[1..], OPTIONS).map_err(|e| {
-        eprintln!("{argv0}: {e}");
-        bad()
-    })?;
-    let mut c = Config {
-        server: None,
-        tcp_port: 18515,
-        dev_name: None,
-        ib_port: 1,
-        size: 4096,
-        mtu: Mtu::Mtu1024,
-        rx_depth: 500,
-        iters: 1000,
-        sl: 0,
-        events: false,
-        gid_index: None,
-        validate: false,
-    };
-    for (opt, value) in parsed.opts {
-        let v = value.as_deref().map(c_long).unwrap_or(0);
-        match opt {
-            'p' => c.tcp_port = u16::try_from(v).map_err(|_| bad())?,
-            'd' => c.dev_name = value,
-            'i' => c.ib_port = u8::try_from(v).ok().filter(|p| *p >= 1).ok_or_else(bad)?,
-            's' => c.size = usize::try_from(v).map_err(|_| bad())?,
-            'm' => {
-                c.mtu = u32::try_from(v)
-                    .ok()
-                    .and_then(Mtu::from_bytes)
-                    .ok_or_else(bad)?
-            }
-            'r' => c.rx_depth = u32::try_from(v).map_err(|_| bad())?,
-            'n' => c.iters = u32::try_from(v).map_err(|_| bad())?,
-            'l' => c.sl = u8::try_from(v).map_err(|_| bad())?,
-            'e' => c.events = true,
-            'g' => c.gid_index = u32::try_from(v).ok(),
-            'c' => c.validate = true,
-            other => {
-                eprintln!(
-                    "{argv0}: -{other} (ODP, timestamps, device memory, new send API) is not \
-                     supported by this twin of ibv_rc_pingpong"
-                );
-                return Err(ExitCode::FAILURE);
-            }
-        }
-    }
-    match parsed.free.as_slice() {
-        [] => {}
-        [host] => c.server = Some(host.clone()),
-        _ => return Err(bad()),
-    }
-    if c.rx_depth < 2 || c.size == 0 {
-        eprintln!("{argv0}: the size and rx-depth must be at least 1 and 2");
-        return Err(ExitCode::FAILURE);
-    }
-    Ok(c)
-}
 
 /// The verbs objects of one run (`struct pingpong_context`).
 struct Pingpong {
@@ -266,8 +91,8 @@ fn no_device(e: rdmasock::verbs::Error) -> ExitCode {
 
 impl Pingpong {
     /// `pp_init_ctx`: buffer, PD, MR, CQ (rx_depth + 1), RC QP (1 send, rx_depth receives),
-    /// INIT with no remote access.
-    fn new(context: Context, c: &Config) -> Result<Pingpong, ExitCode> {
+    /// INIT with no remote access. `access` adds to the buffer's registration (`-o`).
+    fn new(context: Context, c: &Config, access: AccessFlags) -> Result<Pingpong, ExitCode> {
         let channel = if c.events {
             let channel = context
                 .create_comp_channel()
@@ -285,7 +110,7 @@ impl Pingpong {
             .alloc_pd()
             .map_err(|e| fail("Couldn't allocate PD", e))?;
         let mr = pd
-            .register(c.size, AccessFlags::LOCAL_WRITE)
+            .register(c.size, AccessFlags::LOCAL_WRITE | access)
             .map_err(|e| fail("Couldn't register MR", e))?;
         mr.write_at(0, &vec![0x7b; c.size])
             .map_err(|e| fail("Couldn't allocate work buf", e))?;
@@ -350,6 +175,10 @@ impl Pingpong {
         posted
     }
 
+    /// Posts one signaled SEND of the whole buffer. With `-N` ibv_rc_pingpong builds the
+    /// same request through `ibv_wr_start`/`ibv_wr_send`/`ibv_wr_set_sge`/`ibv_wr_complete`;
+    /// that API only changes how a program hands the request over, so the twin posts it the
+    /// one way rdmasock's verbs layer has, and the peer sees the same SEND.
     fn post_send(&self) -> Result<(), String> {
         let sg = [self.mr.slice(0, self.size).map_err(|e| e.to_string())?];
         let wr = [SendRequest::new(SEND_WRID, SendOp::Send, &sg).with_flags(self.send_flags)];
@@ -524,6 +353,11 @@ fn run(args: &[String]) -> Result<(), ExitCode> {
             .pick(Some(name))
             .map_err(|e| fail(&format!("IB device {name} not found"), e))?,
     };
+    let context = Context::open(device, &rdmasock::default_registry())
+        .map_err(|e| fail(&format!("Couldn't get context for {}", device.name), e))?;
+    // ibv_rc_pingpong checks the capabilities its flags need before anything can fail on an
+    // iWARP device, so a missing one is reported first there too.
+    let access = features::check(&context, &c)?;
     if device.is_iwarp() {
         eprintln!(
             "{} is an iWARP device: iWARP queue pairs can only be connected through the \
@@ -535,9 +369,7 @@ fn run(args: &[String]) -> Result<(), ExitCode> {
         );
         return Err(ExitCode::FAILURE);
     }
-    let context = Context::open(device, &rdmasock::default_registry())
-        .map_err(|e| fail(&format!("Couldn't get context for {}", device.name), e))?;
-    let mut pp = Pingpong::new(context, &c)?;
+    let mut pp = Pingpong::new(context, &c, access)?;
 
     let mut counters = Counters {
         scnt: 0,
