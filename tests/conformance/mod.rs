@@ -9,8 +9,9 @@
 //! - `vm_socket_cycles.rs` (the VM): the connect/close cycles on rxe0 and siw0, in a binary of
 //!   their own so that they have the suite's per-binary time limit to themselves.
 //!
-//! Each provider's list names every case: those that run, and those that do not apply there
-//! with the reason (`not_applicable`), which the compiler checks names a case of the suite.
+//! A provider's list names the cases it runs, and those that do not apply there with the
+//! reason (`not_applicable`: no test is generated, and the compiler checks that the name is a
+//! case of the suite); `vm_socket_cycles.rs` lists its one case and says where the rest run.
 //! A case never returns early for a provider: where providers differ, the fixture says what
 //! that provider does and the case asserts it.
 //!
