@@ -1,5 +1,5 @@
-//! Stream checks shared by the host socket suite (`uiwarp_socket.rs`) and the VM one
-//! (`vm_socket.rs`): random write and read sizes, both directions at once, checked by hash.
+//! Stream checks shared by the socket conformance suite (`conformance/`) and the other socket
+//! tests: random write and read sizes, both directions at once, checked by hash.
 //!
 //! ```ignore
 //! #[path = "socket_support/mod.rs"]

@@ -1,25 +1,24 @@
-//! Half-close and shutdown of `RdmaSocket` over the userspace iWARP provider on loopback
-//! (no kernel RDMA needed): each direction's end as `TcpStream` has it.
+//! Each direction's end: half-close from either side, `shutdown(Read)` and `shutdown(Both)`
+//! as `TcpStream` has them, both ends shut down and dropped by one thread, and a peer that
+//! vanishes.
 
+use super::socket_support;
+use super::Fixture;
 use rdmasock::{RdmaSocket, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
 use std::thread;
 use std::time::{Duration, Instant};
 
-#[path = "socket_support/mod.rs"]
-mod socket_support;
-use socket_support::{listener_with, loopback_pair as pair_with};
-
-#[test]
-fn half_close_client_first() {
-    let (l, addr) = listener_with(&SocketOptions::default());
+/// Half-close, client first (`socket_support::half_close_client_first`).
+pub fn half_close_client_first(f: &Fixture) {
+    let (l, addr) = f.listener();
     socket_support::half_close_client_first(l, addr);
 }
 
-#[test]
-fn half_close_server_first() {
-    let (l, addr) = listener_with(&SocketOptions::default());
+/// Half-close, server first (`socket_support::half_close_server_first`).
+pub fn half_close_server_first(f: &Fixture) {
+    let (l, addr) = f.listener();
     socket_support::half_close_server_first(l, addr);
 }
 
@@ -39,9 +38,8 @@ fn bound_blocking_calls(sockets: &[&RdmaSocket]) {
 /// writer gets `WouldBlock`, never an error), and are delivered: reads return them, and 0
 /// whenever nothing is queued. Our write side stays open. (The write-side half-closes are in
 /// `half_close_client_first` / `half_close_server_first`.)
-#[test]
-fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends() {
-    let (mut s, mut c) = pair_with(&SocketOptions::default());
+pub fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends(f: &Fixture) {
+    let (mut s, mut c) = f.pair();
     bound_blocking_calls(&[&s, &c]);
     s.write_all(b"before").unwrap();
     let mut buf = vec![0u8; 64 << 10];
@@ -119,9 +117,8 @@ fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends() {
 /// then end-of-stream, and from then on its writes fail with `BrokenPipe` as well: our
 /// DISCONNECT message closed both its directions (a `TcpStream` peer's first write may still
 /// succeed until our RST comes back).
-#[test]
-fn shutdown_both_closes_each_direction_at_both_ends() {
-    let (mut s, mut c) = pair_with(&SocketOptions::default());
+pub fn shutdown_both_closes_each_direction_at_both_ends(f: &Fixture) {
+    let (mut s, mut c) = f.pair();
     bound_blocking_calls(&[&s, &c]);
     s.write_all(b"to you").unwrap();
     let mut buf = [0u8; 64];
@@ -159,4 +156,93 @@ fn shutdown_both_closes_each_direction_at_both_ends() {
         .expect_err("writing after shutdown(Both), again");
     assert_eq!(err.kind(), ErrorKind::BrokenPipe, "{err}");
     assert_eq!(c.read(&mut buf).unwrap(), 0);
+}
+
+/// On iWARP the side that closes first waits for the peer's close (see `RdmaSocket`'s
+/// documentation): a thread that holds both ends shuts both down before it drops either,
+/// and then neither drop waits out the close timeout (30 s here), while each end still
+/// reads what the other wrote and it received before. (Elsewhere a drop does not wait for
+/// the peer at all.)
+pub fn one_thread_shuts_down_both_ends_then_drops_them_without_waiting(f: &Fixture) {
+    let opts = SocketOptions::builder()
+        .close_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (mut s, mut c) = f.pair_with(&opts);
+    c.write_all(b"from the client").unwrap();
+    s.write_all(b"from the server").unwrap();
+    // A read after shutdown(Read) returns 0 at once when nothing has arrived: each end waits
+    // (a blocking peek, which leaves the bytes) until the other's message is here, so that
+    // what it reads after the shutdown does not depend on how fast the bytes travel.
+    let mut arrived = [0u8; 15];
+    assert_eq!(
+        c.peek(&mut arrived).unwrap(),
+        15,
+        "one message arrives whole"
+    );
+    assert_eq!(
+        s.peek(&mut arrived).unwrap(),
+        15,
+        "one message arrives whole"
+    );
+    c.shutdown(Shutdown::Both).unwrap();
+    s.shutdown(Shutdown::Both).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"from the client");
+    got.clear();
+    c.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"from the server");
+    let start = Instant::now();
+    drop(c);
+    drop(s);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "dropping both took {took:?}: a drop waited out the close timeout"
+    );
+}
+
+/// The environment variable that makes [`peer_vanishes_reads_end_within_keepalive_time`]'s
+/// child process the vanishing peer: the listener's address.
+const VANISH_ADDR: &str = "RDMASOCK_VANISH_ADDR";
+
+/// A peer process killed mid-connection: with keepalive on, our blocked read ends (end of
+/// stream or an error) within 30 s, and a write then fails. The peer is this test binary run
+/// again for this one test, as a child that connects, says hello and hangs until killed.
+pub fn peer_vanishes_reads_end_within_keepalive_time(f: &Fixture) {
+    if let Ok(addr) = std::env::var(VANISH_ADDR) {
+        vanishing_peer(&addr);
+    }
+    let (l, addr) = f.listener();
+    let name = f.test_name("peer_vanishes_reads_end_within_keepalive_time");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--include-ignored", "--exact", &name, "--nocapture"])
+        .env(VANISH_ADDR, addr.to_string())
+        .spawn()
+        .expect("spawn the child");
+    let (mut s, _) = l.accept().expect("accept the child");
+    s.set_keepalive(Some(Duration::from_millis(500))).unwrap();
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let start = Instant::now();
+    let r = s.read(&mut b);
+    let waited = start.elapsed();
+    eprintln!("after the peer was killed: {r:?} within {waited:?}");
+    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    let w = s.write(b"more").and_then(|_| s.flush());
+    eprintln!("write after the peer vanished: {w:?}");
+    assert!(w.is_err(), "writes fail once the peer is gone");
+}
+
+/// The child of [`peer_vanishes_reads_end_within_keepalive_time`]: connects to `addr`, says
+/// hello and waits to be killed; it never returns, so it never counts as a test passed.
+fn vanishing_peer(addr: &str) -> ! {
+    let mut c = RdmaSocket::connect(addr).expect("the child connects");
+    c.write_all(b"h").unwrap();
+    thread::sleep(Duration::from_secs(600));
+    panic!("the vanishing peer was not killed within 600 s");
 }

@@ -1,0 +1,104 @@
+//! Connecting and accepting: a port nobody listens on, a listener cloned across two
+//! accepting threads, and a program written for `TcpStream` run over `RdmaSocket`.
+
+use super::{vm_support, Fixture};
+use rdmasock::{RdmaListener, RdmaSocket};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::thread;
+
+/// Connecting to a port of the provider's address where nothing listens fails at once with
+/// `ConnectionRefused`, and the error names the address in the provider's words
+/// ([`Fixture::refused_words`]).
+pub fn connection_refused_without_listener(f: &Fixture) {
+    let port = f.unused_port();
+    let addr = SocketAddr::new(f.ip, port);
+    let err = RdmaSocket::connect(addr).expect_err("nothing listens");
+    eprintln!("error text: {err}");
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+    let words = f.refused_words(addr);
+    assert!(
+        err.to_string().contains(&words),
+        "expected {words:?}: {err}"
+    );
+}
+
+/// `try_clone`: the clones share nonblocking mode, and two threads accepting from one port
+/// take each request exactly once.
+pub fn a_cloned_listener_accepts_from_two_threads(f: &Fixture) {
+    let (l, addr) = f.listener();
+    let l2 = l.try_clone().expect("try_clone");
+    l2.set_nonblocking(true).unwrap();
+    let err = l
+        .accept()
+        .expect_err("nothing waits, and the clone made both nonblocking");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock, "{err}");
+    l.set_nonblocking(false).unwrap();
+    // Each thread echoes one byte per connection and stops at the byte 0xff.
+    let serve = |l: RdmaListener| {
+        thread::spawn(move || {
+            let mut served = Vec::new();
+            loop {
+                let (mut s, _) = l.accept().expect("accept");
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).expect("read the client's byte");
+                if b[0] == 0xff {
+                    return served;
+                }
+                s.write_all(&b).expect("echo");
+                served.push(b[0]);
+            }
+        })
+    };
+    let (a, b) = (serve(l), serve(l2));
+    for i in 0..8u8 {
+        let mut c = RdmaSocket::connect(addr).expect("connect");
+        c.write_all(&[i]).unwrap();
+        let mut back = [0u8; 1];
+        c.read_exact(&mut back).expect("echo back");
+        assert_eq!(back, [i]);
+    }
+    // One stop each: a thread that stopped accepts no more, so the second goes to the other.
+    for _ in 0..2 {
+        let mut c = RdmaSocket::connect(addr).expect("connect");
+        c.write_all(&[0xff]).unwrap();
+        c.flush().unwrap();
+    }
+    let mut all = a.join().expect("first acceptor");
+    all.extend(b.join().expect("second acceptor"));
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..8).collect::<Vec<u8>>(),
+        "each request accepted exactly once"
+    );
+}
+
+/// `examples/tcp_swap.rs` (one program over `TcpStream` and over `RdmaSocket`) round-trips
+/// its three lines on a kernel device's address, served there without the userspace
+/// provider (no word of uiwarp on its stderr).
+pub fn tcp_swap_example_runs_on_the_device(f: &Fixture) {
+    let stderr = run_tcp_swap(f.ip);
+    assert!(
+        !stderr.contains("uiwarp"),
+        "a kernel device serves {}: {stderr}",
+        f.ip
+    );
+}
+
+/// Runs `examples/tcp_swap.rs` on `ip`, checks that it round-trips its three lines, and
+/// returns its stderr.
+pub fn run_tcp_swap(ip: IpAddr) -> String {
+    let out = std::process::Command::new(vm_support::example("tcp_swap"))
+        .arg(ip.to_string())
+        .output()
+        .expect("run the tcp_swap example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("ok: 3 lines round-tripped"),
+        "tcp_swap {ip} ({}): {stdout}{stderr}",
+        out.status
+    );
+    stderr.into_owned()
+}
