@@ -214,7 +214,7 @@ fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
-#[allow(dead_code)] // also compiled into tests/vm_socket.rs, which has its own main
+#[allow(dead_code)] // also compiled into the socket tests (tests/conformance/polling.rs), which have their own main
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args) {
