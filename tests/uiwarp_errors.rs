@@ -3,8 +3,8 @@
 //! port, a rejected hello, a peer that is not an iWARP peer, and hostile clients that must
 //! not stop a listener.
 
-use rdmasock::socket::{AutoCm, UiwarpCm};
 use rdmasock::{RdmaSocket, SocketOptions};
+use rdmasock_uiwarp::UiwarpCm;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::thread;
@@ -30,8 +30,12 @@ fn rejected_hello_and_refused_port_say_why() {
     let tcp = std::net::TcpListener::bind(loopback()).unwrap();
     let addr = tcp.local_addr().unwrap();
     let t = thread::spawn(move || drop(tcp.accept().unwrap()));
-    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
-        .expect_err("not an iWARP peer");
+    let err = RdmaSocket::connect_via(
+        rdmasock::connection_manager(),
+        addr,
+        &SocketOptions::default(),
+    )
+    .expect_err("not an iWARP peer");
     eprintln!("error text: {err}");
     assert!(
         err.to_string().contains("closed") || err.to_string().contains("reset"),
@@ -51,8 +55,12 @@ fn rejected_hello_and_refused_port_say_why() {
         let _ = s.read_to_end(&mut Vec::new());
         request
     });
-    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
-        .expect_err("not an iWARP peer");
+    let err = RdmaSocket::connect_via(
+        rdmasock::connection_manager(),
+        addr,
+        &SocketOptions::default(),
+    )
+    .expect_err("not an iWARP peer");
     eprintln!("error text: {err}");
     assert_eq!(&t.join().unwrap(), b"MPA ID Req Frame");
     let text = err.to_string();

@@ -2,7 +2,7 @@
 //! runs these with `--ignored --test-threads=1`); each test panics when rxe0 or the VM's
 //! address is missing.
 
-use rdmasock::socket::KernelCm;
+use rdmasock::cm::KernelCm;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};

@@ -14,6 +14,8 @@
 //! * [`driver`]: the I/O driver: nonblocking TCP sockets and a progress thread per process,
 //!   connection setup ([`connect`], [`UiwarpListener`]), and an optional pcap capture.
 //! * [`provider`]: the verbs provider ([`UiwarpProvider`]) for the userspace device `uiwarp0`.
+//! * [`manager`]: the connection manager ([`UiwarpCm`]), rdmasock-cm's interface over
+//!   [`connect`] and [`UiwarpListener`].
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -21,8 +23,10 @@ pub mod core;
 pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod manager;
 pub mod provider;
 pub mod wire;
 
 pub use driver::{accepted, connect, disconnect, Notice, Rejected, UiwarpListener, UiwarpRequest};
+pub use manager::UiwarpCm;
 pub use provider::{device_info, UiwarpProvider, DEVICE_NAME, DRIVER_NAME};

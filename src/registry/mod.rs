@@ -1,4 +1,5 @@
-//! Which provider drives which device.
+//! Which provider drives which device, and which connection manager serves an address
+//! ([`connection_manager`]).
 //!
 //! The order, per device: the provider `RDMASOCK_PROVIDER` names for it, if any; else the
 //! pure-Rust provider of its driver (rxe, siw); else the bridge to the system's libibverbs
@@ -10,6 +11,10 @@
 //! driver is an error; `uiwarp` selects the userspace provider, which the socket layer
 //! honours when it picks a connection manager ([`ProviderChoice::forces_userspace`]), and
 //! leaves kernel devices to the order above.
+
+mod managers;
+
+pub use managers::{connection_manager, connection_manager_for};
 
 use crate::verbs::provider::{ContextOps, Provider};
 use crate::verbs::{Context, DeviceInfo, DeviceList, Error, ProviderRegistry, Result};
