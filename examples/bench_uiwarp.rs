@@ -29,8 +29,8 @@ mod common;
 use common::bench::Stream;
 use common::clock::RoundTrips;
 use common::markdown;
-use rdmasock::socket::{UiwarpCm, WaitStats};
-use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+use rdmasock::socket::WaitStats;
+use rdmasock::{connection_manager_for, ProviderKind, RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::thread;
@@ -200,10 +200,11 @@ fn tcp_pair(nagle: bool) -> (TcpStream, TcpStream) {
 
 fn rdma_pair(opts: &SocketOptions, nodelay: bool) -> (RdmaSocket, RdmaSocket) {
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let l = RdmaListener::bind_via(&UiwarpCm, any, opts).expect("bind (uiwarp)");
+    let uiwarp = connection_manager_for(ProviderKind::Uiwarp);
+    let l = RdmaListener::bind_via(uiwarp, any, opts).expect("bind (uiwarp)");
     let addr = l.local_addr().unwrap();
     let t = thread::spawn(move || l.accept().expect("accept").0);
-    let c = RdmaSocket::connect_via(&UiwarpCm, addr, opts).expect("connect (uiwarp)");
+    let c = RdmaSocket::connect_via(uiwarp, addr, opts).expect("connect (uiwarp)");
     let s = t.join().unwrap();
     c.set_nodelay(nodelay).unwrap();
     s.set_nodelay(nodelay).unwrap();

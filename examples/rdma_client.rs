@@ -8,8 +8,10 @@
 //! `rdma_client: end 0` (or the failing step and `end -1`, exit status 255), as the C example
 //! does. Interoperates with rdma-core's `rdma_server` both ways.
 //!
-//! rdma_cm cannot reach 127.0.0.1 through rxe or siw: give the address of the netdev the soft
-//! device sits on (`-s 10.99.0.2` in the test VM).
+//! Runs on every provider, as `rdma_server` does: on a machine without kernel RDMA, over the
+//! userspace iWARP provider (`-s 127.0.0.1` works there). rdma_cm cannot reach 127.0.0.1
+//! through rxe or siw: give the address of the netdev the soft device sits on (`-s 10.99.0.2`
+//! in the test VM).
 //!
 //! ```text
 //! rdma_client [-s server_address] [-p port_number]
@@ -17,9 +19,9 @@
 
 mod common;
 
-use common::cm_endpoint::{open_channel, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
+use common::cm_endpoint::{cm_step, manager, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
 use common::{parse_args, OptSpec};
-use rdmasock::cm::{CmId, ConnectionParameters};
+use rdmasock::cm::ConnectionParameters;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -87,18 +89,17 @@ fn run(server: &str, port: u16) -> Result<(), String> {
         .map_err(step("rdma_getaddrinfo"))?
         .next()
         .ok_or_else(|| format!("rdma_getaddrinfo: no address for {server}"))?;
-    let channel = open_channel("rdma_client", "client")?;
-    let id = CmId::new(&channel).map_err(step("rdma_create_id"))?;
-    id.resolve(None, dst, RESOLVE_TIMEOUT)
-        .map_err(step("rdma_create_ep"))?;
-    let ep = Endpoint::new(&id, PROGRAM)?;
+    let id = manager()
+        .resolve(dst, RESOLVE_TIMEOUT)
+        .map_err(cm_step("rdma_create_ep"))?;
+    let ep = Endpoint::new(id.as_ref(), PROGRAM)?;
     ep.post_recv()?;
-    id.connect_blocking(Some(&ep.qp), &ConnectionParameters::default(), FOREVER)
+    id.connect(&ep.qp, &ConnectionParameters::default(), FOREVER)
         .map_err(step("rdma_connect"))?;
     let result = ep
         .post_send()
         .and_then(|()| ep.wait_for(SEND_WR_ID, "rdma_get_send_comp"))
         .and_then(|_| ep.wait_for(RECV_WR_ID, "rdma_get_recv_comp").map(drop));
-    let _ = id.disconnect_qp(&ep.qp);
+    let _ = id.disconnect(&ep.qp);
     result
 }

@@ -9,21 +9,23 @@
 //! failing step and `end -1`, exit status 255), as the C example does. Interoperates with
 //! rdma-core's `rdma_client` both ways.
 //!
+//! Runs on every provider: the registry's connection manager takes the kernel's rdma_cm when
+//! a kernel RDMA device serves the address, else the userspace iWARP provider (a machine
+//! without kernel RDMA; said once on stderr); `RDMASOCK_PROVIDER` forces either.
+//!
 //! ```text
 //! rdma_server [-s server_address] [-p port_number]
 //! ```
 
 mod common;
 
-use common::cm_endpoint::{open_channel, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
+use common::cm_endpoint::{
+    accept, cm_step, get_request, manager, step, Endpoint, RECV_WR_ID, SEND_WR_ID,
+};
 use common::{parse_args, OptSpec};
-use rdmasock::cm::{CmId, ConnectionParameters};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
 
 const PROGRAM: &str = "rdma_server";
-/// The C example blocks without a time limit.
-const FOREVER: Duration = Duration::MAX;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,23 +85,17 @@ fn run(server: &str, port: u16) -> Result<(), String> {
         .map_err(step("rdma_getaddrinfo"))?
         .next()
         .ok_or_else(|| format!("rdma_getaddrinfo: no address for {server}"))?;
-    let channel = open_channel("rdma_server", "server")?;
-    let listener = CmId::new(&channel).map_err(step("rdma_create_id"))?;
-    listener.bind(address).map_err(step("rdma_bind_addr"))?;
-    listener.listen(0).map_err(step("rdma_listen"))?;
-    let request = listener
-        .get_request(FOREVER)
-        .map_err(step("rdma_get_request"))?;
-    let id = request.id;
-    let ep = Endpoint::new(&id, PROGRAM)?;
+    let listener = manager().listen(address, 0).map_err(cm_step("rdma_listen"))?;
+    let request = get_request(listener.as_ref()).map_err(step("rdma_get_request"))?;
+    let id = request.endpoint;
+    let ep = Endpoint::new(id.as_ref(), PROGRAM)?;
     ep.post_recv()?;
     // librdmacm's rdma_accept waits for ESTABLISHED (synchronous ids); so does this.
-    id.accept_blocking(Some(&ep.qp), &ConnectionParameters::default(), FOREVER)
-        .map_err(step("rdma_accept"))?;
+    accept(id.as_ref(), &ep.qp).map_err(step("rdma_accept"))?;
     let result = ep
         .wait_for(RECV_WR_ID, "rdma_get_recv_comp")
         .and_then(|_| ep.post_send())
         .and_then(|()| ep.wait_for(SEND_WR_ID, "rdma_get_send_comp").map(drop));
-    let _ = id.disconnect_qp(&ep.qp);
+    let _ = id.disconnect(&ep.qp);
     result
 }

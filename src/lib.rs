@@ -144,7 +144,7 @@ pub mod socket;
 pub mod stream;
 
 pub use registry::{
-    default_registry, device_list, listed_devices, open_device, registry_for, ProviderChoice,
-    ProviderKind, PROVIDER_ENV,
+    connection_manager, connection_manager_for, default_registry, device_list, listed_devices,
+    open_device, registry_for, ProviderChoice, ProviderKind, PROVIDER_ENV,
 };
 pub use socket::{RdmaListener, RdmaSocket, SocketOptions};

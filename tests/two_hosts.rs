@@ -6,8 +6,8 @@
 //!
 //! Each test panics when the role, the peer's address or the device is missing.
 
-use rdmasock::socket::UiwarpCm;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+use rdmasock_uiwarp::UiwarpCm;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::Hasher;
 use std::io::{Read, Write};

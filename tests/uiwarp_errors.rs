@@ -3,8 +3,8 @@
 //! port, a rejected hello, a peer that is not an iWARP peer, and hostile clients that must
 //! not stop a listener.
 
-use rdmasock::socket::{AutoCm, UiwarpCm};
 use rdmasock::{RdmaSocket, SocketOptions};
+use rdmasock_uiwarp::UiwarpCm;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::thread;
@@ -30,8 +30,12 @@ fn rejected_hello_and_refused_port_say_why() {
     let tcp = std::net::TcpListener::bind(loopback()).unwrap();
     let addr = tcp.local_addr().unwrap();
     let t = thread::spawn(move || drop(tcp.accept().unwrap()));
-    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
-        .expect_err("not an iWARP peer");
+    let err = RdmaSocket::connect_via(
+        rdmasock::connection_manager(),
+        addr,
+        &SocketOptions::default(),
+    )
+    .expect_err("not an iWARP peer");
     eprintln!("error text: {err}");
     assert!(
         err.to_string().contains("closed") || err.to_string().contains("reset"),
@@ -51,8 +55,12 @@ fn rejected_hello_and_refused_port_say_why() {
         let _ = s.read_to_end(&mut Vec::new());
         request
     });
-    let err = RdmaSocket::connect_via(&AutoCm, addr, &SocketOptions::default())
-        .expect_err("not an iWARP peer");
+    let err = RdmaSocket::connect_via(
+        rdmasock::connection_manager(),
+        addr,
+        &SocketOptions::default(),
+    )
+    .expect_err("not an iWARP peer");
     eprintln!("error text: {err}");
     assert_eq!(&t.join().unwrap(), b"MPA ID Req Frame");
     let text = err.to_string();
@@ -140,7 +148,7 @@ fn mpa_reply(answer: &[u8]) -> (u8, Vec<u8>) {
 /// client is served while the staller still holds its connection.
 #[test]
 fn a_listener_goes_on_after_hostile_clients() {
-    use rdmasock_uiwarp::core::{Config, Connection, RegionTable};
+    use rdmasock_uiwarp::protocol::{Config, Connection, RegionTable};
     use rdmasock_uiwarp::wire::mpa::flags;
     let (l, addr) = listener_with(&SocketOptions::default());
     let server = thread::spawn(move || {
@@ -209,8 +217,8 @@ fn zero_and_too_short_durations_are_refused() {
 
 /// A raw iWARP initiator (the protocol core over a plain TCP socket) whose MPA request
 /// carries a well-formed rsocket hello, and the request's bytes.
-fn initiator_with_a_good_hello() -> (rdmasock_uiwarp::core::Connection, Vec<u8>) {
-    use rdmasock_uiwarp::core::{Config, Connection, RegionTable};
+fn initiator_with_a_good_hello() -> (rdmasock_uiwarp::protocol::Connection, Vec<u8>) {
+    use rdmasock_uiwarp::protocol::{Config, Connection, RegionTable};
     let hello = socket_support::fake_hello();
     let mut core = Connection::initiator(Config::default(), &hello.to_bytes(), Instant::now())
         .expect("an initiator");
@@ -228,7 +236,7 @@ fn request_with_a_good_hello() -> Vec<u8> {
 /// A client that completes the iWARP handshake (request, reply, its ready-to-receive) and
 /// then says nothing: the listener waits for its first frame, up to its bound.
 fn silent_initiator(addr: SocketAddr) -> std::net::TcpStream {
-    use rdmasock_uiwarp::core::{Event, RegionTable};
+    use rdmasock_uiwarp::protocol::{Event, RegionTable};
     let (mut core, request) = initiator_with_a_good_hello();
     let mut tcp = std::net::TcpStream::connect(addr).expect("the silent client connects");
     tcp.write_all(&request).unwrap();

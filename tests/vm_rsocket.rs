@@ -137,8 +137,8 @@ fn preloaded_tcp_client_rdmalistener_server() {
 #[test]
 #[ignore = "needs the VM: run tests/vm/run.sh"]
 fn rstream_on_siw_with_uiwarp_both_roles() {
-    use rdmasock::socket::UiwarpCm;
     use rdmasock::SocketOptions;
+    use rdmasock_uiwarp::UiwarpCm;
     let ip = vm_support::env_ip("RDMA_VM_SIW_IP");
     let ip_text = ip.to_string();
     let small = Exchange {

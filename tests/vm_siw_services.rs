@@ -12,7 +12,7 @@
 //! A web server's answer is not among them: it crashes Debian 6.1's kernel (see
 //! `known_bug_siw_oops_on_a_reply_announcing_too_much_private_data`, which the suite skips).
 
-use rdmasock::socket::KernelCm;
+use rdmasock::cm::KernelCm;
 use rdmasock::{RdmaSocket, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener};

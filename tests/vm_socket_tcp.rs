@@ -4,8 +4,9 @@
 //! that TCP holds when rdma_cm picks them. Each test panics when siw0 or the VM's address
 //! is missing, and each puts back what it changed in the kernel's settings.
 
-use rdmasock::socket::{ConnectionManager, KernelCm, UiwarpCm};
+use rdmasock::cm::{ConnectionManager, KernelCm};
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+use rdmasock_uiwarp::UiwarpCm;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::thread;

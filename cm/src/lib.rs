@@ -23,6 +23,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`manager`] holds the seam every connection manager implements ([`ConnectionManager`],
+//! [`CmEndpoint`], [`CmListener`]) and the kernel's implementation of it ([`KernelCm`]).
+//!
 //! Resource cleanup: a [`CmId`] is destroyed on drop (errors ignored; [`CmId::destroy`]
 //! returns them); the channel's fd closes with its last clone and last id. QPs are never
 //! destroyed by this crate.
@@ -36,6 +39,7 @@ mod device;
 pub mod error;
 pub mod event;
 pub mod id;
+pub mod manager;
 pub mod qp;
 pub mod sys;
 
@@ -45,3 +49,4 @@ pub use event::{
     ChannelEvent, CmEvent, CmIdToken, ConnectRequest, ConnectionParameters, RejectReason,
 };
 pub use id::{AddressInfo, CmId, RouteInfo};
+pub use manager::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};

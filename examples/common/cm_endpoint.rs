@@ -1,14 +1,24 @@
-//! What librdmacm's `rdma_server` and `rdma_client` twins share: the endpoint
-//! `rdma_create_ep` + `rdma_reg_msgs` make (a QP with one 16-byte message buffer each way),
-//! posting, and waiting for a completion as `rdma_get_{send,recv}_comp` do.
+//! What librdmacm's `rdma_server` and `rdma_client` twins share: the connection manager the
+//! registry picks for this machine (the kernel's rdma_cm where a kernel RDMA device serves
+//! the address, else the userspace iWARP provider's; `RDMASOCK_PROVIDER` forces either), the
+//! blocking steps librdmacm's synchronous ids take, the endpoint `rdma_create_ep` +
+//! `rdma_reg_msgs` make (a QP with one 16-byte message buffer each way), posting, and waiting
+//! for a completion as `rdma_get_{send,recv}_comp` do.
 
-use rdmasock::cm::{CmId, Error as CmError, EventChannel};
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use rdmasock::cm::{
+    CmEndpoint, CmListener, ConnectionManager, ConnectionParameters, Error as CmError,
+    IncomingRequest,
+};
 use rdmasock::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
     QpCapabilities, QpInitAttributes, QueuePair, RecvRequest, SendFlags, SendOp, SendRequest,
     WcStatus, WorkCompletion,
 };
 use std::cell::RefCell;
+use std::io;
+use std::os::fd::BorrowedFd;
 
 /// The message size of both examples.
 pub const MSG_LEN: usize = 16;
@@ -22,22 +32,61 @@ pub fn step<E: std::fmt::Display>(name: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{name}: {e}")
 }
 
-/// `rdma_create_event_channel`; on a kernel without RDMA the error also names this
-/// example's twin on the userspace iWARP provider.
-pub fn open_channel(example: &str, role: &str) -> Result<EventChannel, String> {
-    EventChannel::open().map_err(|e| {
-        let twin = match e {
-            CmError::NotLoaded {
+/// The connection manager both examples use: the registry's automatic choice.
+pub fn manager() -> &'static dyn ConnectionManager {
+    rdmasock::connection_manager()
+}
+
+/// [`step`] for the connection manager's first call; on a kernel without RDMA (reached only
+/// when `RDMASOCK_PROVIDER` forces a kernel provider) the error also says how to run on the
+/// userspace iWARP provider.
+pub fn cm_step(name: &'static str) -> impl Fn(io::Error) -> String {
+    move |e| {
+        let userspace = match e.get_ref().and_then(|r| r.downcast_ref::<CmError>()) {
+            Some(CmError::NotLoaded {
                 kernel_has_rdma: false,
                 ..
-            } => format!(
-                ". This example's twin on the userspace provider: `cargo run --release -p \
-                 rdmasock-uiwarp --example uiwarp_rdma -- {role}` (the same exchange as {example})"
+            }) => format!(
+                ". {} forces a kernel provider: unset it (or set it to `uiwarp`) to run on the \
+                 userspace iWARP provider",
+                rdmasock::PROVIDER_ENV
             ),
             _ => String::new(),
         };
-        format!("rdma_create_event_channel: {e}{twin}")
-    })
+        format!("{name}: {e}{userspace}")
+    }
+}
+
+/// Sleeps until `fd` is readable, without a time limit (the C examples block).
+fn wait_readable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    loop {
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// `rdma_get_request`: the next connection request on `listener`.
+pub fn get_request(listener: &dyn CmListener) -> io::Result<IncomingRequest> {
+    loop {
+        if let Some(request) = listener.poll_request()? {
+            return Ok(request);
+        }
+        wait_readable(listener.event_fd())?;
+    }
+}
+
+/// `rdma_accept` on a synchronous id: accepts on `qp` with librdmacm's default parameters
+/// and waits until the connection is established.
+pub fn accept(endpoint: &dyn CmEndpoint, qp: &QueuePair) -> io::Result<()> {
+    endpoint.start_accept(qp, &ConnectionParameters::default())?;
+    while !endpoint.poll_accept(qp)? {
+        wait_readable(endpoint.event_fd())?;
+    }
+    Ok(())
 }
 
 /// What `rdma_create_ep` + `rdma_reg_msgs` make: the QP and its resources on the id's device.
@@ -55,9 +104,12 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(id: &CmId, program: &str) -> Result<Endpoint, String> {
-        let device = id.device().map_err(step("rdma_create_qp"))?;
-        let context = rdmasock::open_device(Some(&device.name)).map_err(step("ibv_open_device"))?;
+    /// The QP and its resources on `id`'s device, the QP moved to INIT by the connection
+    /// manager.
+    pub fn new(id: &dyn CmEndpoint, program: &str) -> Result<Endpoint, String> {
+        let context = id
+            .open_context(&rdmasock::default_registry())
+            .map_err(step("ibv_open_device"))?;
         let pd = context.alloc_pd().map_err(step("ibv_alloc_pd"))?;
         let channel = context
             .create_comp_channel()

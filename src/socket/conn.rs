@@ -3,12 +3,12 @@
 //! blocks; waiting lives in `shared.rs`.
 #![forbid(unsafe_code)]
 
-use super::cm::{CmEndpoint, CmNotice};
 use super::lend::Lend;
 use super::options::SocketOptions;
 use super::spin::{SpinPolicy, WaitPlan, WaitStats};
 use super::vectored;
 use super::warm::{warm, RingWarmer};
+use crate::cm::{CmEndpoint, CmNotice};
 use crate::stream::{
     CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
     RECV_DEFER_MAX, TARGET_LIST_LEN,
@@ -68,7 +68,7 @@ impl Resources {
         endpoint: &dyn CmEndpoint,
         opts: &mut SocketOptions,
     ) -> io::Result<Resources> {
-        let context = endpoint.open_context()?;
+        let context = endpoint.open_context(&crate::default_registry())?;
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
         }

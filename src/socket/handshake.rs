@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::conn::Connection;
+use crate::cm::ConnectionParameters;
 use crate::verbs::Transport;
 use mio::event::Source as _;
 use mio::unix::SourceFd;
@@ -26,6 +27,21 @@ use std::time::{Duration, Instant};
 /// How long an iWARP accept waits for the initiator's first frame before it lets its own
 /// queued frames go (see [`first_frame_seen`]).
 pub(crate) const FIRST_FRAME_WAIT: Duration = Duration::from_secs(2);
+
+/// rsocket's connection parameters for a connect or an accept carrying `private_data` (the
+/// hello): see the stream module's documentation. `initiator_depth = 1` on every transport
+/// covers rsocket's rule for iWARP.
+pub(crate) fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
+    ConnectionParameters {
+        flow_control: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        responder_resources: 1,
+        initiator_depth: 1,
+        private_data: private_data.to_vec(),
+        ..ConnectionParameters::default()
+    }
+}
 
 /// Where one answered request stands.
 enum Stage {

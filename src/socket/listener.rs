@@ -1,13 +1,12 @@
 //! [`RdmaListener`]: accepts RDMA stream connections, like [`std::net::TcpListener`].
 #![forbid(unsafe_code)]
 
-use super::cm::{CmListener, ConnectionManager, IncomingRequest};
 use super::conn::InitQpFailed;
-use super::handshake::{accept_failure, Backlog, Handshake, FIRST_FRAME_WAIT};
+use super::handshake::{accept_failure, rsocket_parameters, Backlog, Handshake, FIRST_FRAME_WAIT};
 use super::options::SocketOptions;
 use super::shared::Shared;
 use super::stream::{prepare, RdmaSocket};
-use super::uiwarp::AutoCm;
+use crate::cm::{CmListener, ConnectionManager, IncomingRequest};
 use crate::stream::Hello;
 use std::fmt;
 use std::io;
@@ -53,7 +52,7 @@ impl RdmaListener {
 
     /// Binds with `opts`, which every accepted connection uses.
     pub fn bind_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaListener> {
-        Self::bind_via(&AutoCm, addr, opts)
+        Self::bind_via(crate::registry::connection_manager(), addr, opts)
     }
 
     /// Binds through the connection manager `cm`.
@@ -195,7 +194,10 @@ impl RdmaListener {
         // The peer may write as soon as it has our reply: connected before accepting.
         conn.connected(&hello)?;
         let data = conn.hello_bytes();
-        if let Err(e) = conn.endpoint.start_accept(&conn.res.qp, &data) {
+        if let Err(e) = conn
+            .endpoint
+            .start_accept(&conn.res.qp, &rsocket_parameters(&data))
+        {
             // The client went away before the answer (uiwarp: its TCP connection closed).
             self.record_failure(peer, e);
             return Ok(None);

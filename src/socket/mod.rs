@@ -3,8 +3,8 @@
 //!
 //! A connection is the stream engine plus the verbs objects it drives (context, protection
 //! domain, memory regions, a completion queue with a completion channel, an RC queue pair)
-//! and a connection-manager endpoint ([`ConnectionManager`]; the kernel's rdma_cm through
-//! [`KernelCm`] today). Progress is made whenever a call comes in; blocking calls sleep in
+//! and a connection-manager endpoint ([`ConnectionManager`], whichever the registry picks:
+//! [`crate::connection_manager`]). Progress is made whenever a call comes in; blocking calls sleep in
 //! poll(2) on the completion channel and the endpoint's event fd, sending keepalives while
 //! they wait when enabled.
 //!
@@ -20,7 +20,6 @@
 //! means `accept` may go on.
 #![forbid(unsafe_code)]
 
-mod cm;
 mod conn;
 mod handshake;
 mod lend;
@@ -32,13 +31,11 @@ mod shared;
 mod source;
 mod spin;
 mod stream;
-mod uiwarp;
 mod vectored;
 mod warm;
 
-pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
+pub use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest};
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
 pub use spin::WaitStats;
 pub use stream::RdmaSocket;
-pub use uiwarp::{AutoCm, UiwarpCm};

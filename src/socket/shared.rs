@@ -4,9 +4,9 @@
 //! sleeper makes progress).
 #![forbid(unsafe_code)]
 
-use super::cm::CmEndpoint;
 use super::conn::Connection;
 use super::readiness::ReadyFds;
+use crate::cm::CmEndpoint;
 use crate::stream::StreamError;
 use crate::verbs::CompletionChannel;
 use nix::poll::{PollFd, PollFlags, PollTimeout};

@@ -1,12 +1,12 @@
 //! [`RdmaSocket`]: a connected RDMA byte stream with `TcpStream`'s API.
 #![forbid(unsafe_code)]
 
-use super::cm::{CmEndpoint, ConnectionManager};
 use super::conn::{Connection, Resources};
+use super::handshake::rsocket_parameters;
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
 use super::spin::WaitStats;
-use super::uiwarp::AutoCm;
+use crate::cm::{CmEndpoint, ConnectionManager};
 use crate::stream::{Hello, StreamError};
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -87,7 +87,7 @@ impl RdmaSocket {
 
     /// Connects to `addr` with `opts`.
     pub fn connect_with(addr: impl ToSocketAddrs, opts: &SocketOptions) -> io::Result<RdmaSocket> {
-        Self::connect_via(&AutoCm, addr, opts)
+        Self::connect_via(crate::registry::connection_manager(), addr, opts)
     }
 
     /// Connects through the connection manager `cm`.
@@ -395,7 +395,7 @@ fn connect_attempt(
     }
     let peer_data = conn
         .endpoint
-        .connect(&conn.res.qp, &conn.hello_bytes(), left)
+        .connect(&conn.res.qp, &rsocket_parameters(&conn.hello_bytes()), left)
         .map_err(explain_reject)?;
     let hello = match Hello::parse(&peer_data) {
         Ok(h) => h,

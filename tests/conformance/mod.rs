@@ -312,5 +312,5 @@ fn vm_ip6(var: &str) -> IpAddr {
 /// The kernel's connection manager alone, without the default's fallback to the userspace
 /// provider. The one place the suite names a connection manager type.
 pub fn kernel_cm() -> &'static dyn rdmasock::socket::ConnectionManager {
-    &rdmasock::socket::KernelCm
+    &rdmasock::cm::KernelCm
 }

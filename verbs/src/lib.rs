@@ -21,6 +21,7 @@
 pub mod attr;
 pub mod device;
 pub mod error;
+mod event;
 pub mod kernel;
 pub mod memory;
 pub mod objects;

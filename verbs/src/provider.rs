@@ -15,8 +15,8 @@
 use crate::attr::{DeviceAttributes, PortAttributes};
 use crate::device::DeviceInfo;
 use crate::error::Result;
+use crate::event::AsyncEvent;
 use crate::memory::{AccessFlags, RegisteredMemory};
-use crate::objects::AsyncEvent;
 use crate::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use crate::types::{LocalKey, QpNumber, RemoteKey};
 use crate::wc::WorkCompletion;

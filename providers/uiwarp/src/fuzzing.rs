@@ -4,7 +4,7 @@
 //! Each function takes arbitrary bytes and must never panic; the invariants it checks are
 //! asserted (an assertion failure is a bug the fuzzer reports).
 
-use crate::core::{
+use crate::protocol::{
     Config, Connection, Event, LocalSegment, MemoryTable, RecvWork, RegionTable, Segments,
 };
 use crate::wire::ddp::{Segment, SegmentRepr};

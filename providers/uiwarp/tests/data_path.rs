@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use rdmasock_uiwarp::core::{Config, SendOperation, WorkQueue};
+use rdmasock_uiwarp::protocol::{Config, SendOperation, WorkQueue};
 use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
 
 const SEND_LEN: usize = 300;
@@ -225,7 +225,7 @@ fn zero_length_operations_and_unsignaled_requests() {
     );
     sim.a
         .conn
-        .post_send(rdmasock_uiwarp::core::SendWork {
+        .post_send(rdmasock_uiwarp::protocol::SendWork {
             wr_id: 2,
             op: SendOperation::RdmaRead {
                 remote_addr: 0,
@@ -301,7 +301,7 @@ fn ord_limits_outstanding_reads() {
 
 #[test]
 fn small_payloads_carried_by_the_request_arrive_like_gathered_ones() {
-    use rdmasock_uiwarp::core::{SendWork, SmallPayload, SMALL_PAYLOAD};
+    use rdmasock_uiwarp::protocol::{SendWork, SmallPayload, SMALL_PAYLOAD};
     for (seed, delivery) in [(11, Delivery::Whole), (12, Delivery::Random { max: 3 })] {
         let mut sim = Sim::new(seed, Config::default(), Config::default(), delivery);
         let (rk, raddr, rmem) = sim.b.region(4096, AccessFlags::LOCAL_WRITE);

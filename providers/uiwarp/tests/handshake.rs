@@ -3,9 +3,9 @@
 mod common;
 
 use common::*;
-use rdmasock_uiwarp::core::{
-    CloseReason, Config, Connection, CoreError, Event, RegionTable, Rtr, SendOperation, WorkQueue,
-    MAX_USER_PRIVATE_DATA,
+use rdmasock_uiwarp::protocol::{
+    CloseReason, Config, Connection, Event, ProtocolError, RegionTable, Rtr, SendOperation,
+    WorkQueue, MAX_USER_PRIVATE_DATA,
 };
 use rdmasock_uiwarp::wire::ddp::{Opcode, Placement};
 use rdmasock_uiwarp::wire::mpa::{FrameKind, IrdOrd, MpaFrame, MpaRepr, RtrKinds};
@@ -43,7 +43,7 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
     );
     assert_eq!(&req[24..], b"hello");
     // Nothing follows the request until the reply, even with work posted.
-    a.post_send(rdmasock_uiwarp::core::SendWork {
+    a.post_send(rdmasock_uiwarp::protocol::SendWork {
         wr_id: 1,
         op: SendOperation::Send {
             solicited: false,
@@ -73,7 +73,7 @@ fn peer_to_peer_state_transitions_and_request_bytes() {
     assert!(b.accept(b"x", now).is_ok());
     assert!(matches!(
         b.accept(b"x", now),
-        Err(CoreError::InvalidState { .. })
+        Err(ProtocolError::InvalidState { .. })
     ));
     assert_eq!(b.qp_state(), QpState::ReadyToReceive, "waits for the RTR");
     let reply = transmit(&mut b, &t);
@@ -230,7 +230,7 @@ fn private_data_limits() {
     let big = vec![7u8; MAX_USER_PRIVATE_DATA + 1];
     assert!(matches!(
         Connection::initiator(Config::default(), &big, now),
-        Err(CoreError::PrivateDataTooLong { len: 509, max: 508 })
+        Err(ProtocolError::PrivateDataTooLong { len: 509, max: 508 })
     ));
     // The largest allowed private data goes through both ways.
     let max = vec![9u8; MAX_USER_PRIVATE_DATA];
@@ -244,7 +244,7 @@ fn private_data_limits() {
     assert_eq!(cr.private_data, max);
     assert!(matches!(
         b.accept(&big, now),
-        Err(CoreError::PrivateDataTooLong { .. })
+        Err(ProtocolError::PrivateDataTooLong { .. })
     ));
     b.accept(&max, now).unwrap();
     a.handle_input(&transmit(&mut b, &t), &t);

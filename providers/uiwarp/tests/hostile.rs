@@ -7,7 +7,7 @@ mod common;
 
 use common::victim::*;
 use common::*;
-use rdmasock_uiwarp::core::{CloseReason, Config, Event, WorkQueue};
+use rdmasock_uiwarp::protocol::{CloseReason, Config, Event, WorkQueue};
 use rdmasock_uiwarp::wire::ddp::{Opcode, Placement};
 use rdmasock_uiwarp::wire::rdmap::TerminateCode;
 use rdmasock_verbs::{QpState, WcStatus};

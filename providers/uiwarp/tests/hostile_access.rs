@@ -8,7 +8,7 @@ mod common;
 
 use common::victim::*;
 use common::*;
-use rdmasock_uiwarp::core::{Config, Origin, SendOperation, WorkQueue};
+use rdmasock_uiwarp::protocol::{Config, Origin, SendOperation, WorkQueue};
 use rdmasock_uiwarp::wire::ddp::{Opcode, Placement};
 use rdmasock_uiwarp::wire::rdmap::{ReadRequestRepr, TerminateCode};
 use rdmasock_verbs::{AccessFlags, QpState, RemoteKey, WcStatus};

@@ -12,8 +12,8 @@ mod loopback;
 
 use common::{frame, untagged};
 use loopback::*;
-use rdmasock_uiwarp::core::{Config, Connection, Event, RegionTable};
 use rdmasock_uiwarp::driver::endpoint;
+use rdmasock_uiwarp::protocol::{Config, Connection, Event, RegionTable};
 use rdmasock_uiwarp::wire::ddp::{queue, Opcode, Placement, Segment, SegmentRepr};
 use rdmasock_uiwarp::wire::fpdu::Fpdu;
 use rdmasock_uiwarp::wire::rdmap::{TerminateCode, TerminateRepr};

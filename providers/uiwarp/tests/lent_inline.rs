@@ -6,7 +6,7 @@ mod common;
 mod loopback;
 
 use loopback::*;
-use rdmasock_uiwarp::core::{Config, Connection, Event};
+use rdmasock_uiwarp::protocol::{Config, Connection, Event};
 use rdmasock_verbs::{
     QpCapabilities, QueuePair, RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp,
     SendRequest, WcStatus, WorkCompletion,

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use rdmasock_uiwarp::core::{Config, SendOperation, WorkQueue};
+use rdmasock_uiwarp::protocol::{Config, SendOperation, WorkQueue};
 use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
 use std::io::Write;
 use std::process::Command;

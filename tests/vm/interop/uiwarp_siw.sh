@@ -3,8 +3,7 @@
 # directions, in one VM boot; the uiwarp side writes a pcap that tshark must decode with good
 # CRCs and no malformed frames.
 #
-#   cargo build --release --example socket_echo -p rdmasock
-#   cargo build --release --example uiwarp_rdma -p rdmasock-uiwarp
+#   cargo build --release --example socket_echo --example rdma_server --example rdma_client
 #   tests/vm/run.sh --both -- bash tests/vm/interop/uiwarp_siw.sh
 #
 # UIWARP_EXAMPLES names the directory of those binaries (default: the suite's RDMASOCK_EXAMPLES_DIR, else $CARGO_TARGET_DIR or
@@ -13,7 +12,7 @@ set -u
 E=${UIWARP_EXAMPLES:-${RDMASOCK_EXAMPLES_DIR:-${CARGO_TARGET_DIR:-$(pwd)/target}/release/examples}}
 IP=${RDMA_VM_SIW_IP:?run in the VM with --both (siw0 on eth1)}
 [ -e /sys/class/infiniband/siw0 ] || { echo "FAIL siw0 is missing"; exit 1; }
-for b in uiwarp_rdma socket_echo; do
+for b in rdma_server rdma_client socket_echo; do
   [ -x "$E/$b" ] || { echo "FAIL $E/$b is not built (see the header)"; exit 1; }
 done
 PCAP=/tmp/uiwarp-siw
@@ -26,12 +25,12 @@ wait_tcp_listen() { for _ in $(seq 100); do ss -ltn | grep -q ":$1 " && return; 
 echo "=== rdma-core rdma_server on siw0 <- our rdma_client on uiwarp"
 timeout 60 rdma_server -p 7481 & S=$!
 wait_cm_listen
-RDMASOCK_PCAP=$PCAP/1.pcap timeout 30 "$E/uiwarp_rdma" client -s "$IP" -p 7481; c=$?
+RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/1.pcap timeout 30 "$E/rdma_client" -s "$IP" -p 7481; c=$?
 wait $S; s=$?
 check $((c | s)) "rdma-core server (siw) <- uiwarp client (client $c, server $s)"
 
 echo "=== our rdma_server on uiwarp <- rdma-core rdma_client on siw0"
-RDMASOCK_PCAP=$PCAP/2.pcap timeout 60 "$E/uiwarp_rdma" server -p 7482 & S=$!
+RDMASOCK_PROVIDER=uiwarp RDMASOCK_PCAP=$PCAP/2.pcap timeout 60 "$E/rdma_server" -p 7482 & S=$!
 wait_tcp_listen 7482
 timeout 30 rdma_client -s "$IP" -p 7482; c=$?
 wait $S; s=$?

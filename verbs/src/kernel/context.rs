@@ -8,7 +8,7 @@ use super::{DriverData, KernelDriver};
 use crate::attr::{DeviceAttributes, PortAttributes};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
-use crate::objects::{AsyncEvent, AsyncEventKind};
+use crate::event::{AsyncEvent, AsyncEventKind};
 use crate::provider::{ChannelOps, ContextOps, CqOps, PdOps};
 use crate::qp_attr::{QpAttrMask, QpAttributes};
 use crate::sys::abi::{

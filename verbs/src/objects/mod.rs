@@ -9,7 +9,8 @@ mod cq;
 mod mr;
 mod qp;
 
-pub use context::{AsyncEvent, AsyncEventKind, Context, ProtectionDomain};
+pub use crate::event::{AsyncEvent, AsyncEventKind};
+pub use context::{Context, ProtectionDomain};
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use mr::MemoryRegion;
 pub use qp::QueuePair;

@@ -6,8 +6,7 @@ use super::endpoint::{Endpoint, Outcome};
 use super::link::Link;
 use super::pending::{close_or_watch, NoMemory, Pending};
 use super::{engine, Engine, Target};
-use crate::core::{Config, ConnectRequest, Connection, CoreError};
-use crate::provider::qp::UiwarpQp;
+use crate::protocol::{Config, ConnectRequest, Connection, ProtocolError};
 use mio::{Interest, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -41,9 +40,9 @@ impl fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-fn core_error(e: CoreError) -> io::Error {
+fn core_error(e: ProtocolError) -> io::Error {
     let kind = match e {
-        CoreError::PrivateDataTooLong { .. } => io::ErrorKind::InvalidInput,
+        ProtocolError::PrivateDataTooLong { .. } => io::ErrorKind::InvalidInput,
         _ => io::ErrorKind::Other,
     };
     io::Error::new(kind, e)
@@ -57,8 +56,8 @@ pub fn endpoint(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
 fn endpoint_of(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
     qp.ops()
         .as_any()
-        .downcast_ref::<UiwarpQp>()
-        .map(|q| q.endpoint().clone())
+        .downcast_ref::<Arc<Endpoint>>()
+        .cloned()
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -549,7 +548,7 @@ impl UiwarpRequest {
         st.outcome = Outcome::Connecting;
         {
             let regions = endpoint.regions.read().expect("uiwarp regions lock");
-            let memory = crate::provider::memory::QpMemory {
+            let memory = crate::memory::QpMemory {
                 regions: &regions,
                 inline: &st.inline,
             };

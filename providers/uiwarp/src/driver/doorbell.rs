@@ -24,9 +24,9 @@
 //! turns it off for a QP (`RdmaSocket::set_nodelay(true)` does).
 #![forbid(unsafe_code)]
 
+use super::completion::uiwarp_cq;
 use super::endpoint::{Endpoint, EndpointState};
 use super::{Engine, HOLD_BIT};
-use crate::provider::cq::uiwarp_cq;
 use mio::Token;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -2,12 +2,12 @@
 //! connection exists, what the connection manager waits for). An accepted TCP connection that
 //! no queue pair owns yet is a [`Pending`](super::pending::Pending).
 
+use super::completion::uiwarp_cq;
 use super::doorbell::Doorbell;
 use super::link::Link;
 use super::Engine;
-use crate::core::{CloseReason, Event, Negotiated, RecvWork, WorkQueue};
-use crate::provider::cq::uiwarp_cq;
-use crate::provider::memory::{InlinePool, QpMemory, RegionSet};
+use crate::memory::{InlinePool, QpMemory, RegionSet};
+use crate::protocol::{CloseReason, Event, Negotiated, RecvWork, WorkQueue};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::CqOps;
 use rdmasock_verbs::{QpCapabilities, QpNumber, QpState, RegisteredMemory};

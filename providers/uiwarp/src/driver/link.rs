@@ -4,7 +4,7 @@
 use super::doorbell::Held;
 use super::pcap::Flow;
 use super::Engine;
-use crate::core::{Connection, MemoryTable, TxQueue};
+use crate::protocol::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use std::io::{self, IoSlice, Read};

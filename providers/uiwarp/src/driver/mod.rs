@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod cm;
+pub(crate) mod completion;
 mod doorbell;
 mod endpoint;
 mod link;
@@ -27,6 +28,7 @@ mod pending;
 
 pub(crate) use cm::close_endpoint;
 pub use cm::{accepted, connect, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
+pub use completion::{UiwarpChannel, UiwarpCq};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Endpoint;
 pub use endpoint::Notice;

@@ -5,7 +5,7 @@
 use super::cm::ListenerShared;
 use super::link::Link;
 use super::Engine;
-use crate::core::{ConnectRequest, Event, MemoryTable, RegionView};
+use crate::protocol::{ConnectRequest, Event, MemoryTable, RegionView};
 use rdmasock_verbs::{LocalKey, RemoteKey};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;

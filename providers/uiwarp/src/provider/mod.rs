@@ -5,14 +5,12 @@
 //! Queue pairs reach RTS only through connection setup ([`crate::driver::connect`],
 //! [`crate::driver::UiwarpListener`]), as on every iWARP device.
 
-pub(crate) mod cq;
-pub(crate) mod memory;
 pub(crate) mod qp;
 
-pub use cq::{UiwarpChannel, UiwarpCq};
+pub use crate::driver::{UiwarpChannel, UiwarpCq};
 pub use qp::UiwarpQp;
 
-use memory::RegionSet;
+use crate::memory::RegionSet;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::objects::AsyncEvent;
 use rdmasock_verbs::provider::{ChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps};
@@ -118,8 +116,8 @@ fn attributes() -> DeviceAttributes {
         max_cqe: 3_276_800,
         max_mr: 1_024_000,
         max_pd: 102_400,
-        max_qp_rd_atom: u32::from(crate::core::MAX_READ_DEPTH),
-        max_qp_init_rd_atom: u32::from(crate::core::MAX_READ_DEPTH),
+        max_qp_rd_atom: u32::from(crate::protocol::MAX_READ_DEPTH),
+        max_qp_init_rd_atom: u32::from(crate::protocol::MAX_READ_DEPTH),
         max_res_rd_atom: 13_107_200,
         phys_port_cnt: 1,
         ..DeviceAttributes::default()

@@ -1,13 +1,14 @@
 //! Queue pairs: posting into the engine, states, and the iWARP rule that only connection
 //! setup moves a QP to RTS.
 
-use super::cq::UiwarpCq;
-use super::memory::{InlinePool, QpMemory, RegionSet};
 use super::DEVICE_NAME;
-use crate::core::{
-    CoreError, LocalSegment, MemoryTable, RecvWork, SendOperation, SendWork, SmallPayload,
-};
+use crate::driver::completion::uiwarp_cq;
+use crate::driver::UiwarpCq;
 use crate::driver::{self, Endpoint};
+use crate::memory::{InlinePool, QpMemory, RegionSet};
+use crate::protocol::{
+    LocalSegment, MemoryTable, ProtocolError, RecvWork, SendOperation, SendWork, SmallPayload,
+};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use rdmasock_verbs::wr::PostError;
@@ -89,11 +90,6 @@ impl UiwarpQp {
         })
     }
 
-    /// The driver's side of this QP.
-    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.endpoint
-    }
-
     fn flush_completion(&self, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
         WorkCompletion {
             wr_id,
@@ -105,13 +101,13 @@ impl UiwarpQp {
     }
 
     fn cq(cq: &Arc<dyn CqOps>) -> &UiwarpCq {
-        super::cq::uiwarp_cq(cq)
+        uiwarp_cq(cq)
     }
 
-    fn post_error(&self, index: usize, wr_id: u64, e: CoreError) -> PostError {
+    fn post_error(&self, index: usize, wr_id: u64, e: ProtocolError) -> PostError {
         let qp_num = self.endpoint.qpn;
         let error = match e {
-            CoreError::QueueFull { queue, depth } => Error::QueueFull {
+            ProtocolError::QueueFull { queue, depth } => Error::QueueFull {
                 queue: if queue == "send" {
                     "send queue"
                 } else {
@@ -120,7 +116,7 @@ impl UiwarpQp {
                 qp_num,
                 depth: depth as u32,
             },
-            CoreError::Unsupported { operation, why } => Error::Unsupported {
+            ProtocolError::Unsupported { operation, why } => Error::Unsupported {
                 device: DEVICE_NAME.into(),
                 operation: format!("{operation} ({why})"),
             },
@@ -459,7 +455,7 @@ impl QpOps for UiwarpQp {
                             return Err(self.post_error(
                                 index,
                                 wr.wr_id,
-                                CoreError::QueueFull {
+                                ProtocolError::QueueFull {
                                     queue: "receive",
                                     depth: self.endpoint.caps.max_recv_wr as usize,
                                 },
@@ -496,8 +492,10 @@ impl QpOps for UiwarpQp {
         true
     }
 
+    /// The QP's endpoint, which connection setup ([`crate::driver`]) needs back: the driver
+    /// finds a uiwarp QP's connection through it without knowing this type.
     fn as_any(&self) -> &dyn Any {
-        self
+        &self.endpoint
     }
 }
 

@@ -1,7 +1,7 @@
 //! A seeded, simulated byte stream between two sans-IO connections.
 #![allow(dead_code)]
 
-use rdmasock_uiwarp::core::{
+use rdmasock_uiwarp::protocol::{
     Completion, Config, Connection, Event, LocalSegment, RecvWork, RegionTable, SendOperation,
     SendWork, WorkQueue,
 };
@@ -142,7 +142,7 @@ impl Side {
             .any(|e| matches!(e, Event::Established(_)))
     }
 
-    pub fn terminated(&self) -> Option<&rdmasock_uiwarp::core::Termination> {
+    pub fn terminated(&self) -> Option<&rdmasock_uiwarp::protocol::Termination> {
         self.events.iter().find_map(|e| match e {
             Event::Terminated(t) => Some(t),
             _ => None,
@@ -308,7 +308,7 @@ pub fn small_mulpdu(mulpdu: u16) -> Config {
     }
 }
 
-use rdmasock_uiwarp::core::Origin;
+use rdmasock_uiwarp::protocol::Origin;
 use rdmasock_uiwarp::wire::ddp::{Opcode, Placement, Segment, SegmentRepr};
 use rdmasock_uiwarp::wire::fpdu::{self, Fpdu};
 use rdmasock_uiwarp::wire::rdmap::{TerminateCode, TerminateRepr};

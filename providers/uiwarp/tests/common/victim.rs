@@ -3,7 +3,7 @@
 //! nothing outside a registration is touched.
 
 use super::*;
-use rdmasock_uiwarp::core::{Config, SendOperation, WorkQueue};
+use rdmasock_uiwarp::protocol::{Config, SendOperation, WorkQueue};
 use rdmasock_uiwarp::wire::ddp::{Opcode, Placement, Segment};
 use rdmasock_uiwarp::wire::fpdu::Fpdu;
 use rdmasock_uiwarp::wire::rdmap::{ReadRequestRepr, TerminateCode};

@@ -1,4 +1,5 @@
-//! Which provider drives which device.
+//! Which provider drives which device, and which connection manager serves an address
+//! ([`connection_manager`]).
 //!
 //! The order, per device: the provider `RDMASOCK_PROVIDER` names for it, if any; else the
 //! pure-Rust provider of its driver (rxe, siw); else the bridge to the system's libibverbs
@@ -7,9 +8,13 @@
 //! `RDMASOCK_PROVIDER` is a comma-separated list of `KIND` (every device) or `DEVICE:KIND`
 //! entries, KIND being `rxe`, `siw`, `uiwarp` or `ibverbs` (`rxe0:ibverbs,siw0:siw`, or just
 //! `ibverbs`); a device entry wins over a bare one. Forcing `rxe`/`siw` on a device of another
-//! driver is an error; `uiwarp` selects the userspace provider, which the socket layer
-//! honours when it picks a connection manager ([`ProviderChoice::forces_userspace`]), and
-//! leaves kernel devices to the order above.
+//! driver is an error; `uiwarp` selects the userspace provider, which
+//! [`connection_manager`] honours when it picks a connection manager
+//! ([`ProviderChoice::forces_userspace`]), and leaves kernel devices to the order above.
+
+mod managers;
+
+pub use managers::{connection_manager, connection_manager_for};
 
 use crate::verbs::provider::{ContextOps, Provider};
 use crate::verbs::{Context, DeviceInfo, DeviceList, Error, ProviderRegistry, Result};
@@ -125,8 +130,8 @@ impl ProviderChoice {
             .or(self.every_device)
     }
 
-    /// Whether the userspace provider is asked for every device (the socket layer then uses
-    /// the userspace connection manager).
+    /// Whether the userspace provider is asked for every device ([`connection_manager`] then
+    /// gives the userspace connection manager).
     pub fn forces_userspace(&self) -> bool {
         self.every_device == Some(ProviderKind::Uiwarp)
     }

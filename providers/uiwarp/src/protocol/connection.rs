@@ -8,7 +8,7 @@ pub(crate) use super::state::{
     Blame, Fault, InboundRead, OutstandingRead, ReceiveProgress, SqSlot, TaggedProgress,
 };
 use super::work::{Completion, RecvWork, SendOperation, SendWork, WorkQueue};
-use super::CoreError;
+use super::ProtocolError;
 use crate::wire::ddp::{self, Opcode, Placement, SegmentRepr};
 use crate::wire::fpdu;
 use crate::wire::rdmap::{TerminateCode, TerminateRepr};
@@ -216,23 +216,23 @@ impl Connection {
 
     /// Posts a send work request. It runs once the connection is established; in the error
     /// state it completes at once with `WorkRequestFlushError`.
-    pub fn post_send(&mut self, work: SendWork) -> Result<(), CoreError> {
+    pub fn post_send(&mut self, work: SendWork) -> Result<(), ProtocolError> {
         if let SendOperation::RdmaRead { .. } = work.op {
             if work.segments.len() > 1 {
-                return Err(CoreError::Unsupported {
+                return Err(ProtocolError::Unsupported {
                     operation: "RDMA_READ with more than one scatter entry",
                     why: "iWARP READ responses land in one contiguous sink (siw's max_sge_rd is 1)",
                 });
             }
         }
         if work.total_length() > u64::from(u32::MAX) {
-            return Err(CoreError::Unsupported {
+            return Err(ProtocolError::Unsupported {
                 operation: "a message over 4 GiB",
                 why: "DDP message offsets and READ sizes are 32 bits",
             });
         }
         if self.sq_slots.len() >= self.config.max_send_requests {
-            return Err(CoreError::QueueFull {
+            return Err(ProtocolError::QueueFull {
                 queue: "send",
                 depth: self.config.max_send_requests,
             });
@@ -264,13 +264,13 @@ impl Connection {
 
     /// Posts a receive work request; in the error state it completes at once with
     /// `WorkRequestFlushError`.
-    pub fn post_recv(&mut self, work: RecvWork) -> Result<(), CoreError> {
+    pub fn post_recv(&mut self, work: RecvWork) -> Result<(), ProtocolError> {
         if matches!(self.phase, Phase::Error) {
             self.push_recv_completion(work.wr_id, WcStatus::WorkRequestFlushError, 0, 0, false, 0);
             return Ok(());
         }
         if self.rq.len() + usize::from(self.rx_send.is_some()) >= self.config.max_recv_requests {
-            return Err(CoreError::QueueFull {
+            return Err(ProtocolError::QueueFull {
                 queue: "receive",
                 depth: self.config.max_recv_requests,
             });

@@ -1,25 +1,24 @@
-//! The userspace connection manager for the userspace iWARP provider (`uiwarp`), and the
-//! choice between it and the kernel's rdma_cm.
+//! The userspace connection manager: this provider's implementation of rdmasock-cm's
+//! [`ConnectionManager`] seam.
 //!
-//! [`UiwarpCm`] listens on and dials plain TCP ports; the MPA exchange carries the rsocket
-//! hello as private data and the queue pair reaches RTS by itself. [`AutoCm`], what
-//! `RdmaSocket::connect` and `RdmaListener::bind` use, takes the kernel path when a kernel
-//! RDMA device serves the address, else this one, and says so once on stderr; the
-//! `RDMASOCK_PROVIDER` variable forces either (`uiwarp`, or a kernel provider).
+//! [`UiwarpCm`] listens on and dials plain TCP ports; the MPA exchange carries the caller's
+//! private data and the queue pair reaches RTS by itself. Of the connection parameters only
+//! the private data travels (MPA has no field for the others).
 #![forbid(unsafe_code)]
 
-use super::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
-use crate::registry::{ProviderChoice, ProviderKind};
-use crate::verbs::provider::Provider;
-use crate::verbs::qp_attr::{QpAttrMask, QpAttributes};
-use crate::verbs::{AccessFlags, Context, DeviceInfo, QpState, QueuePair};
+use crate::driver::Endpoint;
+use crate::{Notice, Rejected, UiwarpListener, UiwarpProvider, UiwarpRequest};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use rdmasock_uiwarp::driver::Endpoint;
-use rdmasock_uiwarp::{Notice, Rejected, UiwarpListener, UiwarpProvider, UiwarpRequest};
+use rdmasock_cm::{
+    CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters, IncomingRequest,
+};
+use rdmasock_verbs::provider::Provider;
+use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes};
+use rdmasock_verbs::{AccessFlags, Context, DeviceInfo, ProviderRegistry, QpState, QueuePair};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// The userspace connection manager: iWARP connection setup over TCP, in this process.
@@ -98,11 +97,12 @@ fn explain(e: io::Error) -> io::Error {
 
 impl CmEndpoint for UiwarpEndpoint {
     fn device(&self) -> io::Result<DeviceInfo> {
-        Ok(rdmasock_uiwarp::device_info())
+        Ok(crate::device_info())
     }
 
-    fn open_context(&self) -> io::Result<Context> {
-        let ops = UiwarpProvider::new().open(&rdmasock_uiwarp::device_info())?;
+    /// Opens uiwarp0 with this provider: `registry` has no say over the userspace device.
+    fn open_context(&self, _registry: &ProviderRegistry) -> io::Result<Context> {
+        let ops = UiwarpProvider::new().open(&crate::device_info())?;
         Ok(Context::from_ops(ops))
     }
 
@@ -121,14 +121,14 @@ impl CmEndpoint for UiwarpEndpoint {
                 | QpAttrMask::PORT
                 | QpAttrMask::ACCESS_FLAGS,
         )?;
-        let _ = self.qp.set(rdmasock_uiwarp::driver::endpoint(qp)?);
+        let _ = self.qp.set(crate::driver::endpoint(qp)?);
         Ok(())
     }
 
     fn connect(
         &self,
         qp: &QueuePair,
-        private_data: &[u8],
+        parameters: &ConnectionParameters,
         timeout: Duration,
     ) -> io::Result<Vec<u8>> {
         let dst = self.peer.ok_or_else(|| {
@@ -137,15 +137,16 @@ impl CmEndpoint for UiwarpEndpoint {
                 "a passive endpoint cannot connect",
             )
         })?;
-        rdmasock_uiwarp::connect(qp, dst, private_data, timeout).map_err(explain)
+        crate::connect(qp, dst, &parameters.private_data, timeout).map_err(explain)
     }
 
-    fn start_accept(&self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
-        self.take_request()?.start_accept(qp, private_data)
+    fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {
+        self.take_request()?
+            .start_accept(qp, &parameters.private_data)
     }
 
     fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
-        rdmasock_uiwarp::accepted(qp)
+        crate::accepted(qp)
     }
 
     fn reject(&self, private_data: &[u8]) -> io::Result<()> {
@@ -153,7 +154,7 @@ impl CmEndpoint for UiwarpEndpoint {
     }
 
     fn disconnect(&self, qp: &QueuePair) -> io::Result<()> {
-        rdmasock_uiwarp::disconnect(qp)
+        crate::disconnect(qp)
     }
 
     fn poll_notice(&self) -> io::Result<Option<CmNotice>> {
@@ -194,6 +195,7 @@ impl CmEndpoint for UiwarpEndpoint {
     }
 }
 
+/// A listening TCP port for MPA requests.
 #[derive(Debug)]
 struct UiwarpCmListener {
     listener: UiwarpListener,
@@ -218,108 +220,5 @@ impl CmListener for UiwarpCmListener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.listener.local_addr())
-    }
-}
-
-/// The connection manager `RdmaSocket::connect` and `RdmaListener::bind` use: the kernel's
-/// rdma_cm when a kernel RDMA device serves the address, else [`UiwarpCm`] (said once on
-/// stderr). `RDMASOCK_PROVIDER=uiwarp` forces the userspace path; `rxe`, `siw` or `ibverbs`
-/// force the kernel path.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AutoCm;
-
-/// Which path `RDMASOCK_PROVIDER` forces, if any.
-fn forced() -> io::Result<Option<bool>> {
-    let choice =
-        ProviderChoice::from_env().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    if choice.forces_userspace() {
-        return Ok(Some(true));
-    }
-    // A name no device has: what the variable asks for every device.
-    let kernel = matches!(
-        choice.for_device("\0every device"),
-        Some(ProviderKind::Rxe | ProviderKind::Siw | ProviderKind::Ibverbs)
-    );
-    Ok(kernel.then_some(false))
-}
-
-/// Whether the kernel has any RDMA device at all.
-fn kernel_has_devices() -> bool {
-    std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false)
-}
-
-/// Whether a kernel-path error means "no kernel RDMA device serves this address".
-fn no_kernel_device(e: &io::Error) -> bool {
-    matches!(
-        e.get_ref()
-            .and_then(|r| r.downcast_ref::<crate::cm::Error>()),
-        Some(crate::cm::Error::NoRdmaDevice { .. } | crate::cm::Error::NotLoaded { .. })
-    )
-}
-
-fn announce(addr: SocketAddr) {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        eprintln!(
-            "rdmasock: no kernel RDMA device serves {addr}; using the userspace iWARP provider (uiwarp)"
-        );
-    });
-}
-
-impl AutoCm {
-    fn pick<T>(
-        &self,
-        addr: SocketAddr,
-        kernel: impl FnOnce() -> io::Result<T>,
-        user: impl FnOnce() -> io::Result<T>,
-    ) -> io::Result<T> {
-        match forced()? {
-            Some(true) => return user(),
-            Some(false) => return kernel(),
-            None => {}
-        }
-        if !kernel_has_devices() {
-            announce(addr);
-            return user();
-        }
-        match kernel() {
-            Err(e) if no_kernel_device(&e) => {
-                announce(addr);
-                user()
-            }
-            r => r,
-        }
-    }
-}
-
-impl ConnectionManager for AutoCm {
-    fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
-        self.pick(
-            dst,
-            || KernelCm.resolve(dst, timeout),
-            || UiwarpCm.resolve(dst, timeout),
-        )
-    }
-
-    fn resolve_from_free_port(
-        &self,
-        dst: SocketAddr,
-        timeout: Duration,
-    ) -> io::Result<Box<dyn CmEndpoint>> {
-        self.pick(
-            dst,
-            || KernelCm.resolve_from_free_port(dst, timeout),
-            || UiwarpCm.resolve_from_free_port(dst, timeout),
-        )
-    }
-
-    fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
-        self.pick(
-            addr,
-            || KernelCm.listen(addr, backlog),
-            || UiwarpCm.listen(addr, backlog),
-        )
     }
 }

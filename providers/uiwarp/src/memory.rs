@@ -3,7 +3,7 @@
 //! time, or lent by the caller while the post frames them, so the caller may reuse its buffer
 //! once the post returns.
 
-use crate::core::{MemoryTable, RegionView};
+use crate::protocol::{MemoryTable, RegionView};
 use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory, RemoteKey};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};

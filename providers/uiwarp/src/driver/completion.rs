@@ -1,4 +1,7 @@
 //! Completion channels (an eventfd per channel) and completion queues filled by the engine.
+//!
+//! They belong to the driver: polling an empty queue, or waiting on a channel, makes progress
+//! on the sockets of the queue pairs that report there. The verbs provider creates them.
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -11,7 +14,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::driver::Endpoint;
+use super::Endpoint;
 
 /// Cookies of completion queues: process-wide, never 0.
 static NEXT_COOKIE: AtomicU64 = AtomicU64::new(1);

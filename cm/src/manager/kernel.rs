@@ -1,154 +1,18 @@
-//! The connection manager as the socket layer sees it: a small trait family, so that a
-//! userspace connection manager (for the userspace iWARP provider) can stand in for the
-//! kernel's rdma_cm, which [`KernelCm`] drives.
+//! The kernel's rdma_cm as a [`ConnectionManager`]: one event channel per connection.
 #![forbid(unsafe_code)]
 
-use crate::cm::{CmEvent, CmId, ConnectionParameters, EventChannel};
-use crate::verbs::{Context, DeviceInfo, QueuePair, Transport};
-use std::fmt;
+use super::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest};
+use crate::{CmEvent, CmId, ConnectionParameters, EventChannel};
+use rdmasock_verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair, Transport};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// What a connection's endpoint reports after it is established.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmNotice {
-    /// The connection is down (the peer disconnected, or its node went away).
-    Disconnected,
-    /// The device was removed.
-    DeviceRemoved,
-    /// The transport gave up on a peer that stopped acknowledging (uiwarp: TCP's user
-    /// timeout, see [`CmEndpoint::set_liveness_timeout`]); [`CmEndpoint::end_reason`] says
-    /// it in words.
-    Lost,
-}
-
-/// A connection manager: makes endpoints by resolving a peer or by listening.
-pub trait ConnectionManager: Send + Sync + fmt::Debug {
-    /// Resolves `dst` to a local device and a route, within `timeout`.
-    fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>>;
-    /// [`resolve`](Self::resolve) again after a connect failed because the source port the
-    /// manager chose is taken in TCP's table (`AddrInUse`, `AddrNotAvailable`): on iWARP the
-    /// kernel's rdma_cm picks ports in a space of its own, then siw binds a TCP socket to
-    /// it, which fails where a `TcpStream` (never bound with `SO_REUSEADDR`) or its
-    /// TIME_WAIT holds the port. The kernel manager binds to a port TCP just chose as free
-    /// instead; the default resolves as before.
-    fn resolve_from_free_port(
-        &self,
-        dst: SocketAddr,
-        timeout: Duration,
-    ) -> io::Result<Box<dyn CmEndpoint>> {
-        self.resolve(dst, timeout)
-    }
-    /// Binds to `addr` and listens with `backlog`.
-    fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>>;
-}
-
-/// One connection's endpoint, bound to a device.
-pub trait CmEndpoint: Send + Sync + fmt::Debug {
-    /// The device the endpoint is on.
-    fn device(&self) -> io::Result<DeviceInfo>;
-    /// Opens a verbs context on that device (with the provider that drives it).
-    fn open_context(&self) -> io::Result<Context>;
-    /// Moves a new queue pair to INIT the way this manager wants.
-    fn init_qp(&self, qp: &QueuePair) -> io::Result<()>;
-    /// Active side: connects `qp` sending `private_data`; returns the peer's private data once
-    /// `qp` can send.
-    fn connect(
-        &self,
-        qp: &QueuePair,
-        private_data: &[u8],
-        timeout: Duration,
-    ) -> io::Result<Vec<u8>>;
-    /// Passive side: readies `qp` and accepts with `private_data`, without waiting; then
-    /// [`poll_accept`](Self::poll_accept) tells when the connection is established.
-    fn start_accept(&self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()>;
-    /// Passive side, after [`start_accept`](Self::start_accept): `Ok(true)` once the
-    /// connection is established (`qp` can send), `Ok(false)` while the handshake runs (the
-    /// [`event_fd`](Self::event_fd) turns readable when that may have changed), an error when
-    /// it failed. Does not block.
-    fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool>;
-    /// Passive side: refuses the request with `private_data` (a short reason).
-    fn reject(&self, private_data: &[u8]) -> io::Result<()>;
-    /// Moves `qp` out of the connected state and starts (or answers) the disconnect.
-    fn disconnect(&self, qp: &QueuePair) -> io::Result<()>;
-    /// The next notice, without blocking.
-    fn poll_notice(&self) -> io::Result<Option<CmNotice>>;
-    /// An fd that turns readable when [`poll_notice`](Self::poll_notice) has something.
-    fn event_fd(&self) -> BorrowedFd<'_>;
-    /// The local address.
-    fn local_addr(&self) -> Option<SocketAddr>;
-    /// The peer's address.
-    fn peer_addr(&self) -> Option<SocketAddr>;
-    /// Whether the stream must send one more frame (a keepalive) once the peer's first frame
-    /// has arrived. True on the active side of a kernel iWARP connection: siw as responder
-    /// hands its TCP socket to the queue pair only after sending the MPA reply, and frames of
-    /// ours that arrive in between stay unread until more data comes (see
-    /// `RdmaListener::accept`'s wait for our first frame, which then runs out and sends).
-    fn nudge_after_first_receive(&self) -> bool {
-        false
-    }
-    /// Whether the side that closes first must wait for the peer's close before the
-    /// connection manager's disconnect. True on kernel iWARP: there a send completion means
-    /// only that TCP took the bytes, and the disconnect releases the TCP socket at once, so
-    /// that segments the peer still sends (its credit updates) draw a reset that also throws
-    /// away our DISCONNECT message (or data) still waiting to be retransmitted. On InfiniBand
-    /// and RoCE a completion means the peer acknowledged; the userspace provider closes its
-    /// own TCP socket gracefully.
-    fn disconnect_waits_for_peer(&self) -> bool {
-        false
-    }
-    /// Bounds how long the transport keeps retrying data the peer does not acknowledge,
-    /// once the connection is up (`None`: the transport's default). Only uiwarp has such a
-    /// knob (its TCP socket's `TCP_USER_TIMEOUT`); on rxe the queue pair's retry count and
-    /// timeout bound it, and the kernel's siw keeps its TCP socket to itself, so there this
-    /// does nothing.
-    fn set_liveness_timeout(&self, _timeout: Option<Duration>) -> io::Result<()> {
-        Ok(())
-    }
-    /// Why the connection ended, in words, once it has (where the manager knows).
-    fn end_reason(&self) -> Option<String> {
-        None
-    }
-}
-
-/// A connection request that arrived at a listener.
-#[derive(Debug)]
-pub struct IncomingRequest {
-    /// The new connection's endpoint, with an event fd of its own.
-    pub endpoint: Box<dyn CmEndpoint>,
-    /// The peer's private data (its hello).
-    pub private_data: Vec<u8>,
-}
-
-/// A listening endpoint.
-pub trait CmListener: Send + Sync + fmt::Debug {
-    /// The next connection request, without blocking.
-    fn poll_request(&self) -> io::Result<Option<IncomingRequest>>;
-    /// An fd that turns readable when a request may be waiting.
-    fn event_fd(&self) -> BorrowedFd<'_>;
-    /// The bound address (with the chosen port).
-    fn local_addr(&self) -> io::Result<SocketAddr>;
-}
-
 /// The kernel's rdma_cm (`/dev/infiniband/rdma_cm`), one event channel per connection.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KernelCm;
-
-/// rsocket's connection parameters (see the stream module's documentation).
-fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
-    ConnectionParameters {
-        flow_control: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        responder_resources: 1,
-        initiator_depth: 1,
-        private_data: private_data.to_vec(),
-        ..ConnectionParameters::default()
-    }
-}
 
 impl ConnectionManager for KernelCm {
     fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
@@ -198,7 +62,7 @@ fn kernel_resolve(
 /// The local address the kernel routes `dst` from, with a port that TCP's table has free
 /// now: the routing is asked with an unsent UDP `connect`, the port by binding a TCP socket
 /// (without `SO_REUSEADDR`, so no port any socket holds) and closing it again.
-fn free_tcp_port_toward(dst: SocketAddr) -> io::Result<SocketAddr> {
+pub fn free_tcp_port_toward(dst: SocketAddr) -> io::Result<SocketAddr> {
     use socket2::{Domain, Protocol, Socket, Type};
     let any: SocketAddr = match dst {
         SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
@@ -245,9 +109,9 @@ impl CmEndpoint for KernelEndpoint {
         Ok(self.id.device()?)
     }
 
-    fn open_context(&self) -> io::Result<Context> {
+    fn open_context(&self, registry: &ProviderRegistry) -> io::Result<Context> {
         let device = self.device()?;
-        Ok(Context::open(&device, &crate::default_registry())?)
+        Ok(Context::open(&device, registry)?)
     }
 
     fn init_qp(&self, qp: &QueuePair) -> io::Result<()> {
@@ -257,20 +121,15 @@ impl CmEndpoint for KernelEndpoint {
     fn connect(
         &self,
         qp: &QueuePair,
-        private_data: &[u8],
+        parameters: &ConnectionParameters,
         timeout: Duration,
     ) -> io::Result<Vec<u8>> {
-        let param = rsocket_parameters(private_data);
-        let peer = self.id.connect_blocking(Some(qp), &param, timeout)?;
+        let peer = self.id.connect_blocking(Some(qp), parameters, timeout)?;
         Ok(peer.private_data)
     }
 
-    fn start_accept(&self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
-        let mut param = rsocket_parameters(private_data);
-        if qp.context().device().transport == Transport::Iwarp {
-            param.initiator_depth = 1;
-        }
-        Ok(self.id.accept_qp(qp, &param)?)
+    fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {
+        Ok(self.id.accept_qp(qp, parameters)?)
     }
 
     fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
@@ -300,7 +159,7 @@ impl CmEndpoint for KernelEndpoint {
         match self.id.disconnect_qp(qp) {
             Ok(()) => Ok(()),
             // Already disconnected (the peer's DREQ was answered): nothing left to do.
-            Err(crate::cm::Error::Command { source, .. })
+            Err(crate::Error::Command { source, .. })
                 if source.raw_os_error() == Some(libc::EINVAL) =>
             {
                 Ok(())
@@ -345,6 +204,7 @@ impl CmEndpoint for KernelEndpoint {
     }
 }
 
+/// A kernel rdma_cm id listening on a channel of its own.
 #[derive(Debug)]
 struct KernelListener {
     id: CmId,

@@ -272,7 +272,7 @@ impl TxQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Config, Connection};
+    use crate::protocol::{Config, Connection};
     use std::time::Instant;
 
     #[test]

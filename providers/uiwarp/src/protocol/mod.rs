@@ -53,7 +53,7 @@ pub use work::{
 
 /// Why a call on a connection was refused. The connection is unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CoreError {
+pub enum ProtocolError {
     /// Private data longer than MPA allows.
     #[error("private data of {len} bytes is too long: MPA allows at most {max} (siw accepts at most 252)")]
     PrivateDataTooLong {

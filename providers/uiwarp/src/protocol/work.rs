@@ -1,7 +1,7 @@
 //! Work requests as the engine keeps them (owned, so a driver can queue them across calls),
 //! and the completions it gives back.
 
-use super::{CoreError, Segments};
+use super::{ProtocolError, Segments};
 use rdmasock_verbs::{
     LocalKey, RecvRequest, RemoteKey, SendFlags, SendOp, SendRequest, WorkCompletion,
 };
@@ -100,7 +100,7 @@ pub struct SendWork {
 impl SendWork {
     /// Converts a verbs send request. Immediate data and atomics are refused: iWARP has
     /// neither. `INLINE` is treated as a normal gather (the entries must be registered).
-    pub fn from_request(req: &SendRequest<'_>) -> Result<SendWork, CoreError> {
+    pub fn from_request(req: &SendRequest<'_>) -> Result<SendWork, ProtocolError> {
         let solicited = req.flags.contains(SendFlags::SOLICITED);
         let op = match req.op {
             SendOp::Send => SendOperation::Send {
@@ -110,7 +110,7 @@ impl SendWork {
             SendOp::RdmaWrite { remote_addr, rkey } => SendOperation::RdmaWrite { remote_addr, rkey },
             SendOp::RdmaRead { remote_addr, rkey } => SendOperation::RdmaRead { remote_addr, rkey },
             other => {
-                return Err(CoreError::Unsupported {
+                return Err(ProtocolError::Unsupported {
                     operation: other.name(),
                     why: "iWARP has no immediate data and no atomics (as siw); use SEND, RDMA_WRITE or RDMA_READ",
                 })

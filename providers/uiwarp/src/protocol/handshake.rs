@@ -3,7 +3,7 @@
 use super::config::{Config, Negotiated, Role, Rtr};
 use super::connection::{Blame, Connection, Fault, Phase};
 use super::event::{CloseReason, ConnectRequest, Established, Event};
-use super::CoreError;
+use super::ProtocolError;
 use crate::wire::mpa::{
     FrameKind, IrdOrd, MpaFrame, MpaRepr, RtrKinds, ENHANCED_LEN, HEADER_LEN, IRD_ORD_NO_VALUE,
     MAX_PRIVATE_DATA, REPLY_KEY, REQUEST_KEY, SIW_MAX_PRIVATE_DATA,
@@ -37,9 +37,9 @@ const OTHER_REQUEST: &str = "an MPA request, not a reply: another initiator, or 
 /// Why a responder fails when its peer opens with an MPA reply.
 const OTHER_REPLY: &str = "an MPA reply, not a request: it acts as a listener, not an initiator";
 
-fn check_private_data(pd: &[u8]) -> Result<(), CoreError> {
+fn check_private_data(pd: &[u8]) -> Result<(), ProtocolError> {
     if pd.len() > MAX_USER_PRIVATE_DATA {
-        return Err(CoreError::PrivateDataTooLong {
+        return Err(ProtocolError::PrivateDataTooLong {
             len: pd.len(),
             max: MAX_USER_PRIVATE_DATA,
         });
@@ -58,7 +58,7 @@ impl Connection {
         config: Config,
         private_data: &[u8],
         now: Instant,
-    ) -> Result<Connection, CoreError> {
+    ) -> Result<Connection, ProtocolError> {
         check_private_data(private_data)?;
         let deadline = now + config.reply_timeout;
         let mut c = Connection::new(config, Role::Initiator, Phase::AwaitReply { deadline });
@@ -95,10 +95,10 @@ impl Connection {
     /// Accepts the pending request, replying with `private_data`. In peer-to-peer mode the
     /// connection is established when the initiator's RTR arrives; otherwise at once, with our
     /// first FPDU held until the peer's first FPDU or `now + first_fpdu_delay`.
-    pub fn accept(&mut self, private_data: &[u8], now: Instant) -> Result<(), CoreError> {
+    pub fn accept(&mut self, private_data: &[u8], now: Instant) -> Result<(), ProtocolError> {
         check_private_data(private_data)?;
         let Phase::AwaitAccept(req) = &self.phase else {
-            return Err(CoreError::InvalidState {
+            return Err(ProtocolError::InvalidState {
                 operation: "accept",
                 state: self.phase.name(),
             });
@@ -157,10 +157,10 @@ impl Connection {
 
     /// Rejects the pending request: an MPA Reply with R set and `private_data`, then the
     /// connection is over.
-    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), CoreError> {
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), ProtocolError> {
         check_private_data(private_data)?;
         let Phase::AwaitAccept(req) = &self.phase else {
-            return Err(CoreError::InvalidState {
+            return Err(ProtocolError::InvalidState {
                 operation: "reject",
                 state: self.phase.name(),
             });
