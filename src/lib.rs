@@ -9,9 +9,9 @@
 pub use rdmasock_cm as cm;
 pub use rdmasock_verbs as verbs;
 
+pub mod protocol;
 mod registry;
 pub mod socket;
-pub mod stream;
 
 pub use registry::{
     default_registry, device_list, listed_devices, open_device, registry_for, ProviderChoice,

@@ -6,10 +6,10 @@
 use super::cm::{CmEndpoint, CmNotice};
 use super::lend::Lend;
 use super::options::SocketOptions;
-use super::spin::{SpinPolicy, WaitPlan, WaitStats};
 use super::vectored;
+use super::wait::WaitPolicy;
 use super::warm::{warm, RingWarmer};
-use crate::stream::{
+use crate::protocol::{
     CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
     RECV_DEFER_MAX, TARGET_LIST_LEN,
 };
@@ -186,16 +186,12 @@ pub(crate) struct Connection {
     first_receive_seen: bool,
     /// Where completions are polled into (kept, so that a poll initialises nothing).
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
-    /// How long blocking waits busy-poll.
-    spin: SpinPolicy,
-    /// What blocking calls did when they had to wait.
-    pub(crate) wait_stats: WaitStats,
+    /// How blocking calls wait, what they learnt from recent waits, and their statistics.
+    pub(crate) wait: WaitPolicy,
     /// Where a lending write's messages went in the send ring (kept: no allocation a write).
     lent_spans: Vec<CopySpan>,
     /// Bytes the last read or peek returned (0 after an error or at end-of-stream).
     last_read: usize,
-    /// The last blocking wait's start and end, until the next wait learns from it.
-    ended_wait: Option<(Instant, Instant)>,
 }
 
 impl Connection {
@@ -207,7 +203,7 @@ impl Connection {
     ) -> io::Result<Connection> {
         let engine = StreamEngine::new(opts.stream.clone(), res.regions());
         let scratch_offset = opts.stream.send_ring() + opts.stream.control_area_len();
-        let spin = SpinPolicy::new(opts.stream.progress());
+        let wait = WaitPolicy::new(opts.stream.progress());
         let mut c = Connection {
             engine,
             res,
@@ -228,11 +224,9 @@ impl Connection {
             cond_waiters: 0,
             first_receive_seen: false,
             wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
-            spin,
-            wait_stats: WaitStats::default(),
+            wait,
             lent_spans: Vec::new(),
             last_read: 0,
-            ended_wait: None,
         };
         c.post_ops()?;
         Ok(c)
@@ -478,7 +472,7 @@ impl Connection {
         Ok(self.pump()? || took)
     }
 
-    /// Before a nap (see `SpinPolicy::plan`), on a provider whose channel events move the
+    /// Before a nap (see `WaitPolicy::plan`), on a provider whose channel events move the
     /// data (uiwarp): arms the queue, so that what arrives during the nap raises an event
     /// that the first look after it takes (`take_events_after_wake` reads the socket). Without
     /// it, bytes that came during the nap wait in the socket until a spinning poll checks it,
@@ -518,34 +512,6 @@ impl Connection {
         } else {
             Ok(false)
         }
-    }
-
-    /// How long a blocking wait may busy-poll before it sleeps, by the progress mode (after
-    /// learning from the wait before, see [`record_wait`](Self::record_wait)).
-    pub(crate) fn wait_plan(&mut self) -> WaitPlan {
-        self.learn_ended_wait();
-        self.spin.plan()
-    }
-
-    /// A blocking wait that began at `start` ended at `end`. The adaptive mode learns from it
-    /// when the next wait is planned: the arithmetic stays off the way from the bytes'
-    /// arrival to the caller, and the policy sees the same waits in the same order.
-    #[inline]
-    pub(crate) fn record_wait(&mut self, start: Instant, end: Instant) {
-        self.ended_wait = Some((start, end));
-    }
-
-    /// Feeds the wait [`record_wait`](Self::record_wait) kept, if any, to the spin policy.
-    fn learn_ended_wait(&mut self) {
-        if let Some((start, end)) = self.ended_wait.take() {
-            self.spin.record(end.saturating_duration_since(start));
-        }
-    }
-
-    /// A blocking wait found its progress right after its nap of `nap`.
-    pub(crate) fn record_overslept(&mut self, nap: Duration) {
-        self.learn_ended_wait();
-        self.spin.record_overslept(nap);
     }
 
     /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.

@@ -1,5 +1,5 @@
 //! The socket face: [`RdmaSocket`] and [`RdmaListener`], `std::net`'s `TcpStream` and
-//! `TcpListener` over RDMA, speaking rsocket's stream protocol ([`crate::stream`]).
+//! `TcpListener` over RDMA, speaking rsocket's stream protocol ([`crate::protocol`]).
 //!
 //! A connection is the stream engine plus the verbs objects it drives (context, protection
 //! domain, memory regions, a completion queue with a completion channel, an RC queue pair)
@@ -27,18 +27,18 @@ mod lend;
 mod listener;
 mod options;
 mod post;
+mod rdma_socket;
 mod readiness;
 mod shared;
 mod source;
-mod spin;
-mod stream;
 mod uiwarp;
 mod vectored;
+mod wait;
 mod warm;
 
 pub use cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
-pub use spin::WaitStats;
-pub use stream::RdmaSocket;
+pub use rdma_socket::RdmaSocket;
 pub use uiwarp::{AutoCm, UiwarpCm};
+pub use wait::WaitStats;

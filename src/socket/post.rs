@@ -4,7 +4,7 @@
 
 use super::conn::{Connection, POST_BATCH};
 use super::lend::Lend;
-use crate::stream::{InlineWrite, Op, Payload, StreamError, WrId};
+use crate::protocol::{InlineWrite, Op, Payload, StreamError, WrId};
 use crate::verbs::{RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest};
 use std::io;
 
@@ -27,7 +27,7 @@ impl Connection {
     /// caller's buffer as borrowed inline sends. Receive reposts go after the sends queued
     /// with them (in their own order, a few at a time): a send's doorbell, which the peer
     /// waits for, does not wait for them, and they come out of the receive reserve
-    /// ([`RECV_DEFER_MAX`](crate::stream::RECV_DEFER_MAX)) meanwhile.
+    /// ([`RECV_DEFER_MAX`](crate::protocol::RECV_DEFER_MAX)) meanwhile.
     pub(crate) fn post_ops_with(&mut self, lend: Lend<'_>) -> io::Result<()> {
         let mut result = Ok(());
         let mut receives = [(WrId(0), None); RECV_BATCH];
@@ -72,7 +72,7 @@ impl Connection {
         result
     }
 
-    /// Posts the message [`StreamEngine::write_inline`](crate::stream::StreamEngine::write_inline)
+    /// Posts the message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
     /// made of `bytes` as one inline RDMA WRITE WITH IMMEDIATE, without the op queue, the
     /// batch arrays or a ring copy: a ping-pong's small reply reaches the doorbell with the
     /// least work. The receive reposts queued before it go with the next progress pass.
