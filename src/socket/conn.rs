@@ -1,160 +1,29 @@
-//! One connection's state: the stream engine, the verbs objects it drives, and the endpoint
-//! of the connection manager. Everything here runs under the connection's lock and never
-//! blocks; waiting lives in `shared.rs`.
+//! One connection's state: the protocol engine, the verbs objects it drives ([`Resources`]),
+//! and the endpoint of the connection manager; here the engine is glued to them: completions
+//! fed, progress passes, the connection manager's notices, the disconnect, keepalives and the
+//! completion channel. Everything here runs under the connection's lock and never blocks;
+//! waiting lives in `shared.rs` and `wait.rs`, the caller's bytes in `data_path.rs`, posting
+//! in `post.rs`.
 #![forbid(unsafe_code)]
 
 use super::cm::{CmEndpoint, CmNotice};
-use super::lend::Lend;
 use super::options::SocketOptions;
-use super::vectored;
 use super::wait::WaitPolicy;
-use super::warm::{warm, RingWarmer};
+use super::warm::warm;
 use crate::protocol::{
-    CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
-    RECV_DEFER_MAX, TARGET_LIST_LEN,
+    CopySpan, Hello, Readiness, Received, StreamEngine, StreamError, WrId, RECV_DEFER_MAX,
 };
-use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpCapabilities, QpInitAttributes, QueuePair, Transport, WcOpcode, WcStatus, WorkCompletion,
-};
-use std::io::{self, IoSlice, IoSliceMut};
+use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub(crate) use super::resources::{InitQpFailed, Resources};
+
 /// Completions taken from the queue per poll.
 const POLL_BATCH: usize = 32;
-/// Send work requests chained into one `post_send` call at most (one doorbell).
-pub(crate) const POST_BATCH: usize = 16;
-/// Bytes after the control slots where inline small payloads are staged: 16 for each request
-/// of a batch (the provider copies inline data when the batch is posted).
-const SCRATCH_LEN: usize = 16 * POST_BATCH;
 /// How long a closing connection polls for its flushed receives.
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
-/// The smallest write whose bytes are lent (posted from the caller's buffer) on a device
-/// that lends inline sends, when nothing waits for the transport (see `lend`). Lending costs about 1,800 instructions a post (callgrind,
-/// uiwarp, 4 KiB writes: 1.3 K more per message than copying into the ring), more than
-/// copying 4 KiB; by 16 KiB the copy costs more than that.
-const LEND_FROM: usize = 16 * 1024;
-/// The most inline bytes asked of a device that lends inline sends.
-const LEND_REQUEST_CAP: u32 = 1 << 30;
-const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
-
-/// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
-#[derive(Debug)]
-pub(crate) struct Resources {
-    pub(crate) qp: QueuePair,
-    pub(crate) cq: CompletionQueue,
-    pub(crate) send_mr: MemoryRegion,
-    recv_mr: MemoryRegion,
-    pub(crate) target_mr: MemoryRegion,
-    pub(crate) message_mr: Option<MemoryRegion>,
-    _pd: ProtectionDomain,
-    pub(crate) cq_channel: CompletionChannel,
-    _context: Context,
-    /// The largest message posted from the caller's buffer where the queue pair lends inline
-    /// sends (0: it does not, and only the writes the engine sends inline go from the
-    /// caller's buffer; see `lend`).
-    pub(crate) lend_limit: usize,
-    /// On a device whose registrations pin nothing, what brings the send and receive rings'
-    /// pages in ahead of use (see `warm`); `None` once a ring is in.
-    send_warm: Option<RingWarmer>,
-    recv_warm: Option<RingWarmer>,
-}
-
-impl Resources {
-    /// Opens the endpoint's device and creates everything the stream needs (step 1 of the
-    /// stream module's sequence); the queue pair is in INIT.
-    pub(crate) fn create(
-        endpoint: &dyn CmEndpoint,
-        opts: &mut SocketOptions,
-    ) -> io::Result<Resources> {
-        let context = endpoint.open_context()?;
-        if context.device().transport == Transport::Iwarp {
-            opts.stream.write_with_send = true;
-        }
-        let unpinned = context.device().uverbs_path.is_none();
-        if unpinned {
-            // No kernel device: registrations pin nothing (see UNPINNED_RING).
-            opts.unpinned_rings();
-        }
-        let cfg = &opts.stream;
-        // A device that lends inline sends takes whole messages inline (see `lend`).
-        let lends = context.lends_inline();
-        let inline = if lends {
-            let message = cfg.max_transfer().min(cfg.send_ring() as u32);
-            cfg.inline_threshold().max(message).min(LEND_REQUEST_CAP)
-        } else {
-            cfg.inline_threshold()
-        };
-        let pd = context.alloc_pd()?;
-        let cq_channel = context.create_comp_channel()?;
-        let depth = u32::from(cfg.send_queue_depth()) + cfg.recv_posted();
-        let cq = context.create_cq(depth, Some(&cq_channel))?;
-        let init = QpInitAttributes {
-            caps: QpCapabilities {
-                max_send_wr: u32::from(cfg.send_queue_depth()),
-                max_recv_wr: cfg.recv_posted(),
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: inline,
-            },
-            // Each request carries its own flag (the engine signals one message in
-            // `signal_interval`, and every control message), except on a device that may
-            // read an unsignalled send's ring bytes after the completion that lets the ring
-            // reuse them (siw's zero-copy sends, which TCP may retransmit): there every
-            // request is signalled, whatever the interval.
-            sq_sig_all: context.unsignaled_sends_borrow_memory(),
-        };
-        let qp = pd.create_qp(&init, &cq, &cq)?;
-        endpoint
-            .init_qp(&qp)
-            .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
-        let send_len = cfg.send_ring() + cfg.control_area_len() + SCRATCH_LEN;
-        let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
-        let recv_mr = pd.register(cfg.recv_ring(), REMOTE)?;
-        let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
-        let message_mr = match cfg.message_area_len() {
-            0 => None,
-            n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
-        };
-        let lend_limit = if lends {
-            qp.caps().max_inline_data as usize
-        } else {
-            0
-        };
-        let (send_warm, recv_warm) = if unpinned {
-            (
-                Some(RingWarmer::new(&send_mr, cfg.send_ring())),
-                Some(RingWarmer::new(&recv_mr, cfg.recv_ring())),
-            )
-        } else {
-            (None, None)
-        };
-        Ok(Resources {
-            lend_limit,
-            send_warm,
-            recv_warm,
-            qp,
-            cq,
-            send_mr,
-            recv_mr,
-            target_mr,
-            message_mr,
-            _pd: pd,
-            cq_channel,
-            _context: context,
-        })
-    }
-
-    fn regions(&self) -> LocalRegions {
-        LocalRegions {
-            recv_ring_addr: self.recv_mr.addr(),
-            recv_ring_rkey: self.recv_mr.rkey().0,
-            target_list_addr: self.target_mr.addr(),
-            target_list_rkey: self.target_mr.rkey().0,
-        }
-    }
-}
 
 /// A connection: engine plus resources, and the socket-level settings clones share.
 #[derive(Debug)]
@@ -189,9 +58,9 @@ pub(crate) struct Connection {
     /// How blocking calls wait, what they learnt from recent waits, and their statistics.
     pub(crate) wait: WaitPolicy,
     /// Where a lending write's messages went in the send ring (kept: no allocation a write).
-    lent_spans: Vec<CopySpan>,
+    pub(crate) lent_spans: Vec<CopySpan>,
     /// Bytes the last read or peek returned (0 after an error or at end-of-stream).
-    last_read: usize,
+    pub(crate) last_read: usize,
 }
 
 impl Connection {
@@ -515,94 +384,6 @@ impl Connection {
     }
 
     /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.
-    #[inline]
-    pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
-        if let Some(message) = self.engine.write_inline(buf.len()) {
-            // A lone small message: straight to the queue pair (see `post_inline_write`).
-            return self.post_inline_write(message, buf).map(|()| buf.len());
-        }
-        if !self.lends(buf.len()) {
-            let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
-            return self.engine.write(buf.len(), |s| {
-                warm(warmer, mr, s.ring_offset + s.len);
-                copy_to_ring(mr, buf, s)
-            });
-        }
-        // Lend: the ring space is reserved but not written; the messages are posted now,
-        // while `buf` is borrowed (see `lend`).
-        let mut spans = std::mem::take(&mut self.lent_spans);
-        spans.clear();
-        let written = self.engine.write(buf.len(), |s| spans.push(s));
-        if written.is_ok() && self.post_ops_with(Lend::new(buf, &spans)).is_err() {
-            // The engine has failed; anything still queued must find its bytes in the ring.
-            for &s in &spans {
-                copy_to_ring(&self.res.send_mr, buf, s);
-            }
-        }
-        self.lent_spans = spans;
-        written
-    }
-
-    /// Whether a write of `len` bytes is lent (see `lend`): on a kernel device (whose queue
-    /// pairs copy inline bytes when the request is posted), a write the engine sends inline,
-    /// as rsocket sends one from the caller's buffer; where the queue pair lends inline
-    /// sends, a write of at least [`LEND_FROM`] and above the inline threshold while nothing
-    /// waits for the transport.
-    fn lends(&self, len: usize) -> bool {
-        let threshold = self.opts.stream.inline_threshold() as usize;
-        if self.res.lend_limit == 0 {
-            return len <= threshold;
-        }
-        self.res.lend_limit > threshold
-            && len >= LEND_FROM.max(threshold + 1)
-            && self.res.qp.send_backlog() == Some(0)
-    }
-
-    /// A gathering write: the bytes of `bufs` in order, as [`Connection::write`] takes one
-    /// buffer (one message for as much as fits one).
-    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize, StreamError> {
-        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
-        if let (Some(only), None) = (nonempty.next(), nonempty.next()) {
-            // One buffer after all: the plain write, which may lend it.
-            return self.write(only);
-        }
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
-        let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        self.engine.write(total, |s| {
-            warm(warmer, mr, s.ring_offset + s.len);
-            vectored::gather_to_ring(mr, bufs, s)
-        })
-    }
-
-    /// A scattering read into `bufs` in order.
-    pub(crate) fn read_vectored(
-        &mut self,
-        bufs: &mut [IoSliceMut<'_>],
-    ) -> Result<usize, StreamError> {
-        let mr = &self.res.recv_mr;
-        let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        let result = self
-            .engine
-            .read(total, |s| vectored::scatter_from_ring(mr, bufs, s));
-        self.last_read = *result.as_ref().unwrap_or(&0);
-        result
-    }
-
-    /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
-    #[inline]
-    pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
-        let mr = &self.res.recv_mr;
-        let len = buf.len();
-        // In range by the engine's arithmetic. Two closures, so that each has one caller.
-        let result = if peek {
-            self.engine.peek(len, |s| copy_from_ring(mr, buf, s))
-        } else {
-            self.engine.read(len, |s| copy_from_ring(mr, buf, s))
-        };
-        self.last_read = *result.as_ref().unwrap_or(&0);
-        result
-    }
-
     /// What is possible now.
     pub(crate) fn readiness(&self) -> Readiness {
         self.engine.readiness()
@@ -623,43 +404,4 @@ impl Connection {
             _ => io::Error::new(kind, e),
         }
     }
-}
-
-/// The connection manager could not move a new queue pair to INIT (the error inside). On a
-/// passive endpoint this means the request it answers is no longer valid: its client gave
-/// up, or the kernel timed the request out. The listener skips such a request; any other
-/// failure to set up a connection (memory, device) is the listener's own.
-#[derive(Debug)]
-pub(crate) struct InitQpFailed(pub(crate) io::Error);
-
-impl std::fmt::Display for InitQpFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for InitQpFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-/// Copies the piece `span` of the receive ring to its place in `buf` (inlined into the
-/// read, where it is the only work per message besides the engine's counters).
-#[inline(always)]
-fn copy_from_ring(mr: &MemoryRegion, buf: &mut [u8], span: CopySpan) {
-    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-    let _ = mr.read_at(
-        span.ring_offset,
-        &mut buf[span.data_offset..span.data_offset + span.len],
-    );
-}
-
-/// Copies the piece `span` of `buf` to its place in the send ring.
-fn copy_to_ring(mr: &MemoryRegion, buf: &[u8], span: CopySpan) {
-    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-    let _ = mr.write_at(
-        span.ring_offset,
-        &buf[span.data_offset..span.data_offset + span.len],
-    );
 }

@@ -22,6 +22,7 @@
 
 mod cm;
 mod conn;
+mod data_path;
 mod handshake;
 mod lend;
 mod listener;
@@ -29,6 +30,7 @@ mod options;
 mod post;
 mod rdma_socket;
 mod readiness;
+mod resources;
 mod shared;
 mod source;
 mod uiwarp;
