@@ -7,21 +7,17 @@
 #![forbid(unsafe_code)]
 
 use super::cm::{CmEndpoint, CmNotice};
+use super::completions::CompletionState;
 use super::options::SocketOptions;
+use super::shared::Sleepers;
 use super::wait::WaitPolicy;
-use super::warm::warm;
-use crate::protocol::{
-    CopySpan, Hello, Readiness, Received, StreamEngine, StreamError, WrId, RECV_DEFER_MAX,
-};
-use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
+use crate::protocol::{CopySpan, Hello, Readiness, StreamEngine, StreamError, RECV_DEFER_MAX};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use super::resources::{InitQpFailed, Resources};
 
-/// Completions taken from the queue per poll.
-const POLL_BATCH: usize = 32;
 /// How long a closing connection polls for its flushed receives.
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
 
@@ -32,13 +28,10 @@ pub(crate) struct Connection {
     pub(crate) res: Resources,
     pub(crate) endpoint: Arc<dyn CmEndpoint>,
     pub(crate) opts: SocketOptions,
-    cq_armed: bool,
+    /// What the completion side keeps between polls.
+    pub(crate) completions: CompletionState,
     cm_closed: bool,
     disconnect_started: bool,
-    wc_error: Option<String>,
-    /// A receive completed with an error: the queue pair left the connected state and every
-    /// completion before that point has been fed.
-    receive_flushed: bool,
     pub(crate) scratch_offset: usize,
     keepalive_due: Option<Instant>,
     pub(crate) nonblocking: bool,
@@ -47,14 +40,8 @@ pub(crate) struct Connection {
     /// `set_nodelay(true)`: every post goes to the transport at once (see
     /// `QueuePair::set_send_coalescing`).
     pub(crate) nodelay: bool,
-    /// A blocking call is sleeping in poll(2) on the connection's fds.
-    pub(crate) poller_active: bool,
-    /// Blocked callers waiting on the condition variable for the one in poll(2).
-    pub(crate) cond_waiters: u32,
-    /// A receive has completed (see [`CmEndpoint::nudge_after_first_receive`]).
-    first_receive_seen: bool,
-    /// Where completions are polled into (kept, so that a poll initialises nothing).
-    wcs: Box<[WorkCompletion; POLL_BATCH]>,
+    /// The callers blocked on this connection (see `Shared::sleep`).
+    pub(crate) sleepers: Sleepers,
     /// How blocking calls wait, what they learnt from recent waits, and their statistics.
     pub(crate) wait: WaitPolicy,
     /// Where a lending write's messages went in the send ring (kept: no allocation a write).
@@ -79,20 +66,15 @@ impl Connection {
             endpoint,
             keepalive_due: opts.keepalive.map(|k| Instant::now() + k),
             opts,
-            cq_armed: false,
+            completions: CompletionState::new(),
             cm_closed: false,
             disconnect_started: false,
-            wc_error: None,
-            receive_flushed: false,
             scratch_offset,
             nonblocking: false,
             read_timeout: None,
             write_timeout: None,
             nodelay: false,
-            poller_active: false,
-            cond_waiters: 0,
-            first_receive_seen: false,
-            wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
+            sleepers: Sleepers::default(),
             wait,
             lent_spans: Vec::new(),
             last_read: 0,
@@ -109,51 +91,6 @@ impl Connection {
     /// The peer's hello arrived: the stream is connected.
     pub(crate) fn connected(&mut self, peer: &Hello) -> io::Result<()> {
         self.engine.on_connected(peer).map_err(io::Error::from)
-    }
-
-    /// Feeds one completion to the engine.
-    fn feed(&mut self, wc: &WorkCompletion) -> io::Result<()> {
-        let id = WrId(wc.wr_id);
-        let status = wc.status();
-        let ok = status.is_success();
-        if !ok && status != WcStatus::WorkRequestFlushError && self.wc_error.is_none() {
-            self.wc_error = Some(format!(
-                "work request {:#x} completed with status {} ({status}, vendor error {:#x})",
-                wc.wr_id, wc.status, wc.vendor_err
-            ));
-        }
-        if id.is_receive() {
-            if !ok {
-                self.receive_flushed = true;
-                let cause = self.endpoint.end_reason();
-                self.engine.on_receive_failed(id, cause.as_deref());
-                return Ok(());
-            }
-            let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
-                Received::Immediate(wc.imm_data)
-            } else {
-                let mut word = [0u8; 4];
-                if let Some(mr) = &self.res.message_mr {
-                    mr.read_at(id.message_slot() as usize * 4, &mut word)?;
-                }
-                Received::Message(word)
-            };
-            let target_mr = &self.res.target_mr;
-            let mut read = Ok(());
-            self.engine.on_receive_with(id, received, |list| {
-                read = target_mr.read_at(0, list);
-            });
-            read?;
-            if !self.first_receive_seen {
-                self.first_receive_seen = true;
-                if self.endpoint.nudge_after_first_receive() {
-                    self.engine.keepalive();
-                }
-            }
-        } else {
-            self.engine.on_send_completion(id, ok);
-        }
-        Ok(())
     }
 
     /// Makes every possible step without blocking: posts queued work, feeds completions, takes
@@ -246,31 +183,6 @@ impl Connection {
         Ok(false)
     }
 
-    /// Feeds every completion waiting in the queue; true when there was any.
-    pub(crate) fn drain_cq(&mut self) -> io::Result<bool> {
-        let mut progress = false;
-        loop {
-            let n = self.res.cq.poll(&mut self.wcs[..])?.len();
-            for i in 0..n {
-                let wc = self.wcs[i];
-                self.feed(&wc)?;
-                // A lone receive repost waits for the next post (see `progress_after_read`).
-                if !self.engine.only_receives_queued(RECV_DEFER_MAX) {
-                    self.post_ops()?;
-                }
-            }
-            progress |= n > 0;
-            if n < POLL_BATCH {
-                if progress && self.res.recv_warm.is_some() {
-                    // The next bytes land behind these: bring their pages in.
-                    let end = self.engine.received_end();
-                    warm(&mut self.res.recv_warm, &self.res.recv_mr, end);
-                }
-                return Ok(progress);
-            }
-        }
-    }
-
     /// The connection manager says the connection is down, and that event can overtake the
     /// completions of the peer's last messages (rxe posts them from another task). Move the
     /// queue pair to ERR and feed completions until the flushed receives show up: everything
@@ -282,7 +194,7 @@ impl Connection {
             let _ = self.endpoint.disconnect(&self.res.qp);
         }
         let end = Instant::now() + FLUSH_WAIT;
-        while !self.receive_flushed && Instant::now() < end {
+        while !self.completions.receive_flushed && Instant::now() < end {
             if !self.drain_cq()? {
                 std::thread::yield_now();
             }
@@ -329,60 +241,6 @@ impl Connection {
         Some(due.saturating_duration_since(now))
     }
 
-    /// Takes the completion channel's events and arms the queue, so that the next completion
-    /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether events
-    /// were taken or that last poll made progress.
-    pub(crate) fn arm(&mut self) -> io::Result<bool> {
-        let took = self.take_events()?;
-        if !self.cq_armed {
-            self.res.cq.req_notify(false)?;
-            self.cq_armed = true;
-        }
-        Ok(self.pump()? || took)
-    }
-
-    /// Before a nap (see `WaitPolicy::plan`), on a provider whose channel events move the
-    /// data (uiwarp): arms the queue, so that what arrives during the nap raises an event
-    /// that the first look after it takes (`take_events_after_wake` reads the socket). Without
-    /// it, bytes that came during the nap wait in the socket until a spinning poll checks it,
-    /// the look after the nap finds nothing, and the nap is never judged too long. True when
-    /// arming found progress (no nap then). A kernel provider's completions are in the queue
-    /// at the first look: nothing to do.
-    pub(crate) fn arm_for_nap(&mut self) -> io::Result<bool> {
-        if self.res.cq_channel.events_make_progress() {
-            self.arm()
-        } else {
-            Ok(false)
-        }
-    }
-
-    /// Takes and acknowledges the completion channel's events, leaving the queue unarmed;
-    /// true when there were any.
-    fn take_events(&mut self) -> io::Result<bool> {
-        let mut events = 0;
-        while self.res.cq_channel.try_get_event()?.is_some() {
-            events += 1;
-        }
-        if events > 0 {
-            self.res.cq.ack_events(events);
-            self.cq_armed = false;
-        }
-        Ok(events > 0)
-    }
-
-    /// After a sleep on the completion channel: on a provider whose events move the data
-    /// (uiwarp, see `events_make_progress`), takes them first, so that the woken thread reads
-    /// the socket inside `get_event` and the event it raises needs no eventfd write and read;
-    /// the queue is re-armed only before the next sleep. On a kernel provider this does
-    /// nothing: the completions are polled as usual, and the event is taken when arming.
-    pub(crate) fn take_events_after_wake(&mut self) -> io::Result<bool> {
-        if self.res.cq_channel.events_make_progress() {
-            self.take_events()
-        } else {
-            Ok(false)
-        }
-    }
-
     /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.
     /// What is possible now.
     pub(crate) fn readiness(&self) -> Readiness {
@@ -397,7 +255,7 @@ impl Connection {
     /// An engine error as an `io::Error`, with the failed completion's status when known.
     pub(crate) fn io_error(&self, e: StreamError) -> io::Error {
         let kind = io::Error::from(e.clone()).kind();
-        match (&e, &self.wc_error) {
+        match (&e, &self.completions.wc_error) {
             (StreamError::ConnectionReset(_), Some(wc)) => {
                 io::Error::new(kind, format!("{e}; {wc}"))
             }

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod cm;
+mod completions;
 mod conn;
 mod data_path;
 mod handshake;

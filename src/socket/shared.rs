@@ -29,6 +29,15 @@ pub(crate) enum Direction {
     Other(Option<Duration>),
 }
 
+/// The callers blocked on one connection, kept under its lock.
+#[derive(Debug, Default)]
+pub(crate) struct Sleepers {
+    /// A blocking call is sleeping in poll(2) on the connection's fds.
+    pub(crate) poller_active: bool,
+    /// Blocked callers waiting on the condition variable for the one in poll(2).
+    pub(crate) cond_waiters: u32,
+}
+
 /// A connection and what waiting on it needs outside its lock.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -221,8 +230,8 @@ impl Shared {
             (a, b) => a.or(b),
         };
         g.wait.channel_sleep();
-        if g.poller_active {
-            g.cond_waiters += 1;
+        if g.sleepers.poller_active {
+            g.sleepers.cond_waiters += 1;
             let mut g = match wait {
                 Some(w) => {
                     self.cond
@@ -232,18 +241,18 @@ impl Shared {
                 }
                 None => self.cond.wait(g).unwrap_or_else(|p| p.into_inner()),
             };
-            g.cond_waiters -= 1;
+            g.sleepers.cond_waiters -= 1;
             return Ok(g);
         }
-        g.poller_active = true;
+        g.sleepers.poller_active = true;
         drop(g);
         let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), &self.waker, wait);
         let mut g = self.lock();
-        g.poller_active = false;
+        g.sleepers.poller_active = false;
         if matches!(result, Ok(true)) {
             self.drain_waker();
         }
-        if g.cond_waiters > 0 {
+        if g.sleepers.cond_waiters > 0 {
             self.cond.notify_all();
         }
         result?;
@@ -311,10 +320,10 @@ impl Shared {
     fn wake_others(&self, g: &Connection) {
         // A notify is a futex system call even with no one waiting: skip it then (waiters
         // register under the lock, so none can be missed).
-        if g.cond_waiters > 0 {
+        if g.sleepers.cond_waiters > 0 {
             self.cond.notify_all();
         }
-        if g.poller_active {
+        if g.sleepers.poller_active {
             let _ = self.waker.write(1);
         }
     }
