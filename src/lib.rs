@@ -2,7 +2,8 @@
 //!
 //! RDMA with the face of a socket. This crate assembles the layers: the verbs objects
 //! ([`verbs`]), the connection manager ([`cm`]) and the providers, and picks a provider for
-//! each device.
+//! each device; [`protocol`] is rsocket's stream protocol engine (sans-IO), and [`socket`]
+//! drives it as [`RdmaSocket`] and [`RdmaListener`].
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -42,7 +42,7 @@ pub(crate) struct Resources {
 
 impl Resources {
     /// Opens the endpoint's device and creates everything the stream needs (step 1 of the
-    /// stream module's sequence); the queue pair is in INIT.
+    /// [`crate::protocol`] sequence); the queue pair is in INIT.
     pub(crate) fn create(
         endpoint: &dyn CmEndpoint,
         opts: &mut SocketOptions,

@@ -191,9 +191,9 @@ impl Shared {
     }
 
     /// Takes the nap the policy planned: unless arming the queue finds progress already,
-    /// sleeps `nap` on a timer outside the lock (a clone may go on meanwhile), then makes
-    /// the progress that came during it; true when there was any. What came is for the attempt to find first (on
-    /// uiwarp the armed channel's events read the socket).
+    /// sleeps `nap` on a timer outside the lock (a clone may go on meanwhile), then makes the
+    /// progress that came during it; true when there was any. What came is for the attempt
+    /// to find first (on uiwarp the armed channel's events read the socket).
     fn nap<'a>(
         &'a self,
         mut g: MutexGuard<'a, Connection>,
