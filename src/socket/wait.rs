@@ -503,4 +503,75 @@ mod tests {
         p.record(150 * US);
         assert_eq!(p.plan().spin, 600 * US, "four times the shortest, 150 us");
     }
+
+    #[test]
+    fn a_call_plans_its_wait_once_and_a_nonblocking_call_never_spins() {
+        let mut p = WaitPolicy::new(ProgressMode::BusyPoll { spin: 50 * US });
+        let mut nonblocking = CallWait::new(None, true);
+        assert_eq!(p.next_step(&mut nonblocking), Step::ArmAndSleep);
+        assert_eq!(p.stats.waits, 0, "a nonblocking call does not wait");
+        let mut call = CallWait::new(None, false);
+        let Step::Spin(end) = p.next_step(&mut call) else {
+            panic!("busy-poll mode spins");
+        };
+        call.not_yet();
+        assert_eq!(
+            p.next_step(&mut call),
+            Step::Spin(end),
+            "the same spin goes on"
+        );
+        assert_eq!(p.stats.waits, 1, "one call, one wait");
+        assert!(!call.spun(None));
+        p.call_ended(&call);
+        assert!(
+            p.ended_wait.is_some(),
+            "learnt when the next wait is planned"
+        );
+        let mut next = CallWait::new(None, false);
+        p.next_step(&mut next);
+        assert!(p.ended_wait.is_none());
+        assert_eq!(p.stats.waits, 2);
+    }
+
+    #[test]
+    fn a_nap_is_bounded_by_the_deadline_and_an_overslept_one_is_counted() {
+        let mut p = adaptive();
+        for _ in 0..4 {
+            p.record(2200 * US);
+        }
+        let mut call = CallWait::new(None, false);
+        assert_eq!(p.next_step(&mut call), Step::Nap(1700 * US));
+        let mut short = CallWait::new(Some(Duration::from_millis(1)), false);
+        match p.next_step(&mut short) {
+            Step::Nap(nap) => assert!(nap <= Duration::from_millis(1), "{nap:?}"),
+            step => panic!("{step:?}"),
+        }
+        p.nap_taken();
+        call.napped(1700 * US);
+        p.call_ended(&call);
+        assert_eq!(p.stats.naps, 1);
+        assert_eq!(p.stats.overslept_naps, 1);
+        assert_eq!(
+            p.plan().nap,
+            Duration::ZERO,
+            "850 us is under the cap: no nap"
+        );
+        // A call that waited for nothing teaches nothing.
+        p.call_ended(&CallWait::new(None, false));
+        assert!(p.ended_wait.is_none());
+    }
+
+    #[test]
+    fn a_timed_out_call_says_how_long_it_waited() {
+        let mut call = CallWait::new(Some(Duration::ZERO), false);
+        let e = call.sleep_bound().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(
+            e.to_string(),
+            "timed out after 0ns waiting on the RDMA connection"
+        );
+        assert!(call.take_woke());
+        let mut unbounded = CallWait::new(None, false);
+        assert_eq!(unbounded.sleep_bound().unwrap(), None);
+    }
 }
