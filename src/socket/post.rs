@@ -34,7 +34,7 @@ impl Connection {
     /// The one place where this connection's work requests reach the provider (as mio's
     /// `do_io` is the one place a source does its I/O). An error means the queue pair is
     /// unusable; the route that posted hands it to [`post_failed`](Self::post_failed).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn submit(&self, work: Work<'_, '_>) -> io::Result<()> {
         let posted = match work {
             Work::Sends(wrs) => self.res.qp.post_send(wrs),
@@ -287,7 +287,7 @@ impl PreparedSend {
 
     /// The message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
     /// made: an inline RDMA WRITE WITH IMMEDIATE whose bytes are the caller's.
-    #[inline]
+    #[inline(always)]
     fn inline_write(message: InlineWrite) -> PreparedSend {
         PreparedSend {
             wr_id: message.wr_id,
@@ -304,7 +304,7 @@ impl PreparedSend {
 
     /// The work request for this send with its payload at `sges`; `lent` says the bytes are
     /// borrowed from the caller, which makes the send inline.
-    #[inline]
+    #[inline(always)]
     fn request<'a>(&self, sges: &'a [ScatterGather<'a>], lent: bool) -> SendRequest<'a> {
         let mut flags = SendFlags::empty();
         if self.signaled {

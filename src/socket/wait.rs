@@ -103,7 +103,7 @@ pub(crate) struct CallWait {
 
 impl CallWait {
     /// A call that obeys `timeout` (from now on) and waits unless `nonblocking`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(timeout: Option<Duration>, nonblocking: bool) -> CallWait {
         CallWait {
             nonblocking,
@@ -189,6 +189,7 @@ impl WaitPolicy {
     /// its first wait), nap first (when the plan says so and the deadline allows), or arm
     /// and sleep (a nonblocking call, or a spin that is over). The first wait of a call reads
     /// the clock, learns from the wait before and is counted.
+    #[inline]
     pub(crate) fn next_step(&mut self, call: &mut CallWait) -> Step {
         if call.nonblocking {
             return Step::ArmAndSleep;
@@ -228,7 +229,7 @@ impl WaitPolicy {
     /// `call`'s attempt went through: learns how long its wait lasted, if it waited. A call
     /// whose progress was there at the first look after a nap learns only that the nap was
     /// too long (the progress came during it, at a time unknown).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn call_ended(&mut self, call: &CallWait) {
         match (call.spinning, call.napped) {
             (Some(_), Some(nap)) => {
@@ -340,6 +341,7 @@ impl WaitPolicy {
 /// also ends, without progress, as soon as another caller waits for the connection's lock
 /// (`contenders`): a clone writing while this one reads must not wait out the whole budget;
 /// this caller then sleeps in poll(2), which releases the lock.
+#[inline]
 pub(crate) fn spin_until(
     end: Instant,
     contenders: &AtomicU32,
