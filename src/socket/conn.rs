@@ -169,7 +169,7 @@ impl Connection {
     /// meanwhile (or makes the progress pass when it finds nothing): a ping-pong's write
     /// posts its message first and the reposts behind it (see `post_ops_with`), so neither
     /// the reposts nor a second pass over the queue stand between the bytes' arrival and the
-    /// reply leaving (~0.6 µs of rxe0's 64 B one-way time under QEMU, README, session 29).
+    /// reply leaving (~0.6 µs of rxe0's 64 B one-way time under QEMU, README).
     /// The reposts come out of the receive reserve, which is sized for it, so a socket left
     /// uncalled starves no one; a credit update or anything else queued is posted now.
     #[inline]

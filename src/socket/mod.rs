@@ -20,6 +20,7 @@
 //! means `accept` may go on.
 #![forbid(unsafe_code)]
 
+mod call_wait;
 mod cm;
 mod completions;
 mod conn;

@@ -1,13 +1,15 @@
 //! How a blocking call waits for progress: [`WaitPolicy`] decides, for one connection, whether
 //! a call that found nothing to do busy-polls (and for how long), naps on a timer first, or
 //! arms the completion channel and sleeps in poll(2); it learns from the connection's recent
-//! waits (the adaptive mode) and counts them ([`WaitStats`]). [`CallWait`] is one blocking
-//! call's side of it: when its wait began, the nap it took, its deadline. Neither knows the
+//! waits (the adaptive mode) and counts them ([`WaitStats`]). [`CallWait`] (`call_wait.rs`)
+//! is one blocking call's side of it: when its wait began, the nap it took, its deadline. Neither knows the
 //! protocol engine or the verbs objects; the driver loop (`Shared::run`) does what they say.
 #![forbid(unsafe_code)]
 
 use crate::protocol::{ProgressMode, MIN_ADAPTIVE_SPIN};
 use std::io;
+
+pub(crate) use super::call_wait::CallWait;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -76,102 +78,6 @@ pub(crate) struct WaitPolicy {
     ended_wait: Option<(Instant, Instant)>,
     /// What blocking calls did when they had to wait.
     pub(crate) stats: WaitStats,
-}
-
-/// One blocking call's wait: from its first look that found nothing to its result.
-#[derive(Debug)]
-pub(crate) struct CallWait {
-    /// A nonblocking call never spins or sleeps.
-    nonblocking: bool,
-    /// The timeout the call obeys, and when it runs out.
-    timeout: Option<Duration>,
-    deadline: Option<Instant>,
-    /// When this call first found it must wait, and until when it may busy-poll.
-    spinning: Option<(Instant, Instant)>,
-    /// A nap planned by [`WaitPolicy::next_step`]: when the wait began, and the spin after it.
-    nap_planned: Option<(Instant, Duration)>,
-    /// The call slept in poll(2) (see `Connection::take_events_after_wake`).
-    woke: bool,
-    /// The nap just taken, until the attempt after it has told whether it came too late.
-    napped: Option<Duration>,
-    /// This call's wait is counted in the connection's `WaitStats`.
-    counted: bool,
-    /// When the spin found the progress the attempt then took: the wait's end, without a
-    /// clock read after the bytes came (one costs ~100 ns under QEMU).
-    spun_to: Option<Instant>,
-}
-
-impl CallWait {
-    /// A call that obeys `timeout` (from now on) and waits unless `nonblocking`.
-    #[inline(always)]
-    pub(crate) fn new(timeout: Option<Duration>, nonblocking: bool) -> CallWait {
-        CallWait {
-            nonblocking,
-            timeout,
-            deadline: timeout.map(|t| Instant::now() + t),
-            spinning: None,
-            nap_planned: None,
-            woke: false,
-            napped: None,
-            counted: false,
-            spun_to: None,
-        }
-    }
-
-    /// Whether the call returns `WouldBlock` instead of waiting.
-    #[inline]
-    pub(crate) fn nonblocking(&self) -> bool {
-        self.nonblocking
-    }
-
-    /// Whether the call has just slept in poll(2); clears it.
-    #[inline]
-    pub(crate) fn take_woke(&mut self) -> bool {
-        std::mem::take(&mut self.woke)
-    }
-
-    /// The attempt found nothing again: a nap or spin before it did not bring its progress.
-    #[inline]
-    pub(crate) fn not_yet(&mut self) {
-        self.napped = None;
-        self.spun_to = None;
-    }
-
-    /// The nap [`WaitPolicy::next_step`] planned was taken (`nap` long); the spin after it
-    /// runs from now.
-    pub(crate) fn napped(&mut self, nap: Duration) {
-        if let Some((start, spin)) = self.nap_planned.take() {
-            self.napped = Some(nap);
-            self.spinning = Some((start, Instant::now() + spin));
-        }
-    }
-
-    /// The spin ended: when it found progress (`None`: it did not). True when it did.
-    #[inline]
-    pub(crate) fn spun(&mut self, found_at: Option<Instant>) -> bool {
-        self.spun_to = found_at;
-        found_at.is_some()
-    }
-
-    /// The call is about to sleep in poll(2): how long it may (`None`: no bound), or the
-    /// timeout's error when its time is up.
-    pub(crate) fn sleep_bound(&mut self) -> io::Result<Option<Duration>> {
-        self.woke = true;
-        let Some(deadline) = self.deadline else {
-            return Ok(None);
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "timed out after {:?} waiting on the RDMA connection",
-                    self.timeout.unwrap_or_default()
-                ),
-            ));
-        }
-        Ok(Some(left))
-    }
 }
 
 impl WaitPolicy {
