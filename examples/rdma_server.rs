@@ -85,7 +85,9 @@ fn run(server: &str, port: u16) -> Result<(), String> {
         .map_err(step("rdma_getaddrinfo"))?
         .next()
         .ok_or_else(|| format!("rdma_getaddrinfo: no address for {server}"))?;
-    let listener = manager().listen(address, 0).map_err(cm_step("rdma_listen"))?;
+    let listener = manager()
+        .listen(address, 0)
+        .map_err(cm_step("rdma_listen"))?;
     let request = get_request(listener.as_ref()).map_err(step("rdma_get_request"))?;
     let id = request.endpoint;
     let ep = Endpoint::new(id.as_ref(), PROGRAM)?;

@@ -5,7 +5,9 @@
 //! between registered rings, over a kernel RDMA device when one serves the address and over a
 //! userspace iWARP provider (RDMA over an ordinary TCP socket) when none does. This crate
 //! assembles the layers: the verbs objects ([`verbs`]), the connection manager ([`cm`]), the
-//! providers, and the registry that picks a provider for each device.
+//! providers, and the registry that picks a provider for each device; [`protocol`] is
+//! rsocket's stream protocol engine (sans-IO), and [`socket`] drives it as [`RdmaSocket`] and
+//! [`RdmaListener`].
 //!
 //! ## Quick start
 //!
@@ -139,9 +141,9 @@
 pub use rdmasock_cm as cm;
 pub use rdmasock_verbs as verbs;
 
+pub mod protocol;
 mod registry;
 pub mod socket;
-pub mod stream;
 
 pub use registry::{
     connection_manager, connection_manager_for, default_registry, device_list, listed_devices,

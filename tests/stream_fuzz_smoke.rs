@@ -1,4 +1,4 @@
-//! The stream engine's fuzz entry points (`rdmasock::stream::fuzzing`, run by cargo-fuzz in
+//! The stream engine's fuzz entry points (`rdmasock::protocol::fuzzing`, run by cargo-fuzz in
 //! `fuzz/`) on seeded inputs, so that a stable `cargo test` exercises them: random bytes,
 //! mutated valid hellos, and scripts whose peer messages are mostly well-formed, so that the
 //! engine gets past the first protocol violation. (A well-behaved peer, which takes the
@@ -8,8 +8,8 @@
 mod fabric;
 
 use fabric::Rng;
-use rdmasock::stream::fuzzing;
-use rdmasock::stream::{Control, Hello, Message, RemoteSge, FLAG_RDMASOCK};
+use rdmasock::protocol::fuzzing;
+use rdmasock::protocol::{Control, Hello, Message, RemoteSge, FLAG_RDMASOCK};
 
 /// The generator's byte: the low 8 bits of the next value.
 fn byte(rng: &mut Rng) -> u8 {

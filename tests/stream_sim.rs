@@ -8,7 +8,7 @@
 mod fabric;
 
 use fabric::{local_regions, pair, small_config, Fabric, Rng};
-use rdmasock::stream::{
+use rdmasock::protocol::{
     ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Message, Op, Payload, Received,
     RemoteSge, StreamConfig, StreamConfigBuilder, StreamEngine, StreamError, WrId, SGE_LEN,
     TARGET_LIST_LEN,
@@ -332,7 +332,7 @@ fn wire_bytes_match_rsocket() {
             (remote_addr, rkey, imm, inline),
             (0x5000_0010, 0x77, 0x8000_0180, true)
         );
-        let sge = rdmasock::stream::RemoteSge::new(0x7f00_0001_0000, 0x1111, 65536);
+        let sge = rdmasock::protocol::RemoteSge::new(0x7f00_0001_0000, 0x1111, 65536);
         assert_eq!(
             payload.small_bytes().unwrap(),
             &sge.encode(order)[..SGE_LEN]
@@ -426,7 +426,7 @@ fn stale_target_entry_is_not_reused() {
     while e.pop_op().is_some() {}
     // The peer advertised its second half into entry 1; we use up entry 0.
     let mut target = [0u8; 32];
-    let half1 = rdmasock::stream::RemoteSge::new(0x10_0000 + 65536, 1, 65536);
+    let half1 = rdmasock::protocol::RemoteSge::new(0x10_0000 + 65536, 1, 65536);
     target[16..].copy_from_slice(&half1.encode(ByteOrder::native()));
     e.on_receive(
         WrId(1 << 63),
@@ -436,7 +436,7 @@ fn stale_target_entry_is_not_reused() {
     while e.pop_op().is_some() {}
     assert_eq!(e.write(65536, |_| {}), Ok(65536));
     // Entry 0's memory still describes half 0 while the clear waits in the queue.
-    let half0 = rdmasock::stream::RemoteSge::new(0x10_0000, 1, 65536);
+    let half0 = rdmasock::protocol::RemoteSge::new(0x10_0000, 1, 65536);
     target[..16].copy_from_slice(&half0.encode(ByteOrder::native()));
     assert!(e.write(65536, |_| {}).is_ok(), "entry 1 is usable");
     e.on_receive(

@@ -6,7 +6,7 @@
 mod fabric;
 
 use fabric::{local_regions, pair, small_config};
-use rdmasock::stream::{StreamConfig, StreamEngine, StreamError, WrId};
+use rdmasock::protocol::{StreamConfig, StreamEngine, StreamError, WrId};
 use std::net::Shutdown;
 
 #[test]

@@ -8,7 +8,7 @@
 mod fabric;
 
 use fabric::{pair, small_config};
-use rdmasock::stream::RECV_RESERVE;
+use rdmasock::protocol::RECV_RESERVE;
 
 /// Both sides use every credit with small writes while side 0 feeds no completion: side 1
 /// reads what side 0 sent, which makes it send credit updates behind its data, and all of

@@ -1,9 +1,9 @@
-//! Fuzz target: `rdmasock::stream::fuzzing::engine`, the rsocket stream engine driven by a
+//! Fuzz target: `rdmasock::protocol::fuzzing::engine`, the rsocket stream engine driven by a
 //! hostile peer's script.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    rdmasock::stream::fuzzing::engine(data);
+    rdmasock::protocol::fuzzing::engine(data);
 });

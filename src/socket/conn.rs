@@ -1,160 +1,25 @@
-//! One connection's state: the stream engine, the verbs objects it drives, and the endpoint
-//! of the connection manager. Everything here runs under the connection's lock and never
-//! blocks; waiting lives in `shared.rs`.
+//! One connection's state: the protocol engine, the verbs objects it drives ([`Resources`]),
+//! and the endpoint of the connection manager; here the engine is glued to them: completions
+//! fed, progress passes, the connection manager's notices, the disconnect, keepalives and the
+//! completion channel. Everything here runs under the connection's lock and never blocks;
+//! waiting lives in `shared.rs` and `wait.rs`, the caller's bytes in `data_path.rs`, posting
+//! in `post.rs`.
 #![forbid(unsafe_code)]
 
-use super::lend::Lend;
+use super::completions::CompletionState;
 use super::options::SocketOptions;
-use super::spin::{SpinPolicy, WaitPlan, WaitStats};
-use super::vectored;
-use super::warm::{warm, RingWarmer};
+use super::shared::Sleepers;
+use super::wait::WaitPolicy;
 use crate::cm::{CmEndpoint, CmNotice};
-use crate::stream::{
-    CopySpan, Hello, LocalRegions, Readiness, Received, StreamEngine, StreamError, WrId,
-    RECV_DEFER_MAX, TARGET_LIST_LEN,
-};
-use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpCapabilities, QpInitAttributes, QueuePair, Transport, WcOpcode, WcStatus, WorkCompletion,
-};
-use std::io::{self, IoSlice, IoSliceMut};
+use crate::protocol::{CopySpan, Hello, Readiness, StreamEngine, StreamError, RECV_DEFER_MAX};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Completions taken from the queue per poll.
-const POLL_BATCH: usize = 32;
-/// Send work requests chained into one `post_send` call at most (one doorbell).
-pub(crate) const POST_BATCH: usize = 16;
-/// Bytes after the control slots where inline small payloads are staged: 16 for each request
-/// of a batch (the provider copies inline data when the batch is posted).
-const SCRATCH_LEN: usize = 16 * POST_BATCH;
+pub(crate) use super::resources::{InitQpFailed, Resources};
+
 /// How long a closing connection polls for its flushed receives.
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
-/// The smallest write whose bytes are lent (posted from the caller's buffer) on a device
-/// that lends inline sends, when nothing waits for the transport (see `lend`). Lending costs about 1,800 instructions a post (callgrind,
-/// uiwarp, 4 KiB writes: 1.3 K more per message than copying into the ring), more than
-/// copying 4 KiB; by 16 KiB the copy costs more than that.
-const LEND_FROM: usize = 16 * 1024;
-/// The most inline bytes asked of a device that lends inline sends.
-const LEND_REQUEST_CAP: u32 = 1 << 30;
-const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
-
-/// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
-#[derive(Debug)]
-pub(crate) struct Resources {
-    pub(crate) qp: QueuePair,
-    pub(crate) cq: CompletionQueue,
-    pub(crate) send_mr: MemoryRegion,
-    recv_mr: MemoryRegion,
-    pub(crate) target_mr: MemoryRegion,
-    pub(crate) message_mr: Option<MemoryRegion>,
-    _pd: ProtectionDomain,
-    pub(crate) cq_channel: CompletionChannel,
-    _context: Context,
-    /// The largest message posted from the caller's buffer where the queue pair lends inline
-    /// sends (0: it does not, and only the writes the engine sends inline go from the
-    /// caller's buffer; see `lend`).
-    pub(crate) lend_limit: usize,
-    /// On a device whose registrations pin nothing, what brings the send and receive rings'
-    /// pages in ahead of use (see `warm`); `None` once a ring is in.
-    send_warm: Option<RingWarmer>,
-    recv_warm: Option<RingWarmer>,
-}
-
-impl Resources {
-    /// Opens the endpoint's device and creates everything the stream needs (step 1 of the
-    /// stream module's sequence); the queue pair is in INIT.
-    pub(crate) fn create(
-        endpoint: &dyn CmEndpoint,
-        opts: &mut SocketOptions,
-    ) -> io::Result<Resources> {
-        let context = endpoint.open_context(&crate::default_registry())?;
-        if context.device().transport == Transport::Iwarp {
-            opts.stream.write_with_send = true;
-        }
-        let unpinned = context.device().uverbs_path.is_none();
-        if unpinned {
-            // No kernel device: registrations pin nothing (see UNPINNED_RING).
-            opts.unpinned_rings();
-        }
-        let cfg = &opts.stream;
-        // A device that lends inline sends takes whole messages inline (see `lend`).
-        let lends = context.lends_inline();
-        let inline = if lends {
-            let message = cfg.max_transfer().min(cfg.send_ring() as u32);
-            cfg.inline_threshold().max(message).min(LEND_REQUEST_CAP)
-        } else {
-            cfg.inline_threshold()
-        };
-        let pd = context.alloc_pd()?;
-        let cq_channel = context.create_comp_channel()?;
-        let depth = u32::from(cfg.send_queue_depth()) + cfg.recv_posted();
-        let cq = context.create_cq(depth, Some(&cq_channel))?;
-        let init = QpInitAttributes {
-            caps: QpCapabilities {
-                max_send_wr: u32::from(cfg.send_queue_depth()),
-                max_recv_wr: cfg.recv_posted(),
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: inline,
-            },
-            // Each request carries its own flag (the engine signals one message in
-            // `signal_interval`, and every control message), except on a device that may
-            // read an unsignalled send's ring bytes after the completion that lets the ring
-            // reuse them (siw's zero-copy sends, which TCP may retransmit): there every
-            // request is signalled, whatever the interval.
-            sq_sig_all: context.unsignaled_sends_borrow_memory(),
-        };
-        let qp = pd.create_qp(&init, &cq, &cq)?;
-        endpoint
-            .init_qp(&qp)
-            .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
-        let send_len = cfg.send_ring() + cfg.control_area_len() + SCRATCH_LEN;
-        let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
-        let recv_mr = pd.register(cfg.recv_ring(), REMOTE)?;
-        let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
-        let message_mr = match cfg.message_area_len() {
-            0 => None,
-            n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
-        };
-        let lend_limit = if lends {
-            qp.caps().max_inline_data as usize
-        } else {
-            0
-        };
-        let (send_warm, recv_warm) = if unpinned {
-            (
-                Some(RingWarmer::new(&send_mr, cfg.send_ring())),
-                Some(RingWarmer::new(&recv_mr, cfg.recv_ring())),
-            )
-        } else {
-            (None, None)
-        };
-        Ok(Resources {
-            lend_limit,
-            send_warm,
-            recv_warm,
-            qp,
-            cq,
-            send_mr,
-            recv_mr,
-            target_mr,
-            message_mr,
-            _pd: pd,
-            cq_channel,
-            _context: context,
-        })
-    }
-
-    fn regions(&self) -> LocalRegions {
-        LocalRegions {
-            recv_ring_addr: self.recv_mr.addr(),
-            recv_ring_rkey: self.recv_mr.rkey().0,
-            target_list_addr: self.target_mr.addr(),
-            target_list_rkey: self.target_mr.rkey().0,
-        }
-    }
-}
 
 /// A connection: engine plus resources, and the socket-level settings clones share.
 #[derive(Debug)]
@@ -163,13 +28,10 @@ pub(crate) struct Connection {
     pub(crate) res: Resources,
     pub(crate) endpoint: Arc<dyn CmEndpoint>,
     pub(crate) opts: SocketOptions,
-    cq_armed: bool,
+    /// What the completion side keeps between polls.
+    pub(crate) completions: CompletionState,
     cm_closed: bool,
     disconnect_started: bool,
-    wc_error: Option<String>,
-    /// A receive completed with an error: the queue pair left the connected state and every
-    /// completion before that point has been fed.
-    receive_flushed: bool,
     pub(crate) scratch_offset: usize,
     keepalive_due: Option<Instant>,
     pub(crate) nonblocking: bool,
@@ -178,24 +40,14 @@ pub(crate) struct Connection {
     /// `set_nodelay(true)`: every post goes to the transport at once (see
     /// `QueuePair::set_send_coalescing`).
     pub(crate) nodelay: bool,
-    /// A blocking call is sleeping in poll(2) on the connection's fds.
-    pub(crate) poller_active: bool,
-    /// Blocked callers waiting on the condition variable for the one in poll(2).
-    pub(crate) cond_waiters: u32,
-    /// A receive has completed (see [`CmEndpoint::nudge_after_first_receive`]).
-    first_receive_seen: bool,
-    /// Where completions are polled into (kept, so that a poll initialises nothing).
-    wcs: Box<[WorkCompletion; POLL_BATCH]>,
-    /// How long blocking waits busy-poll.
-    spin: SpinPolicy,
-    /// What blocking calls did when they had to wait.
-    pub(crate) wait_stats: WaitStats,
+    /// The callers blocked on this connection (see `Shared::sleep`).
+    pub(crate) sleepers: Sleepers,
+    /// How blocking calls wait, what they learnt from recent waits, and their statistics.
+    pub(crate) wait: WaitPolicy,
     /// Where a lending write's messages went in the send ring (kept: no allocation a write).
-    lent_spans: Vec<CopySpan>,
+    pub(crate) lent_spans: Vec<CopySpan>,
     /// Bytes the last read or peek returned (0 after an error or at end-of-stream).
-    last_read: usize,
-    /// The last blocking wait's start and end, until the next wait learns from it.
-    ended_wait: Option<(Instant, Instant)>,
+    pub(crate) last_read: usize,
 }
 
 impl Connection {
@@ -207,32 +59,25 @@ impl Connection {
     ) -> io::Result<Connection> {
         let engine = StreamEngine::new(opts.stream.clone(), res.regions());
         let scratch_offset = opts.stream.send_ring() + opts.stream.control_area_len();
-        let spin = SpinPolicy::new(opts.stream.progress());
+        let wait = WaitPolicy::new(opts.stream.progress());
         let mut c = Connection {
             engine,
             res,
             endpoint,
             keepalive_due: opts.keepalive.map(|k| Instant::now() + k),
             opts,
-            cq_armed: false,
+            completions: CompletionState::new(),
             cm_closed: false,
             disconnect_started: false,
-            wc_error: None,
-            receive_flushed: false,
             scratch_offset,
             nonblocking: false,
             read_timeout: None,
             write_timeout: None,
             nodelay: false,
-            poller_active: false,
-            cond_waiters: 0,
-            first_receive_seen: false,
-            wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
-            spin,
-            wait_stats: WaitStats::default(),
+            sleepers: Sleepers::default(),
+            wait,
             lent_spans: Vec::new(),
             last_read: 0,
-            ended_wait: None,
         };
         c.post_ops()?;
         Ok(c)
@@ -246,51 +91,6 @@ impl Connection {
     /// The peer's hello arrived: the stream is connected.
     pub(crate) fn connected(&mut self, peer: &Hello) -> io::Result<()> {
         self.engine.on_connected(peer).map_err(io::Error::from)
-    }
-
-    /// Feeds one completion to the engine.
-    fn feed(&mut self, wc: &WorkCompletion) -> io::Result<()> {
-        let id = WrId(wc.wr_id);
-        let status = wc.status();
-        let ok = status.is_success();
-        if !ok && status != WcStatus::WorkRequestFlushError && self.wc_error.is_none() {
-            self.wc_error = Some(format!(
-                "work request {:#x} completed with status {} ({status}, vendor error {:#x})",
-                wc.wr_id, wc.status, wc.vendor_err
-            ));
-        }
-        if id.is_receive() {
-            if !ok {
-                self.receive_flushed = true;
-                let cause = self.endpoint.end_reason();
-                self.engine.on_receive_failed(id, cause.as_deref());
-                return Ok(());
-            }
-            let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
-                Received::Immediate(wc.imm_data)
-            } else {
-                let mut word = [0u8; 4];
-                if let Some(mr) = &self.res.message_mr {
-                    mr.read_at(id.message_slot() as usize * 4, &mut word)?;
-                }
-                Received::Message(word)
-            };
-            let target_mr = &self.res.target_mr;
-            let mut read = Ok(());
-            self.engine.on_receive_with(id, received, |list| {
-                read = target_mr.read_at(0, list);
-            });
-            read?;
-            if !self.first_receive_seen {
-                self.first_receive_seen = true;
-                if self.endpoint.nudge_after_first_receive() {
-                    self.engine.keepalive();
-                }
-            }
-        } else {
-            self.engine.on_send_completion(id, ok);
-        }
-        Ok(())
     }
 
     /// Makes every possible step without blocking: posts queued work, feeds completions, takes
@@ -369,7 +169,7 @@ impl Connection {
     /// meanwhile (or makes the progress pass when it finds nothing): a ping-pong's write
     /// posts its message first and the reposts behind it (see `post_ops_with`), so neither
     /// the reposts nor a second pass over the queue stand between the bytes' arrival and the
-    /// reply leaving (about 0.6 µs of rxe0's 64 B one-way time under QEMU's TCG).
+    /// reply leaving (~0.6 µs of rxe0's 64 B one-way time under QEMU, README).
     /// The reposts come out of the receive reserve, which is sized for it, so a socket left
     /// uncalled starves no one; a credit update or anything else queued is posted now.
     #[inline]
@@ -383,31 +183,6 @@ impl Connection {
         Ok(false)
     }
 
-    /// Feeds every completion waiting in the queue; true when there was any.
-    pub(crate) fn drain_cq(&mut self) -> io::Result<bool> {
-        let mut progress = false;
-        loop {
-            let n = self.res.cq.poll(&mut self.wcs[..])?.len();
-            for i in 0..n {
-                let wc = self.wcs[i];
-                self.feed(&wc)?;
-                // A lone receive repost waits for the next post (see `progress_after_read`).
-                if !self.engine.only_receives_queued(RECV_DEFER_MAX) {
-                    self.post_ops()?;
-                }
-            }
-            progress |= n > 0;
-            if n < POLL_BATCH {
-                if progress && self.res.recv_warm.is_some() {
-                    // The next bytes land behind these: bring their pages in.
-                    let end = self.engine.received_end();
-                    warm(&mut self.res.recv_warm, &self.res.recv_mr, end);
-                }
-                return Ok(progress);
-            }
-        }
-    }
-
     /// The connection manager says the connection is down, and that event can overtake the
     /// completions of the peer's last messages (rxe posts them from another task). Move the
     /// queue pair to ERR and feed completions until the flushed receives show up: everything
@@ -419,7 +194,7 @@ impl Connection {
             let _ = self.endpoint.disconnect(&self.res.qp);
         }
         let end = Instant::now() + FLUSH_WAIT;
-        while !self.receive_flushed && Instant::now() < end {
+        while !self.completions.receive_flushed && Instant::now() < end {
             if !self.drain_cq()? {
                 std::thread::yield_now();
             }
@@ -466,177 +241,7 @@ impl Connection {
         Some(due.saturating_duration_since(now))
     }
 
-    /// Takes the completion channel's events and arms the queue, so that the next completion
-    /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether events
-    /// were taken or that last poll made progress.
-    pub(crate) fn arm(&mut self) -> io::Result<bool> {
-        let took = self.take_events()?;
-        if !self.cq_armed {
-            self.res.cq.req_notify(false)?;
-            self.cq_armed = true;
-        }
-        Ok(self.pump()? || took)
-    }
-
-    /// Before a nap (see `SpinPolicy::plan`), on a provider whose channel events move the
-    /// data (uiwarp): arms the queue, so that what arrives during the nap raises an event
-    /// that the first look after it takes (`take_events_after_wake` reads the socket). Without
-    /// it, bytes that came during the nap wait in the socket until a spinning poll checks it,
-    /// the look after the nap finds nothing, and the nap is never judged too long. True when
-    /// arming found progress (no nap then). A kernel provider's completions are in the queue
-    /// at the first look: nothing to do.
-    pub(crate) fn arm_for_nap(&mut self) -> io::Result<bool> {
-        if self.res.cq_channel.events_make_progress() {
-            self.arm()
-        } else {
-            Ok(false)
-        }
-    }
-
-    /// Takes and acknowledges the completion channel's events, leaving the queue unarmed;
-    /// true when there were any.
-    fn take_events(&mut self) -> io::Result<bool> {
-        let mut events = 0;
-        while self.res.cq_channel.try_get_event()?.is_some() {
-            events += 1;
-        }
-        if events > 0 {
-            self.res.cq.ack_events(events);
-            self.cq_armed = false;
-        }
-        Ok(events > 0)
-    }
-
-    /// After a sleep on the completion channel: on a provider whose events move the data
-    /// (uiwarp, see `events_make_progress`), takes them first, so that the woken thread reads
-    /// the socket inside `get_event` and the event it raises needs no eventfd write and read;
-    /// the queue is re-armed only before the next sleep. On a kernel provider this does
-    /// nothing: the completions are polled as usual, and the event is taken when arming.
-    pub(crate) fn take_events_after_wake(&mut self) -> io::Result<bool> {
-        if self.res.cq_channel.events_make_progress() {
-            self.take_events()
-        } else {
-            Ok(false)
-        }
-    }
-
-    /// How long a blocking wait may busy-poll before it sleeps, by the progress mode (after
-    /// learning from the wait before, see [`record_wait`](Self::record_wait)).
-    pub(crate) fn wait_plan(&mut self) -> WaitPlan {
-        self.learn_ended_wait();
-        self.spin.plan()
-    }
-
-    /// A blocking wait that began at `start` ended at `end`. The adaptive mode learns from it
-    /// when the next wait is planned: the arithmetic stays off the way from the bytes'
-    /// arrival to the caller, and the policy sees the same waits in the same order.
-    #[inline]
-    pub(crate) fn record_wait(&mut self, start: Instant, end: Instant) {
-        self.ended_wait = Some((start, end));
-    }
-
-    /// Feeds the wait [`record_wait`](Self::record_wait) kept, if any, to the spin policy.
-    fn learn_ended_wait(&mut self) {
-        if let Some((start, end)) = self.ended_wait.take() {
-            self.spin.record(end.saturating_duration_since(start));
-        }
-    }
-
-    /// A blocking wait found its progress right after its nap of `nap`.
-    pub(crate) fn record_overslept(&mut self, nap: Duration) {
-        self.learn_ended_wait();
-        self.spin.record_overslept(nap);
-    }
-
     /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.
-    #[inline]
-    pub(crate) fn write(&mut self, buf: &[u8]) -> Result<usize, StreamError> {
-        if let Some(message) = self.engine.write_inline(buf.len()) {
-            // A lone small message: straight to the queue pair (see `post_inline_write`).
-            return self.post_inline_write(message, buf).map(|()| buf.len());
-        }
-        if !self.lends(buf.len()) {
-            let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
-            return self.engine.write(buf.len(), |s| {
-                warm(warmer, mr, s.ring_offset + s.len);
-                copy_to_ring(mr, buf, s)
-            });
-        }
-        // Lend: the ring space is reserved but not written; the messages are posted now,
-        // while `buf` is borrowed (see `lend`).
-        let mut spans = std::mem::take(&mut self.lent_spans);
-        spans.clear();
-        let written = self.engine.write(buf.len(), |s| spans.push(s));
-        if written.is_ok() && self.post_ops_with(Lend::new(buf, &spans)).is_err() {
-            // The engine has failed; anything still queued must find its bytes in the ring.
-            for &s in &spans {
-                copy_to_ring(&self.res.send_mr, buf, s);
-            }
-        }
-        self.lent_spans = spans;
-        written
-    }
-
-    /// Whether a write of `len` bytes is lent (see `lend`): on a kernel device (whose queue
-    /// pairs copy inline bytes when the request is posted), a write the engine sends inline,
-    /// as rsocket sends one from the caller's buffer; where the queue pair lends inline
-    /// sends, a write of at least [`LEND_FROM`] and above the inline threshold while nothing
-    /// waits for the transport.
-    fn lends(&self, len: usize) -> bool {
-        let threshold = self.opts.stream.inline_threshold() as usize;
-        if self.res.lend_limit == 0 {
-            return len <= threshold;
-        }
-        self.res.lend_limit > threshold
-            && len >= LEND_FROM.max(threshold + 1)
-            && self.res.qp.send_backlog() == Some(0)
-    }
-
-    /// A gathering write: the bytes of `bufs` in order, as [`Connection::write`] takes one
-    /// buffer (one message for as much as fits one).
-    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Result<usize, StreamError> {
-        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
-        if let (Some(only), None) = (nonempty.next(), nonempty.next()) {
-            // One buffer after all: the plain write, which may lend it.
-            return self.write(only);
-        }
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
-        let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        self.engine.write(total, |s| {
-            warm(warmer, mr, s.ring_offset + s.len);
-            vectored::gather_to_ring(mr, bufs, s)
-        })
-    }
-
-    /// A scattering read into `bufs` in order.
-    pub(crate) fn read_vectored(
-        &mut self,
-        bufs: &mut [IoSliceMut<'_>],
-    ) -> Result<usize, StreamError> {
-        let mr = &self.res.recv_mr;
-        let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        let result = self
-            .engine
-            .read(total, |s| vectored::scatter_from_ring(mr, bufs, s));
-        self.last_read = *result.as_ref().unwrap_or(&0);
-        result
-    }
-
-    /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
-    #[inline]
-    pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
-        let mr = &self.res.recv_mr;
-        let len = buf.len();
-        // In range by the engine's arithmetic. Two closures, so that each has one caller.
-        let result = if peek {
-            self.engine.peek(len, |s| copy_from_ring(mr, buf, s))
-        } else {
-            self.engine.read(len, |s| copy_from_ring(mr, buf, s))
-        };
-        self.last_read = *result.as_ref().unwrap_or(&0);
-        result
-    }
-
     /// What is possible now.
     pub(crate) fn readiness(&self) -> Readiness {
         self.engine.readiness()
@@ -650,50 +255,11 @@ impl Connection {
     /// An engine error as an `io::Error`, with the failed completion's status when known.
     pub(crate) fn io_error(&self, e: StreamError) -> io::Error {
         let kind = io::Error::from(e.clone()).kind();
-        match (&e, &self.wc_error) {
+        match (&e, &self.completions.wc_error) {
             (StreamError::ConnectionReset(_), Some(wc)) => {
                 io::Error::new(kind, format!("{e}; {wc}"))
             }
             _ => io::Error::new(kind, e),
         }
     }
-}
-
-/// The connection manager could not move a new queue pair to INIT (the error inside). On a
-/// passive endpoint this means the request it answers is no longer valid: its client gave
-/// up, or the kernel timed the request out. The listener skips such a request; any other
-/// failure to set up a connection (memory, device) is the listener's own.
-#[derive(Debug)]
-pub(crate) struct InitQpFailed(pub(crate) io::Error);
-
-impl std::fmt::Display for InitQpFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for InitQpFailed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-/// Copies the piece `span` of the receive ring to its place in `buf` (inlined into the
-/// read, where it is the only work per message besides the engine's counters).
-#[inline(always)]
-fn copy_from_ring(mr: &MemoryRegion, buf: &mut [u8], span: CopySpan) {
-    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-    let _ = mr.read_at(
-        span.ring_offset,
-        &mut buf[span.data_offset..span.data_offset + span.len],
-    );
-}
-
-/// Copies the piece `span` of `buf` to its place in the send ring.
-fn copy_to_ring(mr: &MemoryRegion, buf: &[u8], span: CopySpan) {
-    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-    let _ = mr.write_at(
-        span.ring_offset,
-        &buf[span.data_offset..span.data_offset + span.len],
-    );
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 pub(crate) const FIRST_FRAME_WAIT: Duration = Duration::from_secs(2);
 
 /// rsocket's connection parameters for a connect or an accept carrying `private_data` (the
-/// hello): see the stream module's documentation. `initiator_depth = 1` on every transport
+/// hello): see the protocol module's documentation. `initiator_depth = 1` on every transport
 /// covers rsocket's rule for iWARP.
 pub(crate) fn rsocket_parameters(private_data: &[u8]) -> ConnectionParameters {
     ConnectionParameters {

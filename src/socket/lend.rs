@@ -16,7 +16,7 @@
 //!   everything cost a third of the bandwidth under QEMU). Small writes there stay in the
 //!   ring, where the provider may hold them to send with the next ones.
 
-use crate::stream::CopySpan;
+use crate::protocol::CopySpan;
 
 /// The caller's buffer of one write and where the engine placed its messages in the ring.
 #[derive(Clone, Copy, Debug)]

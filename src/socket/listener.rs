@@ -4,10 +4,10 @@
 use super::conn::InitQpFailed;
 use super::handshake::{accept_failure, rsocket_parameters, Backlog, Handshake, FIRST_FRAME_WAIT};
 use super::options::SocketOptions;
+use super::rdma_socket::{prepare, RdmaSocket};
 use super::shared::Shared;
-use super::stream::{prepare, RdmaSocket};
 use crate::cm::{CmListener, ConnectionManager, IncomingRequest};
-use crate::stream::Hello;
+use crate::protocol::Hello;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};

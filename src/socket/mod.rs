@@ -1,5 +1,5 @@
 //! The socket face: [`RdmaSocket`] and [`RdmaListener`], `std::net`'s `TcpStream` and
-//! `TcpListener` over RDMA, speaking rsocket's stream protocol ([`crate::stream`]).
+//! `TcpListener` over RDMA, speaking rsocket's stream protocol ([`crate::protocol`]).
 //!
 //! A connection is the stream engine plus the verbs objects it drives (context, protection
 //! domain, memory regions, a completion queue with a completion channel, an RC queue pair)
@@ -20,22 +20,26 @@
 //! means `accept` may go on.
 #![forbid(unsafe_code)]
 
+mod call_wait;
+mod completions;
 mod conn;
+mod data_path;
 mod handshake;
 mod lend;
 mod listener;
 mod options;
 mod post;
+mod rdma_socket;
 mod readiness;
+mod resources;
 mod shared;
 mod source;
-mod spin;
-mod stream;
 mod vectored;
+mod wait;
 mod warm;
 
 pub use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest};
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
-pub use spin::WaitStats;
-pub use stream::RdmaSocket;
+pub use rdma_socket::RdmaSocket;
+pub use wait::WaitStats;

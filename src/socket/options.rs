@@ -2,7 +2,7 @@
 //! depths, event mode or busy-poll, signalling interval, keepalive, timeouts).
 #![forbid(unsafe_code)]
 
-use crate::stream::{ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder};
+use crate::protocol::{ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder};
 use std::time::Duration;
 
 /// The options of one connection (or of every connection a listener accepts). Build them
@@ -169,7 +169,7 @@ impl SocketOptionsBuilder {
     /// Busy-poll as long as this connection's recent waits lasted, up to `max_spin` per wait,
     /// and sleep when waits run longer (on a timer through most of a steady wait under 20 ms,
     /// then spin; on the completion channel otherwise); the default, with 1 ms. See
-    /// [`ProgressMode::Adaptive`](crate::stream::ProgressMode::Adaptive).
+    /// [`ProgressMode::Adaptive`](crate::protocol::ProgressMode::Adaptive).
     pub fn adaptive(mut self, max_spin: Duration) -> Self {
         self.stream = self.stream.progress(ProgressMode::Adaptive { max_spin });
         self

@@ -1,17 +1,48 @@
-//! Posting the engine's work requests: sends in chained batches, their payloads gathered
-//! from the send ring, staged inline, or lent from the caller's buffer (see `lend`), and
-//! receives with their message slots.
+//! The one post path: every work request of a connection reaches the provider through
+//! [`Connection::submit`], and a failed post fails the stream in one way
+//! ([`Connection::post_failed`]). The routes differ only in how they fill the requests: the
+//! engine's queued sends in chained batches, their payloads gathered from the send ring,
+//! staged inline, or lent from the caller's buffer (see `lend`); a lone small write straight
+//! from the caller's buffer ([`Connection::post_inline_write`]); receives with their message
+//! slots.
+#![forbid(unsafe_code)]
 
-use super::conn::{Connection, POST_BATCH};
+use super::conn::Connection;
 use super::lend::Lend;
-use crate::stream::{InlineWrite, Op, Payload, StreamError, WrId};
+use crate::protocol::{InlineWrite, Op, Payload, StreamError, WrId};
 use crate::verbs::{RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest};
 use std::io;
 
+/// Send work requests chained into one `post_send` call at most (one doorbell).
+pub(crate) const POST_BATCH: usize = 16;
+/// Bytes after the control slots where inline small payloads are staged: 16 for each request
+/// of a batch (the provider copies inline data when the batch is posted).
+pub(crate) const SCRATCH_LEN: usize = 16 * POST_BATCH;
 /// Receive reposts held back behind the sends of one `post_ops_with` call at most.
 const RECV_BATCH: usize = 8;
 
+/// Work requests on their way to the provider.
+#[derive(Debug)]
+pub(crate) enum Work<'r, 'a> {
+    /// A chained list of sends (one doorbell).
+    Sends(&'r [SendRequest<'a>]),
+    /// One receive.
+    Receive(RecvRequest<'a>),
+}
+
 impl Connection {
+    /// The one place where this connection's work requests reach the provider (as mio's
+    /// `do_io` is the one place a source does its I/O). An error means the queue pair is
+    /// unusable; the route that posted hands it to [`post_failed`](Self::post_failed).
+    #[inline(always)]
+    pub(crate) fn submit(&self, work: Work<'_, '_>) -> io::Result<()> {
+        let posted = match work {
+            Work::Sends(wrs) => self.res.qp.post_send(wrs),
+            Work::Receive(wr) => self.res.qp.post_recv(&[wr]),
+        };
+        posted.map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+    }
+
     /// Posts the engine's queued work requests in order; consecutive sends go out as one
     /// chained list.
     #[inline]
@@ -27,7 +58,7 @@ impl Connection {
     /// caller's buffer as borrowed inline sends. Receive reposts go after the sends queued
     /// with them (in their own order, a few at a time): a send's doorbell, which the peer
     /// waits for, does not wait for them, and they come out of the receive reserve
-    /// ([`RECV_DEFER_MAX`](crate::stream::RECV_DEFER_MAX)) meanwhile.
+    /// ([`RECV_DEFER_MAX`](crate::protocol::RECV_DEFER_MAX)) meanwhile.
     pub(crate) fn post_ops_with(&mut self, lend: Lend<'_>) -> io::Result<()> {
         let mut result = Ok(());
         let mut receives = [(WrId(0), None); RECV_BATCH];
@@ -72,7 +103,7 @@ impl Connection {
         result
     }
 
-    /// Posts the message [`StreamEngine::write_inline`](crate::stream::StreamEngine::write_inline)
+    /// Posts the message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
     /// made of `bytes` as one inline RDMA WRITE WITH IMMEDIATE, without the op queue, the
     /// batch arrays or a ring copy: a ping-pong's small reply reaches the doorbell with the
     /// least work. The receive reposts queued before it go with the next progress pass.
@@ -82,27 +113,15 @@ impl Connection {
         message: InlineWrite,
         bytes: &[u8],
     ) -> Result<(), StreamError> {
+        let send = PreparedSend::inline_write(message);
         let sge = [ScatterGather::borrowed(bytes)];
-        let op = SendOp::RdmaWriteWithImm {
-            remote_addr: message.remote_addr,
-            rkey: RemoteKey(message.rkey),
-            imm: message.imm,
-        };
-        let flags = if message.signaled {
-            SendFlags::INLINE | SendFlags::SIGNALED
-        } else {
-            SendFlags::INLINE
-        };
-        let wr = SendRequest::new(message.wr_id.0, op, &sge).with_flags(flags);
-        self.res
-            .qp
-            .post_send(&[wr])
-            .map_err(|e| self.post_failed(&io::Error::from(crate::verbs::Error::from(e))))
+        self.submit(Work::Sends(&[send.request(&sge, true)]))
+            .map_err(|e| self.post_failed(&e))
     }
 
     /// A post failed: the queue pair is unusable, so the stream fails with `e`. Returns that
     /// error, for the caller to report.
-    fn post_failed(&mut self, e: &io::Error) -> StreamError {
+    pub(crate) fn post_failed(&mut self, e: &io::Error) -> StreamError {
         let error = StreamError::ConnectionReset(format!("posting a work request failed: {e}"));
         self.engine.fail(error.clone());
         error
@@ -166,19 +185,9 @@ impl Connection {
         }
         let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
             let send = batch.get(i).copied().unwrap_or(PreparedSend::NONE);
-            let mut flags = SendFlags::empty();
-            if send.signaled {
-                flags |= SendFlags::SIGNALED;
-            }
-            if send.inline || lent_at[i] {
-                flags |= SendFlags::INLINE;
-            }
-            SendRequest::new(send.wr_id.0, send.op, &sges[i][..counts[i]]).with_flags(flags)
+            send.request(&sges[i][..counts[i]], lent_at[i])
         });
-        self.res
-            .qp
-            .post_send(&wrs[..batch.len()])
-            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+        self.submit(Work::Sends(&wrs[..batch.len()]))
     }
 
     /// The caller's bytes of `payload`, when `lend` holds them and the message goes inline:
@@ -249,14 +258,10 @@ impl Connection {
             }
             _ => &[],
         };
-        let wr = RecvRequest {
+        self.submit(Work::Receive(RecvRequest {
             wr_id: wr_id.0,
             sg_list,
-        };
-        self.res
-            .qp
-            .post_recv(&[wr])
-            .map_err(|e| io::Error::from(crate::verbs::Error::from(e)))
+        }))
     }
 }
 
@@ -279,6 +284,37 @@ impl PreparedSend {
         inline: false,
         signaled: false,
     };
+
+    /// The message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
+    /// made: an inline RDMA WRITE WITH IMMEDIATE whose bytes are the caller's.
+    #[inline(always)]
+    fn inline_write(message: InlineWrite) -> PreparedSend {
+        PreparedSend {
+            wr_id: message.wr_id,
+            op: SendOp::RdmaWriteWithImm {
+                remote_addr: message.remote_addr,
+                rkey: RemoteKey(message.rkey),
+                imm: message.imm,
+            },
+            payload: Payload::Empty,
+            inline: true,
+            signaled: message.signaled,
+        }
+    }
+
+    /// The work request for this send with its payload at `sges`; `lent` says the bytes are
+    /// borrowed from the caller, which makes the send inline.
+    #[inline(always)]
+    fn request<'a>(&self, sges: &'a [ScatterGather<'a>], lent: bool) -> SendRequest<'a> {
+        let mut flags = SendFlags::empty();
+        if self.signaled {
+            flags |= SendFlags::SIGNALED;
+        }
+        if self.inline || lent {
+            flags |= SendFlags::INLINE;
+        }
+        SendRequest::new(self.wr_id.0, self.op, sges).with_flags(flags)
+    }
 
     /// The send in `op`, or `None` for an op that is not a send.
     fn from_op(op: Op) -> Option<PreparedSend> {

@@ -1,13 +1,15 @@
-//! A connection shared by a socket and its clones, and the one place that waits: blocking
-//! calls sleep in poll(2) on the completion channel and the connection manager's fd (one
-//! thread at a time; the others wait on a condition variable and are woken whenever the
-//! sleeper makes progress).
+//! A connection shared by a socket and its clones, and the driver loop every call runs
+//! ([`Shared::run`]): attempt the call, make progress, and wait as the connection's
+//! [`WaitPolicy`](super::wait::WaitPolicy) says. Blocking calls sleep in poll(2) on the
+//! completion channel and the connection manager's fd (one thread at a time; the others wait
+//! on a condition variable and are woken whenever the sleeper makes progress).
 #![forbid(unsafe_code)]
 
 use super::conn::Connection;
 use super::readiness::ReadyFds;
+use super::wait::{spin_until, CallWait, Step};
 use crate::cm::CmEndpoint;
-use crate::stream::StreamError;
+use crate::protocol::StreamError;
 use crate::verbs::CompletionChannel;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -16,7 +18,7 @@ use std::net::Shutdown;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Which timeout a blocking call obeys.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +27,15 @@ pub(crate) enum Direction {
     Write,
     /// No timeout of the socket's (closing, flushing).
     Other(Option<Duration>),
+}
+
+/// The callers blocked on one connection, kept under its lock.
+#[derive(Debug, Default)]
+pub(crate) struct Sleepers {
+    /// A blocking call is sleeping in poll(2) on the connection's fds.
+    pub(crate) poller_active: bool,
+    /// Blocked callers waiting on the condition variable for the one in poll(2).
+    pub(crate) cond_waiters: u32,
 }
 
 /// A connection and what waiting on it needs outside its lock.
@@ -91,161 +102,119 @@ impl Shared {
         let _ = self.waker.read();
     }
 
-    /// Runs `attempt` until it does not return `WouldBlock`, waiting for progress in between
-    /// (or returning `WouldBlock` on a nonblocking socket, with the queue armed so that an
-    /// event follows).
+    /// Runs `attempt` until it does not return `WouldBlock`: attempt the call, make progress
+    /// (post, drain completions), and when there is none, wait as the connection's
+    /// [`WaitPolicy`](super::wait::WaitPolicy) says (spin, nap, or arm and sleep). On a
+    /// nonblocking socket it returns `WouldBlock` instead of sleeping, with the queue armed
+    /// so that an event follows.
     pub(crate) fn run<T>(
         &self,
         dir: Direction,
         mut attempt: impl FnMut(&mut Connection) -> Result<T, StreamError>,
     ) -> io::Result<T> {
         let mut g = self.lock();
-        let timeout = match dir {
-            Direction::Read => g.read_timeout,
-            Direction::Write => g.write_timeout,
-            Direction::Other(t) => t,
-        };
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
-        // When this call first found it must wait, and until when it may busy-poll.
-        let mut waiting: Option<(Instant, Instant)> = None;
-        // Set after a sleep (see `Connection::take_events_after_wake`).
-        let mut woke = false;
-        // The nap just taken, until the attempt after it has told whether it came too late.
-        let mut napped = None;
-        // This call's wait is counted in the connection's `WaitStats`.
-        let mut counted = false;
-        // When the spin found the progress the attempt then took: the wait's end, without a
-        // clock read after the bytes came (one costs ~100 ns under QEMU).
-        let mut spun_to = None;
+        let mut call = self.call_wait(&g, dir);
         loop {
-            let took = woke && g.take_events_after_wake()?;
-            woke = false;
+            let took = call.take_woke() && g.take_events_after_wake()?;
             // The attempt comes first: when the bytes or the room are already there (a
             // stream in flight), the completions wait for the progress after it, and the
             // call makes one pass over the queue instead of two.
             match attempt(&mut g) {
-                Err(StreamError::WouldBlock) => {
-                    napped = None;
-                    spun_to = None;
-                }
-                result => {
-                    match (waiting, napped) {
-                        // Ready at the first look after the nap: it came during the nap, at
-                        // a time unknown, so the time waited says only that the nap was
-                        // too long.
-                        (Some(_), Some(nap)) => {
-                            g.wait_stats.overslept_naps += 1;
-                            g.record_overslept(nap)
-                        }
-                        (Some((start, _)), None) => {
-                            g.record_wait(start, spun_to.unwrap_or_else(Instant::now))
-                        }
-                        _ => {}
-                    }
-                    let pumped = match dir {
-                        Direction::Write => g.progress_after_write(),
-                        Direction::Read => g.progress_after_read(),
-                        Direction::Other(_) => g.progress(),
-                    };
-                    self.wake_others(&g);
-                    self.report(&g);
-                    let value = result.map_err(|e| g.io_error(e))?;
-                    pumped?;
-                    return Ok(value);
-                }
+                Err(StreamError::WouldBlock) => call.not_yet(),
+                result => return self.finish(g, dir, &call, result),
             }
-            let mut progress = g.progress()? || took;
-            if !nonblocking && !progress {
-                let spin_end = match waiting {
-                    Some((_, end)) => end,
-                    None => {
-                        let start = Instant::now();
-                        let plan = g.wait_plan();
-                        if !counted {
-                            counted = true;
-                            g.wait_stats.waits += 1;
-                        }
-                        let nap = deadline.map_or(plan.nap, |d| {
-                            plan.nap.min(d.saturating_duration_since(start))
-                        });
-                        if nap.is_zero() {
-                            let end = start + plan.spin;
-                            waiting = Some((start, end));
-                            end
-                        } else {
-                            if g.arm_for_nap()? {
-                                // A completion came while arming (perhaps not the one
-                                // awaited, perhaps one a sleeping caller waits for): look
-                                // again before planning the wait.
-                                self.wake_others(&g);
-                                continue;
-                            }
-                            g.wait_stats.naps += 1;
-                            g = self.nap(g, nap);
-                            napped = Some(nap);
-                            waiting = Some((start, Instant::now() + plan.spin));
-                            // What came during the nap is for the attempt to find first
-                            // (on uiwarp the armed channel's events read the socket).
-                            let took = g.take_events_after_wake()?;
-                            if g.progress()? || took {
-                                self.wake_others(&g);
-                            }
-                            continue;
-                        }
+            let progress = g.progress()?
+                || took
+                || match g.wait.next_step(&mut call) {
+                    Step::Spin(end) => {
+                        let found = spin_until(end, &self.contenders, || g.progress())?;
+                        call.spun(found) || g.arm()?
                     }
+                    Step::Nap(nap) => {
+                        let progressed;
+                        (g, progressed) = self.nap(g, &mut call, nap)?;
+                        if progressed {
+                            self.wake_others(&g);
+                        }
+                        continue;
+                    }
+                    Step::ArmAndSleep => g.arm()?,
                 };
-                spun_to = spin_until(&mut g, spin_end, &self.contenders)?;
-                progress = spun_to.is_some();
-            }
-            if !progress {
-                progress = g.arm()?;
-            }
             if progress {
                 // What this thread took from the queue may be what a sleeping caller waits
                 // for, and the channel event that would have woken it may be consumed.
                 self.wake_others(&g);
                 continue;
             }
-            if nonblocking {
-                self.report(&g);
-                match dir {
-                    Direction::Read => self.ready.read_blocked(),
-                    Direction::Write => self.ready.write_blocked(),
-                    Direction::Other(_) => {}
-                }
-                return Err(io::ErrorKind::WouldBlock.into());
+            if call.nonblocking() {
+                return Err(self.report_blocked(&g, dir));
             }
-            let left = match deadline {
-                None => None,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(io::Error::new(
-                            io::ErrorKind::WouldBlock,
-                            format!(
-                                "timed out after {:?} waiting on the RDMA connection",
-                                timeout.unwrap_or_default()
-                            ),
-                        ));
-                    }
-                    Some(left)
-                }
-            };
-            g = self.sleep(g, left)?;
-            woke = true;
+            let bound = call.sleep_bound()?;
+            g = self.sleep(g, bound)?;
         }
     }
 
-    /// Sleeps `nap` on a timer, outside the lock (a clone may go on meanwhile).
+    /// A new call's wait: the timeout of its direction, and whether it may block.
+    #[inline(always)]
+    fn call_wait(&self, g: &Connection, dir: Direction) -> CallWait {
+        let timeout = match dir {
+            Direction::Read => g.read_timeout,
+            Direction::Write => g.write_timeout,
+            Direction::Other(t) => t,
+        };
+        CallWait::new(
+            timeout,
+            g.nonblocking && !matches!(dir, Direction::Other(_)),
+        )
+    }
+
+    /// The attempt went through (or failed): the policy learns how long the call waited,
+    /// progress is made as the direction allows, and the others are told. Inlined: this is
+    /// the way out of every call that found its bytes or its room at once.
+    #[inline(always)]
+    fn finish<T>(
+        &self,
+        mut g: MutexGuard<'_, Connection>,
+        dir: Direction,
+        call: &CallWait,
+        result: Result<T, StreamError>,
+    ) -> io::Result<T> {
+        g.wait.call_ended(call);
+        let pumped = match dir {
+            Direction::Write => g.progress_after_write(),
+            Direction::Read => g.progress_after_read(),
+            Direction::Other(_) => g.progress(),
+        };
+        self.wake_others(&g);
+        self.report(&g);
+        let value = result.map_err(|e| g.io_error(e))?;
+        pumped?;
+        Ok(value)
+    }
+
+    /// Takes the nap the policy planned: unless arming the queue finds progress already,
+    /// sleeps `nap` on a timer outside the lock (a clone may go on meanwhile), then makes the
+    /// progress that came during it; true when there was any. What came is for the attempt
+    /// to find first (on uiwarp the armed channel's events read the socket).
     fn nap<'a>(
         &'a self,
-        g: MutexGuard<'a, Connection>,
+        mut g: MutexGuard<'a, Connection>,
+        call: &mut CallWait,
         nap: Duration,
-    ) -> MutexGuard<'a, Connection> {
+    ) -> io::Result<(MutexGuard<'a, Connection>, bool)> {
+        // A completion that came while arming (perhaps not the one awaited, perhaps one a
+        // sleeping caller waits for) is looked at before the wait is planned again.
+        if g.arm_for_nap()? {
+            return Ok((g, true));
+        }
+        g.wait.nap_taken();
         drop(g);
         std::thread::sleep(nap);
-        self.lock()
+        let mut g = self.lock();
+        call.napped(nap);
+        let took = g.take_events_after_wake()?;
+        let progressed = g.progress()? || took;
+        Ok((g, progressed))
     }
 
     /// Sleeps until a completion, a connection-manager event, the keepalive timer or `left`.
@@ -262,9 +231,9 @@ impl Shared {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        g.wait_stats.channel_sleeps += 1;
-        if g.poller_active {
-            g.cond_waiters += 1;
+        g.wait.channel_sleep();
+        if g.sleepers.poller_active {
+            g.sleepers.cond_waiters += 1;
             let mut g = match wait {
                 Some(w) => {
                     self.cond
@@ -274,18 +243,18 @@ impl Shared {
                 }
                 None => self.cond.wait(g).unwrap_or_else(|p| p.into_inner()),
             };
-            g.cond_waiters -= 1;
+            g.sleepers.cond_waiters -= 1;
             return Ok(g);
         }
-        g.poller_active = true;
+        g.sleepers.poller_active = true;
         drop(g);
         let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), &self.waker, wait);
         let mut g = self.lock();
-        g.poller_active = false;
+        g.sleepers.poller_active = false;
         if matches!(result, Ok(true)) {
             self.drain_waker();
         }
-        if g.cond_waiters > 0 {
+        if g.sleepers.cond_waiters > 0 {
             self.cond.notify_all();
         }
         result?;
@@ -299,7 +268,8 @@ impl Shared {
         self.report(&g);
     }
 
-    /// Tells the mio registration which waited-for directions can go on now.
+    /// Tells the mio registration which waited-for directions can go on now: the one place
+    /// where a call's progress reaches readiness (with [`report_blocked`](Self::report_blocked)).
     fn report(&self, g: &Connection) {
         // A flag is set under the connection's lock (a `WouldBlock`) or by a registration,
         // which reports under the lock after setting it: a flag missed here is reported then.
@@ -308,6 +278,18 @@ impl Shared {
         }
         let r = g.readiness();
         self.ready.update(r.readable, r.writable);
+    }
+
+    /// A nonblocking call must wait: reports what is possible, marks its direction as
+    /// waited for (an event follows when it can go on), and returns the `WouldBlock`.
+    fn report_blocked(&self, g: &Connection, dir: Direction) -> io::Error {
+        self.report(g);
+        match dir {
+            Direction::Read => self.ready.read_blocked(),
+            Direction::Write => self.ready.write_blocked(),
+            Direction::Other(_) => {}
+        }
+        io::ErrorKind::WouldBlock.into()
     }
 
     /// The readiness hub saw an event on the completion channel or the rdma_cm fd: drain,
@@ -340,49 +322,11 @@ impl Shared {
     fn wake_others(&self, g: &Connection) {
         // A notify is a futex system call even with no one waiting: skip it then (waiters
         // register under the lock, so none can be missed).
-        if g.cond_waiters > 0 {
+        if g.sleepers.cond_waiters > 0 {
             self.cond.notify_all();
         }
-        if g.poller_active {
+        if g.sleepers.poller_active {
             let _ = self.waker.write(1);
-        }
-    }
-}
-
-/// A spin yields the CPU once in this many polls of the completion queue.
-const YIELD_EVERY: u32 = 128;
-
-/// Busy-polls the completion queue until `end`; when something happened, the time read just
-/// before the poll that found it (`None`: nothing did). One poll in
-/// [`YIELD_EVERY`] also yields the CPU, so that a runnable thread on the same CPU (the
-/// kernel's softirq thread finishing a soft device's work, the peer of a same-host
-/// connection) waits at most that many polls for it. The polls do not `pause`
-/// (`std::hint::spin_loop`): each one reads the clock and the queue anyway, and under
-/// QEMU's TCG a `pause` leaves the CPU loop (~260 ns), and neither a `pause` nor a
-/// `sched_yield` between polls helps: a reply that arrives during one waits for its end.
-/// The spin also ends, without progress, as soon as another caller waits for the
-/// connection's lock (`contenders`): a clone writing while this one reads must not wait out
-/// the whole budget; this caller then sleeps in poll(2), which releases the lock.
-fn spin_until(
-    g: &mut Connection,
-    end: Instant,
-    contenders: &AtomicU32,
-) -> io::Result<Option<Instant>> {
-    let mut spins = 0u32;
-    loop {
-        let now = Instant::now();
-        if now >= end {
-            return Ok(None);
-        }
-        if g.progress()? {
-            return Ok(Some(now));
-        }
-        if contenders.load(Ordering::Relaxed) > 0 {
-            return Ok(None);
-        }
-        spins = spins.wrapping_add(1);
-        if spins % YIELD_EVERY == 0 {
-            std::thread::yield_now();
         }
     }
 }

@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::listener::RdmaListener;
-use super::stream::RdmaSocket;
+use super::rdma_socket::RdmaSocket;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use std::io;

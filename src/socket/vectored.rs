@@ -4,7 +4,7 @@
 //! one message goes out as one message, as `writev(2)` makes one TCP segment.
 #![forbid(unsafe_code)]
 
-use crate::stream::CopySpan;
+use crate::protocol::CopySpan;
 use crate::verbs::MemoryRegion;
 use std::io::{IoSlice, IoSliceMut};
 

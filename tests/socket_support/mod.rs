@@ -316,8 +316,8 @@ pub fn loopback_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
 /// A well-formed rsocket hello (version 1, 64 credits, a 64 KiB buffer) for a hand-made
 /// client: a listener takes it and answers; the addresses in it are never used by a test
 /// that lets the handshake finish.
-pub fn fake_hello() -> rdmasock::stream::Hello {
-    use rdmasock::stream::{Hello, RemoteSge};
+pub fn fake_hello() -> rdmasock::protocol::Hello {
+    use rdmasock::protocol::{Hello, RemoteSge};
     Hello {
         flags: 0,
         credits: 64,

@@ -1,7 +1,7 @@
 //! The simulated RDMA fabric and the two drivers used by `stream_sim.rs`.
 #![allow(dead_code)]
 
-use rdmasock::stream::{
+use rdmasock::protocol::{
     CopySpan, Hello, LocalRegions, Op, Payload, Received, StreamConfig, StreamEngine, StreamError,
     WrId, RECV_DEFER_MAX, SGE_LEN, TARGET_LIST_LEN,
 };
@@ -654,7 +654,7 @@ impl Fabric {
 }
 
 /// Small rings and queues, so that tests reach their limits quickly.
-pub fn small_config() -> rdmasock::stream::StreamConfigBuilder {
+pub fn small_config() -> rdmasock::protocol::StreamConfigBuilder {
     StreamConfig::builder()
         .send_ring(8192)
         .recv_ring(8192)
@@ -673,8 +673,8 @@ pub fn pair(a: StreamConfig, b: StreamConfig) -> Fabric {
 }
 
 /// The local regions of an engine made outside a fabric.
-pub fn local_regions() -> rdmasock::stream::LocalRegions {
-    rdmasock::stream::LocalRegions {
+pub fn local_regions() -> rdmasock::protocol::LocalRegions {
+    rdmasock::protocol::LocalRegions {
         recv_ring_addr: 0x1000,
         recv_ring_rkey: 1,
         target_list_addr: 0x9000,

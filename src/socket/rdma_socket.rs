@@ -5,9 +5,9 @@ use super::conn::{Connection, Resources};
 use super::handshake::rsocket_parameters;
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
-use super::spin::WaitStats;
+use super::wait::WaitStats;
 use crate::cm::{CmEndpoint, ConnectionManager};
-use crate::stream::{Hello, StreamError};
+use crate::protocol::{Hello, StreamError};
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
@@ -243,7 +243,7 @@ impl RdmaSocket {
     /// naps, naps that overslept and sleeps on the completion channel. For tuning the
     /// progress mode (see [`SocketOptionsBuilder::adaptive`](super::SocketOptionsBuilder::adaptive)).
     pub fn wait_stats(&self) -> WaitStats {
-        self.shared.lock().wait_stats
+        self.shared.lock().wait.stats
     }
 
     /// Whether the peer announced itself as rdmasock (otherwise it is plain rsocket).

@@ -1,4 +1,5 @@
-//! The stream protocol: librdmacm rsocket's SOCK_STREAM wire protocol, sans-IO.
+//! The protocol engine: librdmacm rsocket's SOCK_STREAM wire protocol, sans-IO (the socket
+//! type that drives it is [`RdmaSocket`](crate::RdmaSocket), in [`crate::socket`]).
 //!
 //! [`StreamEngine`] holds one connection's protocol state and nothing else: no verbs objects,
 //! no sockets, no clock, no memory. The socket layer (the *driver*) glues it to a queue pair,

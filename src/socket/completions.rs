@@ -1,0 +1,168 @@
+//! The completion side of a connection: completions taken from the queue and fed to the
+//! protocol engine, and the completion channel armed before a caller sleeps.
+#![forbid(unsafe_code)]
+
+use super::conn::Connection;
+use super::warm::warm;
+use crate::protocol::{Received, WrId, RECV_DEFER_MAX};
+use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
+use std::io;
+
+/// Completions taken from the queue per poll.
+const POLL_BATCH: usize = 32;
+
+/// What the completion side keeps between polls.
+#[derive(Debug)]
+pub(crate) struct CompletionState {
+    /// Where completions are polled into (kept, so that a poll initialises nothing).
+    wcs: Box<[WorkCompletion; POLL_BATCH]>,
+    /// The queue is armed: its next completion raises a channel event.
+    armed: bool,
+    /// What the first failed completion said (added to the stream's reset error).
+    pub(crate) wc_error: Option<String>,
+    /// A receive completed with an error: the queue pair left the connected state and every
+    /// completion before that point has been fed.
+    pub(crate) receive_flushed: bool,
+    /// A receive has completed (see
+    /// [`CmEndpoint::nudge_after_first_receive`](crate::cm::CmEndpoint::nudge_after_first_receive)).
+    first_receive_seen: bool,
+}
+
+impl CompletionState {
+    /// Nothing polled yet, the queue unarmed.
+    pub(crate) fn new() -> CompletionState {
+        CompletionState {
+            wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
+            armed: false,
+            wc_error: None,
+            receive_flushed: false,
+            first_receive_seen: false,
+        }
+    }
+}
+
+impl Connection {
+    /// Feeds one completion to the engine.
+    fn feed(&mut self, wc: &WorkCompletion) -> io::Result<()> {
+        let id = WrId(wc.wr_id);
+        let status = wc.status();
+        let ok = status.is_success();
+        if !ok && status != WcStatus::WorkRequestFlushError && self.completions.wc_error.is_none() {
+            self.completions.wc_error = Some(format!(
+                "work request {:#x} completed with status {} ({status}, vendor error {:#x})",
+                wc.wr_id, wc.status, wc.vendor_err
+            ));
+        }
+        if id.is_receive() {
+            if !ok {
+                self.completions.receive_flushed = true;
+                let cause = self.endpoint.end_reason();
+                self.engine.on_receive_failed(id, cause.as_deref());
+                return Ok(());
+            }
+            let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
+                Received::Immediate(wc.imm_data)
+            } else {
+                let mut word = [0u8; 4];
+                if let Some(mr) = &self.res.message_mr {
+                    mr.read_at(id.message_slot() as usize * 4, &mut word)?;
+                }
+                Received::Message(word)
+            };
+            let target_mr = &self.res.target_mr;
+            let mut read = Ok(());
+            self.engine.on_receive_with(id, received, |list| {
+                read = target_mr.read_at(0, list);
+            });
+            read?;
+            if !self.completions.first_receive_seen {
+                self.completions.first_receive_seen = true;
+                if self.endpoint.nudge_after_first_receive() {
+                    self.engine.keepalive();
+                }
+            }
+        } else {
+            self.engine.on_send_completion(id, ok);
+        }
+        Ok(())
+    }
+
+    /// Feeds every completion waiting in the queue; true when there was any.
+    pub(crate) fn drain_cq(&mut self) -> io::Result<bool> {
+        let mut progress = false;
+        loop {
+            let n = self.res.cq.poll(&mut self.completions.wcs[..])?.len();
+            for i in 0..n {
+                let wc = self.completions.wcs[i];
+                self.feed(&wc)?;
+                // A lone receive repost waits for the next post (see `progress_after_read`).
+                if !self.engine.only_receives_queued(RECV_DEFER_MAX) {
+                    self.post_ops()?;
+                }
+            }
+            progress |= n > 0;
+            if n < POLL_BATCH {
+                if progress && self.res.recv_warm.is_some() {
+                    // The next bytes land behind these: bring their pages in.
+                    let end = self.engine.received_end();
+                    warm(&mut self.res.recv_warm, &self.res.recv_mr, end);
+                }
+                return Ok(progress);
+            }
+        }
+    }
+
+    /// Takes the completion channel's events and arms the queue, so that the next completion
+    /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether events
+    /// were taken or that last poll made progress.
+    pub(crate) fn arm(&mut self) -> io::Result<bool> {
+        let took = self.take_events()?;
+        if !self.completions.armed {
+            self.res.cq.req_notify(false)?;
+            self.completions.armed = true;
+        }
+        Ok(self.pump()? || took)
+    }
+
+    /// Before a nap (see `WaitPolicy::plan`), on a provider whose channel events move the
+    /// data (uiwarp): arms the queue, so that what arrives during the nap raises an event
+    /// that the first look after it takes (`take_events_after_wake` reads the socket). Without
+    /// it, bytes that came during the nap wait in the socket until a spinning poll checks it,
+    /// the look after the nap finds nothing, and the nap is never judged too long. True when
+    /// arming found progress (no nap then). A kernel provider's completions are in the queue
+    /// at the first look: nothing to do.
+    pub(crate) fn arm_for_nap(&mut self) -> io::Result<bool> {
+        if self.res.cq_channel.events_make_progress() {
+            self.arm()
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// Takes and acknowledges the completion channel's events, leaving the queue unarmed;
+    /// true when there were any.
+    fn take_events(&mut self) -> io::Result<bool> {
+        let mut events = 0;
+        while self.res.cq_channel.try_get_event()?.is_some() {
+            events += 1;
+        }
+        if events > 0 {
+            self.res.cq.ack_events(events);
+            self.completions.armed = false;
+        }
+        Ok(events > 0)
+    }
+
+    /// After a sleep on the completion channel: on a provider whose events move the data
+    /// (uiwarp, see `events_make_progress`), takes them first, so that the woken thread reads
+    /// the socket inside `get_event` and the event it raises needs no eventfd write and read;
+    /// the queue is re-armed only before the next sleep. On a kernel provider this does
+    /// nothing: the completions are polled as usual, and the event is taken when arming.
+    pub(crate) fn take_events_after_wake(&mut self) -> io::Result<bool> {
+        if self.res.cq_channel.events_make_progress() {
+            self.take_events()
+        } else {
+            Ok(false)
+        }
+    }
+}

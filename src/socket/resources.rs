@@ -1,0 +1,156 @@
+//! The verbs objects of one connection: context, protection domain, the registered rings,
+//! the completion queue with its channel and the RC queue pair, created for the stream
+//! protocol's configuration (step 1 of [`crate::protocol`]'s sequence).
+#![forbid(unsafe_code)]
+
+use super::options::SocketOptions;
+use super::post::SCRATCH_LEN;
+use super::warm::RingWarmer;
+use crate::cm::CmEndpoint;
+use crate::protocol::{LocalRegions, TARGET_LIST_LEN};
+use crate::verbs::{
+    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    QpCapabilities, QpInitAttributes, QueuePair, Transport,
+};
+use std::io;
+
+/// The most inline bytes asked of a device that lends inline sends.
+const LEND_REQUEST_CAP: u32 = 1 << 30;
+const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+
+/// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
+#[derive(Debug)]
+pub(crate) struct Resources {
+    pub(crate) qp: QueuePair,
+    pub(crate) cq: CompletionQueue,
+    pub(crate) send_mr: MemoryRegion,
+    pub(crate) recv_mr: MemoryRegion,
+    pub(crate) target_mr: MemoryRegion,
+    pub(crate) message_mr: Option<MemoryRegion>,
+    _pd: ProtectionDomain,
+    pub(crate) cq_channel: CompletionChannel,
+    _context: Context,
+    /// The largest message posted from the caller's buffer where the queue pair lends inline
+    /// sends (0: it does not, and only the writes the engine sends inline go from the
+    /// caller's buffer; see `lend`).
+    pub(crate) lend_limit: usize,
+    /// On a device whose registrations pin nothing, what brings the send and receive rings'
+    /// pages in ahead of use (see `warm`); `None` once a ring is in.
+    pub(crate) send_warm: Option<RingWarmer>,
+    pub(crate) recv_warm: Option<RingWarmer>,
+}
+
+impl Resources {
+    /// Opens the endpoint's device and creates everything the stream needs (step 1 of the
+    /// [`crate::protocol`] sequence); the queue pair is in INIT.
+    pub(crate) fn create(
+        endpoint: &dyn CmEndpoint,
+        opts: &mut SocketOptions,
+    ) -> io::Result<Resources> {
+        let context = endpoint.open_context(&crate::default_registry())?;
+        if context.device().transport == Transport::Iwarp {
+            opts.stream.write_with_send = true;
+        }
+        let unpinned = context.device().uverbs_path.is_none();
+        if unpinned {
+            // No kernel device: registrations pin nothing (see UNPINNED_RING).
+            opts.unpinned_rings();
+        }
+        let cfg = &opts.stream;
+        // A device that lends inline sends takes whole messages inline (see `lend`).
+        let lends = context.lends_inline();
+        let inline = if lends {
+            let message = cfg.max_transfer().min(cfg.send_ring() as u32);
+            cfg.inline_threshold().max(message).min(LEND_REQUEST_CAP)
+        } else {
+            cfg.inline_threshold()
+        };
+        let pd = context.alloc_pd()?;
+        let cq_channel = context.create_comp_channel()?;
+        let depth = u32::from(cfg.send_queue_depth()) + cfg.recv_posted();
+        let cq = context.create_cq(depth, Some(&cq_channel))?;
+        let init = QpInitAttributes {
+            caps: QpCapabilities {
+                max_send_wr: u32::from(cfg.send_queue_depth()),
+                max_recv_wr: cfg.recv_posted(),
+                max_send_sge: 2,
+                max_recv_sge: 1,
+                max_inline_data: inline,
+            },
+            // Each request carries its own flag (the engine signals one message in
+            // `signal_interval`, and every control message), except on a device that may
+            // read an unsignalled send's ring bytes after the completion that lets the ring
+            // reuse them (siw's zero-copy sends, which TCP may retransmit): there every
+            // request is signalled, whatever the interval.
+            sq_sig_all: context.unsignaled_sends_borrow_memory(),
+        };
+        let qp = pd.create_qp(&init, &cq, &cq)?;
+        endpoint
+            .init_qp(&qp)
+            .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
+        let send_len = cfg.send_ring() + cfg.control_area_len() + SCRATCH_LEN;
+        let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
+        let recv_mr = pd.register(cfg.recv_ring(), REMOTE)?;
+        let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
+        let message_mr = match cfg.message_area_len() {
+            0 => None,
+            n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
+        };
+        let lend_limit = if lends {
+            qp.caps().max_inline_data as usize
+        } else {
+            0
+        };
+        let (send_warm, recv_warm) = if unpinned {
+            (
+                Some(RingWarmer::new(&send_mr, cfg.send_ring())),
+                Some(RingWarmer::new(&recv_mr, cfg.recv_ring())),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Resources {
+            lend_limit,
+            send_warm,
+            recv_warm,
+            qp,
+            cq,
+            send_mr,
+            recv_mr,
+            target_mr,
+            message_mr,
+            _pd: pd,
+            cq_channel,
+            _context: context,
+        })
+    }
+
+    /// Where the peer writes: the receive ring and the target list, with their keys.
+    pub(crate) fn regions(&self) -> LocalRegions {
+        LocalRegions {
+            recv_ring_addr: self.recv_mr.addr(),
+            recv_ring_rkey: self.recv_mr.rkey().0,
+            target_list_addr: self.target_mr.addr(),
+            target_list_rkey: self.target_mr.rkey().0,
+        }
+    }
+}
+
+/// The connection manager could not move a new queue pair to INIT (the error inside). On a
+/// passive endpoint this means the request it answers is no longer valid: its client gave
+/// up, or the kernel timed the request out. The listener skips such a request; any other
+/// failure to set up a connection (memory, device) is the listener's own.
+#[derive(Debug)]
+pub(crate) struct InitQpFailed(pub(crate) io::Error);
+
+impl std::fmt::Display for InitQpFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for InitQpFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
