@@ -38,24 +38,11 @@ mod siw {
             wait_stats_count_each_mode_s_waits,
             a_spinning_read_lets_a_clone_write,
             tcp_swap_example_runs_on_the_device,
+            small_rings_selective_signalling_and_event_mode,
         ];
         not_applicable: [
-            small_rings_selective_signalling_and_event_mode =>
-                "a reproduced bug: runs as known_bug_siw_inline_threshold_zero below",
             thousand_connect_close_cycles_leak_nothing =>
                 "vm_socket_cycles.rs runs it: a binary of its own, for the suite's time limit",
         ];
     }
-}
-
-/// A reproduced bug: on siw0 a connect with `inline_threshold(0)` (the conformance case
-/// `small_rings_selective_signalling_and_event_mode`) fails with "inline SEND of 4 bytes on QP
-/// ... exceeds max_inline_data = 0": the socket posts its 4-byte SEND inline although it
-/// asked for a QP without inline room. The suite skips `known_bug_*` tests; this one fails
-/// until the socket is mended, and then joins the list above.
-#[test]
-#[ignore = "needs the VM with siw0: run tests/vm/run.sh --both"]
-fn known_bug_siw_inline_threshold_zero() {
-    let fixture = conformance::Fixture::siw().in_module(module_path!());
-    conformance::small_rings_selective_signalling_and_event_mode(&fixture);
 }

@@ -14,6 +14,8 @@ use crate::verbs::{
 };
 use std::io;
 
+/// The bytes of write+send mode's message word, which goes as an inline SEND.
+const MESSAGE_WORD_LEN: u32 = 4;
 /// The most inline bytes asked of a device that lends inline sends.
 const LEND_REQUEST_CAP: u32 = 1 << 30;
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
@@ -62,6 +64,10 @@ impl Resources {
         let inline = if lends {
             let message = cfg.max_transfer().min(cfg.send_ring() as u32);
             cfg.inline_threshold().max(message).min(LEND_REQUEST_CAP)
+        } else if cfg.write_with_send() {
+            // Write+send mode posts each message's 4-byte word as an inline SEND, whatever
+            // the inline threshold (rsocket asks for at least 16 inline bytes on every QP).
+            cfg.inline_threshold().max(MESSAGE_WORD_LEN)
         } else {
             cfg.inline_threshold()
         };
