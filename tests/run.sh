@@ -40,6 +40,15 @@ if [ $run_host = 1 ]; then
   echo "=== host suite: tests that need tshark"
   if ! cargo test -p rdmasock-uiwarp --test tshark "${flags[@]}" -- --ignored; then host_status=FAILED; fi
   # cargo fuzz, each target for 20 s (nightly; tests/setup.sh installs it): a crash fails
+  # the fuzz entry points exist only under cfg(fuzzing): their seeded smoke tests build that
+  # way, in a target directory of their own (the flag changes every crate's build)
+  echo "=== host suite: the fuzz entry points on seeded input (--cfg fuzzing)"
+  for t in "rdmasock stream_fuzz_smoke" "rdmasock-uiwarp fuzz_smoke"; do
+    read -r package test <<< "$t"
+    if ! RUSTFLAGS="--cfg fuzzing" cargo test --target-dir target/cfg-fuzzing -p "$package" --test "$test" "${flags[@]}"; then
+      host_status=FAILED
+    fi
+  done
   echo "=== host suite: fuzz targets (fuzz/smoke.sh 20)"
   fuzz/smoke.sh 20 || host_status=FAILED
   # host tests that need release speed (ignored in a debug build, which cannot show the fault)

@@ -1,8 +1,13 @@
 //! The stream engine's fuzz entry points (`rdmasock::protocol::fuzzing`, run by cargo-fuzz in
-//! `fuzz/`) on seeded inputs, so that a stable `cargo test` exercises them: random bytes,
+//! `fuzz/`) on seeded inputs, so that a stable toolchain exercises them: random bytes,
 //! mutated valid hellos, and scripts whose peer messages are mostly well-formed, so that the
 //! engine gets past the first protocol violation. (A well-behaved peer, which takes the
 //! engine through every state, is `tests/stream_sim.rs`'s simulated fabric.)
+//!
+//! The entry points exist only with `--cfg fuzzing`, as cargo-fuzz builds them; `tests/run.sh`
+//! runs this file that way (`RUSTFLAGS="--cfg fuzzing" cargo test --test stream_fuzz_smoke`,
+//! in a target directory of its own).
+#![cfg(fuzzing)]
 
 #[path = "stream_sim/fabric.rs"]
 mod fabric;

@@ -45,7 +45,9 @@ mod config;
 mod control;
 mod engine;
 mod error;
-#[doc(hidden)]
+// The fuzz targets' entry points: built only for `cargo fuzz` (which sets `--cfg fuzzing`)
+// and for the seeded smoke test that `tests/run.sh` builds the same way.
+#[cfg(fuzzing)]
 pub mod fuzzing;
 mod hello;
 mod inline_write;

@@ -25,7 +25,9 @@
 #![forbid(unsafe_code)]
 
 pub mod driver;
-#[doc(hidden)]
+// The fuzz targets' entry points: built only for `cargo fuzz` (which sets `--cfg fuzzing`)
+// and for the seeded smoke test that `tests/run.sh` builds the same way.
+#[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod manager;
 pub(crate) mod memory;

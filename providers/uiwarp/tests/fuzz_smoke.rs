@@ -1,5 +1,10 @@
 //! The fuzz targets' entry points on seeded random and mutated inputs, so that a stable
-//! `cargo test` exercises them (cargo-fuzz needs nightly; see fuzz/README.md).
+//! toolchain exercises them (cargo-fuzz needs nightly; see fuzz/README.md).
+//!
+//! The entry points exist only with `--cfg fuzzing`, as cargo-fuzz builds them; `tests/run.sh`
+//! runs this file that way (`RUSTFLAGS="--cfg fuzzing" cargo test -p rdmasock-uiwarp --test
+//! fuzz_smoke`, in a target directory of its own).
+#![cfg(fuzzing)]
 
 mod common;
 

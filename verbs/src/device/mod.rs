@@ -6,7 +6,9 @@
 //! docs/kernel-abi.md#driver-names-and-the-fallback when netlink is unavailable.
 #![forbid(unsafe_code)]
 
-#[doc(hidden)]
+// The `verbs_parsers` fuzz target's entry points: built only for `cargo fuzz` (which sets
+// `--cfg fuzzing`) and for this crate's unit tests, which run them on seeded input.
+#[cfg(any(fuzzing, test))]
 pub mod fuzzing;
 mod gid_table;
 mod netlink;
