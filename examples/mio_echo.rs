@@ -69,7 +69,7 @@ fn service(c: &mut Client) -> std::io::Result<bool> {
 }
 
 /// Serves until `stop_after` clients have finished (forever with `None`).
-pub fn serve(mut listener: RdmaListener, stop_after: Option<usize>) -> std::io::Result<()> {
+pub(crate) fn serve(mut listener: RdmaListener, stop_after: Option<usize>) -> std::io::Result<()> {
     let mut poll = Poll::new()?;
     listener.set_nonblocking(true)?;
     poll.registry()
@@ -131,7 +131,7 @@ pub fn serve(mut listener: RdmaListener, stop_after: Option<usize>) -> std::io::
 /// `n` blocking clients at once: all connect first (one after the other, so the handshakes
 /// do not race each other's timeouts), then each sends `bytes` from one thread while reading
 /// the echo on another, and checks it.
-pub fn clients(addr: SocketAddr, n: usize, bytes: usize) -> Result<(), String> {
+pub(crate) fn clients(addr: SocketAddr, n: usize, bytes: usize) -> Result<(), String> {
     let start = Instant::now();
     let mut sockets = Vec::with_capacity(n);
     for i in 0..n {

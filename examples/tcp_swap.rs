@@ -32,7 +32,7 @@ macro_rules! line_shouter {
         }
 
         /// Sends some lines, half-closes, and reads the answers to the end.
-        pub fn run(ip: std::net::IpAddr) -> std::io::Result<()> {
+        pub(crate) fn run(ip: std::net::IpAddr) -> std::io::Result<()> {
             let listener = <$Listener>::bind(SocketAddr::new(ip, 0))?;
             let addr = listener.local_addr()?;
             let server = std::thread::spawn(move || serve(listener));

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 /// The IPv4 address of `device` (or of the first device with one), from its RoCE GIDs. With
 /// no kernel RDMA device (or `-d uiwarp0`), loopback: the userspace iWARP provider serves it
 /// (the socket layer says so on stderr).
-pub fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
+pub(crate) fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
     if device == Some("uiwarp0") {
         return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 /// A stream a benchmark drives: `TcpStream` or `RdmaSocket`.
-pub trait Stream: Read + Write + Send + 'static {
+pub(crate) trait Stream: Read + Write + Send + 'static {
     /// The socket's wait counters (an RdmaSocket's only).
     fn waits(&self) -> Option<WaitStats>;
 }

@@ -8,14 +8,14 @@
 use std::time::Instant;
 
 /// The round trips of one ping-pong run: `warm` untimed ones first, then the timed ones.
-pub struct RoundTrips {
+pub(crate) struct RoundTrips {
     warm: usize,
     stamps: Vec<Instant>,
 }
 
 impl RoundTrips {
     /// Room for `warm + timed` round trips, allocated now (nothing allocates in the loop).
-    pub fn new(warm: usize, timed: usize) -> RoundTrips {
+    pub(crate) fn new(warm: usize, timed: usize) -> RoundTrips {
         RoundTrips {
             warm,
             stamps: Vec::with_capacity(warm + timed + 1),
@@ -24,13 +24,13 @@ impl RoundTrips {
 
     /// Call at the start of every round trip (warm-up ones too).
     #[inline]
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         self.stamps.push(Instant::now());
     }
 
     /// Call once after the last round trip: the timed round trips' durations in
     /// microseconds, each divided by `divisor` (2 for one-way times).
-    pub fn finish(mut self, divisor: f64) -> Samples {
+    pub(crate) fn finish(mut self, divisor: f64) -> Samples {
         self.stamps.push(Instant::now());
         let mut sorted: Vec<f64> = self.stamps[self.warm..]
             .windows(2)
@@ -43,23 +43,23 @@ impl RoundTrips {
 }
 
 /// Timed durations, sorted.
-pub struct Samples {
+pub(crate) struct Samples {
     sorted: Vec<f64>,
 }
 
 impl Samples {
     /// The mean.
-    pub fn average(&self) -> f64 {
+    pub(crate) fn average(&self) -> f64 {
         self.sorted.iter().sum::<f64>() / self.sorted.len() as f64
     }
 
     /// The median (the upper one of an even count).
-    pub fn median(&self) -> f64 {
+    pub(crate) fn median(&self) -> f64 {
         self.sorted[self.sorted.len() / 2]
     }
 
     /// The `q` quantile (0.0 to 1.0), by rank.
-    pub fn quantile(&self, q: f64) -> f64 {
+    pub(crate) fn quantile(&self, q: f64) -> f64 {
         self.sorted[((self.sorted.len() - 1) as f64 * q) as usize]
     }
 }

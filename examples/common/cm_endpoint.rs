@@ -21,26 +21,26 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 /// The message size of both examples.
-pub const MSG_LEN: usize = 16;
+pub(crate) const MSG_LEN: usize = 16;
 /// The receive's work request id.
-pub const RECV_WR_ID: u64 = 1;
+pub(crate) const RECV_WR_ID: u64 = 1;
 /// The send's work request id.
-pub const SEND_WR_ID: u64 = 2;
+pub(crate) const SEND_WR_ID: u64 = 2;
 
 /// `perror`-style: the librdmacm call's name, then our error.
-pub fn step<E: std::fmt::Display>(name: &'static str) -> impl Fn(E) -> String {
+pub(crate) fn step<E: std::fmt::Display>(name: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{name}: {e}")
 }
 
 /// The connection manager both examples use: the registry's automatic choice.
-pub fn manager() -> &'static dyn ConnectionManager {
+pub(crate) fn manager() -> &'static dyn ConnectionManager {
     rdmasock::connection_manager()
 }
 
 /// [`step`] for the connection manager's first call; on a kernel without RDMA (reached only
 /// when `RDMASOCK_PROVIDER` forces a kernel provider) the error also says how to run on the
 /// userspace iWARP provider.
-pub fn cm_step(name: &'static str) -> impl Fn(io::Error) -> String {
+pub(crate) fn cm_step(name: &'static str) -> impl Fn(io::Error) -> String {
     move |e| {
         let userspace = match e.get_ref().and_then(|r| r.downcast_ref::<CmError>()) {
             Some(CmError::NotLoaded {
@@ -70,7 +70,7 @@ fn wait_readable(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// `rdma_get_request`: the next connection request on `listener`.
-pub fn get_request(listener: &dyn CmListener) -> io::Result<IncomingRequest> {
+pub(crate) fn get_request(listener: &dyn CmListener) -> io::Result<IncomingRequest> {
     loop {
         if let Some(request) = listener.poll_request()? {
             return Ok(request);
@@ -81,7 +81,7 @@ pub fn get_request(listener: &dyn CmListener) -> io::Result<IncomingRequest> {
 
 /// `rdma_accept` on a synchronous id: accepts on `qp` with librdmacm's default parameters
 /// and waits until the connection is established.
-pub fn accept(endpoint: &dyn CmEndpoint, qp: &QueuePair) -> io::Result<()> {
+pub(crate) fn accept(endpoint: &dyn CmEndpoint, qp: &QueuePair) -> io::Result<()> {
     endpoint.start_accept(qp, &ConnectionParameters::default())?;
     while !endpoint.poll_accept(qp)? {
         wait_readable(endpoint.event_fd())?;
@@ -90,7 +90,7 @@ pub fn accept(endpoint: &dyn CmEndpoint, qp: &QueuePair) -> io::Result<()> {
 }
 
 /// What `rdma_create_ep` + `rdma_reg_msgs` make: the QP and its resources on the id's device.
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     _context: Context,
     _pd: ProtectionDomain,
     channel: CompletionChannel,
@@ -106,7 +106,7 @@ pub struct Endpoint {
 impl Endpoint {
     /// The QP and its resources on `id`'s device, the QP moved to INIT by the connection
     /// manager.
-    pub fn new(id: &dyn CmEndpoint, program: &str) -> Result<Endpoint, String> {
+    pub(crate) fn new(id: &dyn CmEndpoint, program: &str) -> Result<Endpoint, String> {
         let context = id
             .open_context(&rdmasock::default_registry())
             .map_err(step("ibv_open_device"))?;
@@ -152,7 +152,7 @@ impl Endpoint {
         })
     }
 
-    pub fn post_recv(&self) -> Result<(), String> {
+    pub(crate) fn post_recv(&self) -> Result<(), String> {
         let sg = [self.mr.slice(0, MSG_LEN).map_err(step("rdma_post_recv"))?];
         self.qp
             .post_recv(&[RecvRequest {
@@ -163,7 +163,7 @@ impl Endpoint {
     }
 
     /// Sends the (zeroed) 16-byte message, as the C example does.
-    pub fn post_send(&self) -> Result<(), String> {
+    pub(crate) fn post_send(&self) -> Result<(), String> {
         let sg = [self
             .mr
             .slice(MSG_LEN, MSG_LEN)
@@ -185,7 +185,11 @@ impl Endpoint {
     }
 
     /// `rdma_get_{send,recv}_comp`: arm, poll, wait on the channel; checks the status.
-    pub fn wait_for(&self, wr_id: u64, name: &'static str) -> Result<WorkCompletion, String> {
+    pub(crate) fn wait_for(
+        &self,
+        wr_id: u64,
+        name: &'static str,
+    ) -> Result<WorkCompletion, String> {
         let wc = loop {
             if let Some(wc) = self.take(wr_id)? {
                 break wc;

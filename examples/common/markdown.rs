@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Replaces the section `name` of the markdown file at `path` with `body` (which should end
 /// with a newline), between its begin and end markers; appends the section when the file has
 /// none, and creates the file when it does not exist.
-pub fn replace_section(path: &Path, name: &str, body: &str) -> io::Result<()> {
+pub(crate) fn replace_section(path: &Path, name: &str, body: &str) -> io::Result<()> {
     let begin = format!("<!-- {name}:begin -->");
     let end = format!("<!-- {name}:end -->");
     let section = format!("{begin}\n{body}{end}\n");
@@ -59,7 +59,7 @@ fn splice(text: &str, begin: &str, end: &str, section: &str) -> String {
 
 /// Where the benchmark runs: the CPU model, the number of CPUs, and whether this is the test
 /// VM (`RDMA_VM` set by `tests/vm/run.sh`, with its `RDMASOCK_VM_CPU` setting) or the host.
-pub fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -80,7 +80,7 @@ pub fn machine() -> String {
 }
 
 /// The current time as `YYYY-MM-DD HH:MM UTC`.
-pub fn now_utc() -> String {
+pub(crate) fn now_utc() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -3,15 +3,15 @@
 //! address to use on this machine.
 #![allow(dead_code)] // each example uses a different part
 
-pub mod address;
-pub mod bench;
-pub mod clock;
-pub mod cm_endpoint;
-pub mod markdown;
-pub mod pingpong;
+pub(crate) mod address;
+pub(crate) mod bench;
+pub(crate) mod clock;
+pub(crate) mod cm_endpoint;
+pub(crate) mod markdown;
+pub(crate) mod pingpong;
 
 /// One option an example takes.
-pub struct OptSpec {
+pub(crate) struct OptSpec {
     /// Short name (`-p`).
     pub short: char,
     /// Long name (`--port`), or `""` where the option has none (a plain `getopt` tool's).
@@ -22,7 +22,7 @@ pub struct OptSpec {
 
 /// The options found, in command-line order, and the other arguments.
 #[derive(Debug, Default)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     /// (short name, value) in order.
     pub opts: Vec<(char, Option<String>)>,
     /// Positional arguments.
@@ -32,7 +32,7 @@ pub struct Parsed {
 /// Parses `args` (without the program name) like getopt_long: `-p 1`, `-p1`, `-ec`,
 /// `--port=1`, `--port 1`, `--` ends the options. An unknown option or a missing value is an
 /// error naming it.
-pub fn parse_args(args: &[String], specs: &[OptSpec]) -> Result<Parsed, String> {
+pub(crate) fn parse_args(args: &[String], specs: &[OptSpec]) -> Result<Parsed, String> {
     let mut out = Parsed::default();
     let mut i = 0;
     while i < args.len() {
@@ -104,7 +104,7 @@ pub fn parse_args(args: &[String], specs: &[OptSpec]) -> Result<Parsed, String> 
 
 /// C's `strtol(s, NULL, 0)`: decimal, `0x` hex or leading-`0` octal, optional sign; the
 /// longest valid prefix counts and no digits at all give 0.
-pub fn c_long(s: &str) -> i64 {
+pub(crate) fn c_long(s: &str) -> i64 {
     let s = s.trim_start();
     let (neg, s) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),

@@ -7,11 +7,11 @@ use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 
 /// The size of the address message: `sizeof "0000:000000:000000:" + 32 hex digits`, NUL included.
-pub const MESSAGE_LEN: usize = 52;
+pub(crate) const MESSAGE_LEN: usize = 52;
 
 /// One side's address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Destination {
+pub(crate) struct Destination {
     /// LID (0 on RoCE).
     pub lid: u16,
     /// QP number (24 bits).
@@ -24,7 +24,7 @@ pub struct Destination {
 
 impl Destination {
     /// The wire message, NUL-padded to [`MESSAGE_LEN`].
-    pub fn to_message(self) -> [u8; MESSAGE_LEN] {
+    pub(crate) fn to_message(self) -> [u8; MESSAGE_LEN] {
         let text = format!(
             "{:04x}:{:06x}:{:06x}:{}",
             self.lid,
@@ -39,7 +39,7 @@ impl Destination {
     }
 
     /// Parses a peer's message (`sscanf("%x:%x:%x:%s")`).
-    pub fn from_message(msg: &[u8]) -> Option<Destination> {
+    pub(crate) fn from_message(msg: &[u8]) -> Option<Destination> {
         let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
         let text = std::str::from_utf8(&msg[..end]).ok()?;
         let mut parts = text.splitn(4, ':');
@@ -51,7 +51,7 @@ impl Destination {
     }
 
     /// `  local address:  LID 0x0000, QPN 0x000011, PSN 0x2f0a1c, GID ::ffff:10.99.0.2`
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
             self.lid,
@@ -63,7 +63,11 @@ impl Destination {
 }
 
 /// Client side: connects to `server:port`, sends ours, reads theirs, sends `done`.
-pub fn client_exchange(server: &str, port: u16, mine: &Destination) -> Result<Destination, String> {
+pub(crate) fn client_exchange(
+    server: &str,
+    port: u16,
+    mine: &Destination,
+) -> Result<Destination, String> {
     let mut stream = TcpStream::connect((server, port))
         .map_err(|e| format!("Couldn't connect to {server}:{port}: {e}"))?;
     stream
@@ -85,7 +89,7 @@ pub fn client_exchange(server: &str, port: u16, mine: &Destination) -> Result<De
 /// Server side: listens on `port` (all addresses), takes one connection, reads the client's
 /// address, calls `connect` with it (the QP must be ready before we answer), sends ours and
 /// waits for `done`.
-pub fn server_exchange(
+pub(crate) fn server_exchange(
     port: u16,
     mine: &Destination,
     connect: impl FnOnce(&Destination) -> Result<(), String>,

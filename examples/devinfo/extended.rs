@@ -52,7 +52,7 @@ fn cap(out: &mut String, name: &str) {
 }
 
 /// Prints the whole block.
-pub fn print(out: &mut String, e: &ExtendedDeviceAttributes) {
+pub(crate) fn print(out: &mut String, e: &ExtendedDeviceAttributes) {
     odp(out, e);
     if e.completion_timestamp_mask != 0 {
         let _ = writeln!(

@@ -22,7 +22,7 @@ fn refuse(message: &str) -> ExitCode {
 
 /// Checks what `c` asks of the device behind `context`; returns the access flags the
 /// buffer's registration adds (on-demand paging for `-o`).
-pub fn check(context: &Context, c: &Config) -> Result<AccessFlags, ExitCode> {
+pub(crate) fn check(context: &Context, c: &Config) -> Result<AccessFlags, ExitCode> {
     if !c.needs_features() {
         return Ok(AccessFlags::empty());
     }

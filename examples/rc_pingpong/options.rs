@@ -35,7 +35,7 @@ const OPTIONS: &[OptSpec] = &[
 ];
 
 /// ibv_rc_pingpong's usage text, line for line.
-pub fn usage(argv0: &str) {
+pub(crate) fn usage(argv0: &str) {
     println!("Usage:");
     println!("  {argv0}            start a server and wait for connection");
     println!("  {argv0} <host>     connect to server at <host>");
@@ -61,7 +61,7 @@ pub fn usage(argv0: &str) {
 }
 
 /// The settings from the command line.
-pub struct Config {
+pub(crate) struct Config {
     /// The server to connect to (client), or `None` (server).
     pub server: Option<String>,
     /// `-p`: the TCP port of the address exchange.
@@ -103,13 +103,13 @@ pub struct Config {
 impl Config {
     /// Whether a device capability must be checked (ibv_rc_pingpong's
     /// `use_odp || use_ts || use_dm`).
-    pub fn needs_features(&self) -> bool {
+    pub(crate) fn needs_features(&self) -> bool {
         self.odp || self.timestamps || self.device_memory
     }
 }
 
 /// Parses the command line; `Err` carries the exit code after usage or a message.
-pub fn parse_config(args: &[String]) -> Result<Config, ExitCode> {
+pub(crate) fn parse_config(args: &[String]) -> Result<Config, ExitCode> {
     let argv0 = args.first().map(String::as_str).unwrap_or("rc_pingpong");
     let bad = || {
         usage(argv0);

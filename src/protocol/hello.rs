@@ -35,13 +35,13 @@ pub const FLAG_RDMASOCK: u8 = 1 << 7;
 
 mod field {
     use std::ops::Range;
-    pub const VERSION: usize = 0;
-    pub const FLAGS: usize = 1;
-    pub const CREDITS: Range<usize> = 2..4;
-    pub const RESERVED: Range<usize> = 4..7;
-    pub const IOMAP_SIZE: usize = 7;
-    pub const TARGET_SGL: Range<usize> = 8..24;
-    pub const DATA_BUF: Range<usize> = 24..40;
+    pub(super) const VERSION: usize = 0;
+    pub(super) const FLAGS: usize = 1;
+    pub(super) const CREDITS: Range<usize> = 2..4;
+    pub(super) const RESERVED: Range<usize> = 4..7;
+    pub(super) const IOMAP_SIZE: usize = 7;
+    pub(super) const TARGET_SGL: Range<usize> = 8..24;
+    pub(super) const DATA_BUF: Range<usize> = 24..40;
 }
 
 /// Why a hello was refused. Each message says what was wrong; the connection must be rejected.

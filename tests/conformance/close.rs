@@ -11,13 +11,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Half-close, client first (`socket_support::half_close_client_first`).
-pub fn half_close_client_first(f: &Fixture) {
+pub(crate) fn half_close_client_first(f: &Fixture) {
     let (l, addr) = f.listener();
     socket_support::half_close_client_first(l, addr);
 }
 
 /// Half-close, server first (`socket_support::half_close_server_first`).
-pub fn half_close_server_first(f: &Fixture) {
+pub(crate) fn half_close_server_first(f: &Fixture) {
     let (l, addr) = f.listener();
     socket_support::half_close_server_first(l, addr);
 }
@@ -38,7 +38,7 @@ fn bound_blocking_calls(sockets: &[&RdmaSocket]) {
 /// writer gets `WouldBlock`, never an error), and are delivered: reads return them, and 0
 /// whenever nothing is queued. Our write side stays open. (The write-side half-closes are in
 /// `half_close_client_first` / `half_close_server_first`.)
-pub fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends(f: &Fixture) {
+pub(crate) fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends(f: &Fixture) {
     let (mut s, mut c) = f.pair();
     bound_blocking_calls(&[&s, &c]);
     s.write_all(b"before").unwrap();
@@ -117,7 +117,7 @@ pub fn shutdown_read_reads_eof_but_keeps_what_the_peer_sends(f: &Fixture) {
 /// then end-of-stream, and from then on its writes fail with `BrokenPipe` as well: our
 /// DISCONNECT message closed both its directions (a `TcpStream` peer's first write may still
 /// succeed until our RST comes back).
-pub fn shutdown_both_closes_each_direction_at_both_ends(f: &Fixture) {
+pub(crate) fn shutdown_both_closes_each_direction_at_both_ends(f: &Fixture) {
     let (mut s, mut c) = f.pair();
     bound_blocking_calls(&[&s, &c]);
     s.write_all(b"to you").unwrap();
@@ -163,7 +163,7 @@ pub fn shutdown_both_closes_each_direction_at_both_ends(f: &Fixture) {
 /// and then neither drop waits out the close timeout (30 s here), while each end still
 /// reads what the other wrote and it received before. (Elsewhere a drop does not wait for
 /// the peer at all.)
-pub fn one_thread_shuts_down_both_ends_then_drops_them_without_waiting(f: &Fixture) {
+pub(crate) fn one_thread_shuts_down_both_ends_then_drops_them_without_waiting(f: &Fixture) {
     let opts = SocketOptions::builder()
         .close_timeout(Duration::from_secs(30))
         .build()
@@ -210,7 +210,7 @@ const VANISH_ADDR: &str = "RDMASOCK_VANISH_ADDR";
 /// A peer process killed mid-connection: with keepalive on, our blocked read ends (end of
 /// stream or an error) within 30 s, and a write then fails. The peer is this test binary run
 /// again for this one test, as a child that connects, says hello and hangs until killed.
-pub fn peer_vanishes_reads_end_within_keepalive_time(f: &Fixture) {
+pub(crate) fn peer_vanishes_reads_end_within_keepalive_time(f: &Fixture) {
     if let Ok(addr) = std::env::var(VANISH_ADDR) {
         vanishing_peer(&addr);
     }

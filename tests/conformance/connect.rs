@@ -10,7 +10,7 @@ use std::thread;
 /// Connecting to a port of the provider's address where nothing listens fails at once with
 /// `ConnectionRefused`, and the error names the address in the provider's words
 /// ([`Fixture::refused_words`]).
-pub fn connection_refused_without_listener(f: &Fixture) {
+pub(crate) fn connection_refused_without_listener(f: &Fixture) {
     let port = f.unused_port();
     let addr = SocketAddr::new(f.ip, port);
     let err = RdmaSocket::connect(addr).expect_err("nothing listens");
@@ -25,7 +25,7 @@ pub fn connection_refused_without_listener(f: &Fixture) {
 
 /// `try_clone`: the clones share nonblocking mode, and two threads accepting from one port
 /// take each request exactly once.
-pub fn a_cloned_listener_accepts_from_two_threads(f: &Fixture) {
+pub(crate) fn a_cloned_listener_accepts_from_two_threads(f: &Fixture) {
     let (l, addr) = f.listener();
     let l2 = l.try_clone().expect("try_clone");
     l2.set_nonblocking(true).unwrap();
@@ -77,7 +77,7 @@ pub fn a_cloned_listener_accepts_from_two_threads(f: &Fixture) {
 /// `examples/tcp_swap.rs` (one program over `TcpStream` and over `RdmaSocket`) round-trips
 /// its three lines on a kernel device's address, served there without the userspace
 /// provider (no word of uiwarp on its stderr).
-pub fn tcp_swap_example_runs_on_the_device(f: &Fixture) {
+pub(crate) fn tcp_swap_example_runs_on_the_device(f: &Fixture) {
     let stderr = run_tcp_swap(f.ip);
     assert!(
         !stderr.contains("uiwarp"),
@@ -88,7 +88,7 @@ pub fn tcp_swap_example_runs_on_the_device(f: &Fixture) {
 
 /// Runs `examples/tcp_swap.rs` on `ip`, checks that it round-trips its three lines, and
 /// returns its stderr.
-pub fn run_tcp_swap(ip: IpAddr) -> String {
+pub(crate) fn run_tcp_swap(ip: IpAddr) -> String {
     let out = std::process::Command::new(vm_support::example("tcp_swap"))
         .arg(ip.to_string())
         .output()

@@ -42,7 +42,7 @@ fn rss_allowance_kib(f: &Fixture) -> usize {
 /// if file descriptors, resident memory or (on a kernel device) registered regions or pinned
 /// memory grow. On a kernel device, one connection open must first show its rings in
 /// `VmPin`, so that the pinned-memory check can fail.
-pub fn thousand_connect_close_cycles_leak_nothing(f: &Fixture) {
+pub(crate) fn thousand_connect_close_cycles_leak_nothing(f: &Fixture) {
     let (l, addr) = f.listener();
     let cycles = cycles_from_env();
     // The cycles, the warm-up's 10 and the pinned-memory probe.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// An echo of three sizes (one message, a few, many); both ends report the right addresses,
 /// the peer is an rdmasock, and half-closing our side ends the echo with end-of-stream.
-pub fn connect_accept_echo(f: &Fixture) {
+pub(crate) fn connect_accept_echo(f: &Fixture) {
     echo_on(f, f.ip);
 }
 
@@ -51,7 +51,7 @@ fn echo_on(f: &Fixture, ip: IpAddr) {
 
 /// IPv6: the echo on the provider's IPv6 address (which checks both ends' addresses), then a
 /// pair whose ends report each other's IPv6 addresses, and 8 MiB each way intact.
-pub fn ipv6_connect_accept_echo_and_stream(f: &Fixture) {
+pub(crate) fn ipv6_connect_accept_echo_and_stream(f: &Fixture) {
     let ip = f.ipv6();
     echo_on(f, ip);
     let (l, addr) = f.listener_on(ip, &SocketOptions::default());
@@ -73,7 +73,7 @@ pub fn ipv6_connect_accept_echo_and_stream(f: &Fixture) {
 
 /// The fixture's large stream (1 GiB on the host, 64 MiB in the VM) both ways at once, in
 /// random piece sizes, checked by hash.
-pub fn large_stream_each_way_at_once_checked_by_hash(f: &Fixture) {
+pub(crate) fn large_stream_each_way_at_once_checked_by_hash(f: &Fixture) {
     let (s, c) = f.pair();
     both_ways(s, c, f.large_stream_bytes(), f.max_piece());
 }
@@ -82,7 +82,7 @@ pub fn large_stream_each_way_at_once_checked_by_hash(f: &Fixture) {
 /// so the credit windows run out while each side writes without feeding its completions, and
 /// the peer's credit updates must still find a receive posted (on siw0 there is no RNR retry
 /// to hide it); coalescing reorders nothing.
-pub fn small_pieces_both_ways_with_and_without_nodelay(f: &Fixture) {
+pub(crate) fn small_pieces_both_ways_with_and_without_nodelay(f: &Fixture) {
     for nodelay in [false, true] {
         let (s, c) = f.pair();
         s.set_nodelay(nodelay).unwrap();
@@ -92,7 +92,7 @@ pub fn small_pieces_both_ways_with_and_without_nodelay(f: &Fixture) {
 }
 
 /// Gathering writes and scattering reads, cut at random points, across the ring's wrap.
-pub fn vectored_reads_and_writes_each_way_checked_by_hash(f: &Fixture) {
+pub(crate) fn vectored_reads_and_writes_each_way_checked_by_hash(f: &Fixture) {
     let (s, c) = f.pair();
     both_ways_with(
         s,
@@ -107,7 +107,7 @@ pub fn vectored_reads_and_writes_each_way_checked_by_hash(f: &Fixture) {
 /// unsignalled last write was never retired, so flush waited forever (the stream engine's
 /// flush now queues a signalled zero-length WRITE; `stream_sim.rs`:
 /// flush_after_unsignalled_sends_gets_a_completion).
-pub fn small_rings_selective_signalling_and_event_mode(f: &Fixture) {
+pub(crate) fn small_rings_selective_signalling_and_event_mode(f: &Fixture) {
     let opts = SocketOptions::builder()
         .send_ring(4096)
         .recv_ring(8192)
@@ -126,7 +126,7 @@ pub fn small_rings_selective_signalling_and_event_mode(f: &Fixture) {
 /// socket is never touched again (with the userspace provider's doorbell coalescing on, the
 /// default, its backstop writes what it held). The reading thread polls only its own
 /// connection's queue, so nothing else can.
-pub fn writes_held_for_coalescing_arrive_with_the_writer_idle(f: &Fixture) {
+pub(crate) fn writes_held_for_coalescing_arrive_with_the_writer_idle(f: &Fixture) {
     let (mut s, mut c) = f.pair();
     assert!(
         !c.nodelay().unwrap(),
@@ -157,7 +157,7 @@ pub fn writes_held_for_coalescing_arrive_with_the_writer_idle(f: &Fixture) {
 
 /// On a nonblocking socket `flush` neither waits nor fails, like `TcpStream`'s: it returns
 /// `Ok` with writes in flight and with the peer's ring full, and the bytes arrive.
-pub fn flush_on_a_nonblocking_socket_returns_ok(f: &Fixture) {
+pub(crate) fn flush_on_a_nonblocking_socket_returns_ok(f: &Fixture) {
     let (mut s, mut c) = f.pair();
     c.set_nonblocking(true).unwrap();
     let data = vec![7u8; 256 << 10];
@@ -186,7 +186,7 @@ pub fn flush_on_a_nonblocking_socket_returns_ok(f: &Fixture) {
 
 /// A nonblocking read with nothing there is `WouldBlock`; a blocking `peek` waits for data
 /// and leaves it to be read.
-pub fn nonblocking_read_and_peek(f: &Fixture) {
+pub(crate) fn nonblocking_read_and_peek(f: &Fixture) {
     let (mut s, mut c) = f.pair();
     c.set_nonblocking(true).unwrap();
     let err = c.read(&mut [0u8; 4]).expect_err("nothing to read");

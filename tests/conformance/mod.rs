@@ -30,9 +30,9 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 #[path = "../socket_support/mod.rs"]
-pub mod socket_support;
+pub(crate) mod socket_support;
 #[path = "../vm_support/mod.rs"]
-pub mod vm_support;
+pub(crate) mod vm_support;
 
 mod close;
 mod connect;
@@ -43,17 +43,17 @@ mod waits;
 
 // Each binary runs some of the cases: the others' names are unused there.
 #[allow(unused_imports)]
-pub use close::*;
+pub(crate) use close::*;
 #[allow(unused_imports)]
-pub use connect::*;
+pub(crate) use connect::*;
 #[allow(unused_imports)]
-pub use cycles::*;
+pub(crate) use cycles::*;
 #[allow(unused_imports)]
-pub use data::*;
+pub(crate) use data::*;
 #[allow(unused_imports)]
-pub use polling::*;
+pub(crate) use polling::*;
 #[allow(unused_imports)]
-pub use waits::*;
+pub(crate) use waits::*;
 
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{IpAddr, SocketAddr};
@@ -88,7 +88,7 @@ macro_rules! conformance_tests {
 
 /// Which provider carries the connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Provider {
+pub(crate) enum Provider {
     /// The userspace iWARP provider over loopback TCP (the host, which has no kernel RDMA).
     Uiwarp,
     /// The kernel's soft-RoCE device rxe0 (in the VM; through rdma-core's libibverbs when
@@ -100,7 +100,7 @@ pub enum Provider {
 
 impl Provider {
     /// The provider's name as the test names and messages use it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Provider::Uiwarp => "uiwarp",
             Provider::Rxe => "rxe",
@@ -110,7 +110,7 @@ impl Provider {
 
     /// Whether a kernel RDMA device carries the connections (their memory registrations are
     /// the kernel's, counted in `VmPin` and listed by `rdma resource show mr`).
-    pub fn is_kernel_device(self) -> bool {
+    pub(crate) fn is_kernel_device(self) -> bool {
         self != Provider::Uiwarp
     }
 }
@@ -119,7 +119,7 @@ impl Provider {
 /// sizes its streams move (a debug build under the VM's emulation moves far less in the
 /// same time than one on the host), and the name of the test running.
 #[derive(Clone, Debug)]
-pub struct Fixture {
+pub(crate) struct Fixture {
     /// The provider under test.
     pub provider: Provider,
     /// The IPv4 address listeners bind (a port of 0: the kernel picks one).
@@ -132,7 +132,7 @@ impl Fixture {
     /// The userspace iWARP provider on 127.0.0.1 and `[::1]`. Panics when this host has
     /// kernel RDMA devices and `RDMASOCK_PROVIDER` does not force uiwarp: the connections
     /// would not be uiwarp's then.
-    pub fn uiwarp() -> Fixture {
+    pub(crate) fn uiwarp() -> Fixture {
         assert!(
             !std::path::Path::new("/sys/class/infiniband").exists()
                 || std::env::var("RDMASOCK_PROVIDER").as_deref() == Ok("uiwarp"),
@@ -148,7 +148,7 @@ impl Fixture {
 
     /// The VM's rxe0 and its NIC's IPv6 address (`RDMA_VM_RXE_IP6`); panics (loudly) outside
     /// the VM or without rxe0.
-    pub fn rxe() -> Fixture {
+    pub(crate) fn rxe() -> Fixture {
         Fixture {
             provider: Provider::Rxe,
             ip: vm_support::device_ip("rxe0"),
@@ -159,7 +159,7 @@ impl Fixture {
 
     /// The VM's siw0 (`--both`, the suite's default) and its NIC's IPv6 address
     /// (`RDMA_VM_SIW_IP6`); panics (loudly) outside the VM or without siw0.
-    pub fn siw() -> Fixture {
+    pub(crate) fn siw() -> Fixture {
         Fixture {
             provider: Provider::Siw,
             ip: vm_support::device_ip("siw0"),
@@ -170,7 +170,7 @@ impl Fixture {
 
     /// The fixture for a test generated in module `module_path` (what `module_path!()` says
     /// there: the crate's name, then the modules).
-    pub fn in_module(mut self, module_path: &str) -> Fixture {
+    pub(crate) fn in_module(mut self, module_path: &str) -> Fixture {
         let path = module_path.split_once("::").map_or("", |(_, rest)| rest);
         self.module = path.to_string();
         self
@@ -178,7 +178,7 @@ impl Fixture {
 
     /// The name libtest knows the test of case `case` by in this binary (for a child process
     /// that runs one test: `--exact NAME`).
-    pub fn test_name(&self, case: &str) -> String {
+    pub(crate) fn test_name(&self, case: &str) -> String {
         match self.module.as_str() {
             "" => case.to_string(),
             module => format!("{module}::{case}"),
@@ -186,12 +186,16 @@ impl Fixture {
     }
 
     /// The provider's IPv6 address; panics (loudly) when the VM did not set it.
-    pub fn ipv6(&self) -> IpAddr {
+    pub(crate) fn ipv6(&self) -> IpAddr {
         (self.ipv6)()
     }
 
     /// A listener on `ip` with `opts`, on an ephemeral port, and the address it got.
-    pub fn listener_on(&self, ip: IpAddr, opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
+    pub(crate) fn listener_on(
+        &self,
+        ip: IpAddr,
+        opts: &SocketOptions,
+    ) -> (RdmaListener, SocketAddr) {
         let l = RdmaListener::bind_with(SocketAddr::new(ip, 0), opts)
             .unwrap_or_else(|e| panic!("bind on {ip} ({}): {e}", self.provider.name()));
         let addr = l.local_addr().expect("listener address");
@@ -200,17 +204,17 @@ impl Fixture {
     }
 
     /// A listener on the provider's address with `opts`.
-    pub fn listener_with(&self, opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
+    pub(crate) fn listener_with(&self, opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
         self.listener_on(self.ip, opts)
     }
 
     /// A listener on the provider's address with the default options.
-    pub fn listener(&self) -> (RdmaListener, SocketAddr) {
+    pub(crate) fn listener(&self) -> (RdmaListener, SocketAddr) {
         self.listener_with(&SocketOptions::default())
     }
 
     /// A connected pair on `ip` with `opts`: (the accepted end, the client).
-    pub fn pair_on(&self, ip: IpAddr, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    pub(crate) fn pair_on(&self, ip: IpAddr, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
         let (l, addr) = self.listener_on(ip, opts);
         let t = thread::spawn(move || l.accept().expect("accept").0);
         let c = RdmaSocket::connect_with(addr, opts).expect("connect");
@@ -218,17 +222,17 @@ impl Fixture {
     }
 
     /// A connected pair on the provider's address with `opts`.
-    pub fn pair_with(&self, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    pub(crate) fn pair_with(&self, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
         self.pair_on(self.ip, opts)
     }
 
     /// A connected pair on the provider's address with the default options.
-    pub fn pair(&self) -> (RdmaSocket, RdmaSocket) {
+    pub(crate) fn pair(&self) -> (RdmaSocket, RdmaSocket) {
         self.pair_with(&SocketOptions::default())
     }
 
     /// The largest piece one write or read of the random-size streams asks for.
-    pub fn max_piece(&self) -> usize {
+    pub(crate) fn max_piece(&self) -> usize {
         match self.provider {
             Provider::Uiwarp => 1 << 20,
             Provider::Rxe | Provider::Siw => 300_000,
@@ -237,7 +241,7 @@ impl Fixture {
 
     /// Bytes each way of the large stream: 1 GiB on the host (or `UIWARP_TEST_BYTES`: a debug
     /// build moves it slowly), 64 MiB in the VM.
-    pub fn large_stream_bytes(&self) -> usize {
+    pub(crate) fn large_stream_bytes(&self) -> usize {
         match self.provider {
             Provider::Uiwarp => std::env::var("UIWARP_TEST_BYTES")
                 .ok()
@@ -248,7 +252,7 @@ impl Fixture {
     }
 
     /// Bytes each way of the vectored stream.
-    pub fn vectored_stream_bytes(&self) -> usize {
+    pub(crate) fn vectored_stream_bytes(&self) -> usize {
         match self.provider {
             Provider::Uiwarp => self.large_stream_bytes() / 8,
             Provider::Rxe | Provider::Siw => 8 << 20,
@@ -256,7 +260,7 @@ impl Fixture {
     }
 
     /// Bytes each way through small rings and queues.
-    pub fn small_rings_bytes(&self) -> usize {
+    pub(crate) fn small_rings_bytes(&self) -> usize {
         match self.provider {
             Provider::Uiwarp => 4 << 20,
             Provider::Rxe | Provider::Siw => 1 << 20,
@@ -264,7 +268,7 @@ impl Fixture {
     }
 
     /// Bytes each way in pieces of at most 300 bytes.
-    pub fn small_pieces_bytes(&self) -> usize {
+    pub(crate) fn small_pieces_bytes(&self) -> usize {
         match self.provider {
             Provider::Uiwarp => 2 << 20,
             Provider::Rxe | Provider::Siw => 1 << 20,
@@ -274,7 +278,7 @@ impl Fixture {
     /// A port of the provider's address that nothing listens on. In the VM a fixed one per
     /// device (no other program runs there); on the host, where other programs run, a port
     /// the kernel just gave a TCP listener, which is closed again.
-    pub fn unused_port(&self) -> u16 {
+    pub(crate) fn unused_port(&self) -> u16 {
         match self.provider {
             Provider::Rxe => 7301,
             Provider::Siw => 7305,
@@ -288,7 +292,7 @@ impl Fixture {
     /// What a refused connect to `addr` says: the kernel devices answer in the same words on
     /// IB/RoCE (a REJ) and iWARP (ECONNREFUSED from the kernel's iWARP connection manager);
     /// the userspace provider reports its own TCP connect's failure.
-    pub fn refused_words(&self, addr: SocketAddr) -> String {
+    pub(crate) fn refused_words(&self, addr: SocketAddr) -> String {
         match self.provider {
             Provider::Rxe | Provider::Siw => format!(
                 "connection to {addr} refused: nothing listens on port {}",
@@ -311,6 +315,6 @@ fn vm_ip6(var: &str) -> IpAddr {
 
 /// The kernel's connection manager alone, without the default's fallback to the userspace
 /// provider. The one place the suite names a connection manager type.
-pub fn kernel_cm() -> &'static dyn rdmasock::socket::ConnectionManager {
+pub(crate) fn kernel_cm() -> &'static dyn rdmasock::socket::ConnectionManager {
     &rdmasock::cm::KernelCm
 }

@@ -14,13 +14,13 @@ mod mio_echo;
 /// mio readiness per direction (`socket_support::readiness`): writable from ring space,
 /// credits and target buffers, never readable without data, readable when data arrived, and
 /// a writable event as soon as the peer's reads free room after a write's `WouldBlock`.
-pub fn mio_readiness_is_truthful_per_direction(f: &Fixture) {
+pub(crate) fn mio_readiness_is_truthful_per_direction(f: &Fixture) {
     let (s, c) = f.pair_with(&readiness::options());
     readiness::per_direction(s, c);
 }
 
 /// `examples/mio_echo.rs`'s server with 64 concurrent nonblocking clients, 100 000 bytes each.
-pub fn mio_echo_server_with_64_concurrent_nonblocking_connections(f: &Fixture) {
+pub(crate) fn mio_echo_server_with_64_concurrent_nonblocking_connections(f: &Fixture) {
     let (l, addr) = f.listener();
     let server = thread::spawn(move || mio_echo::serve(l, Some(64)));
     if let Err(e) = mio_echo::clients(addr, 64, 100_000) {
@@ -39,7 +39,7 @@ pub fn mio_echo_server_with_64_concurrent_nonblocking_connections(f: &Fixture) {
 
 /// After a read's `WouldBlock`, an event follows the data's arrival, 50 rounds over (a lost
 /// wakeup fails within 10 s).
-pub fn mio_event_follows_would_block(f: &Fixture) {
+pub(crate) fn mio_event_follows_would_block(f: &Fixture) {
     use mio::{Events, Interest, Poll, Token};
     let (mut s, mut c) = f.pair();
     c.set_nonblocking(true).unwrap();
@@ -93,7 +93,7 @@ pub fn mio_event_follows_would_block(f: &Fixture) {
 
 /// One thread drives 64 connections with mio: an echo server on the accepted ends, 20 rounds
 /// of 100 bytes on each client.
-pub fn mio_drives_sixty_four_connections(f: &Fixture) {
+pub(crate) fn mio_drives_sixty_four_connections(f: &Fixture) {
     use mio::{Events, Interest, Poll, Token};
     const N: usize = 64;
     const ROUNDS: usize = 20;

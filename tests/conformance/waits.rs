@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// A read with nothing coming ends at its timeout; a writer whose peer does not read fills
 /// the rings and then times out; a zero timeout is refused.
-pub fn read_and_write_timeouts(f: &Fixture) {
+pub(crate) fn read_and_write_timeouts(f: &Fixture) {
     let opts = SocketOptions::builder()
         .send_ring(4096)
         .recv_ring(8192)
@@ -57,7 +57,7 @@ pub fn read_and_write_timeouts(f: &Fixture) {
 /// default adaptive wait into its nap-then-spin plan: every answer still arrives, a
 /// clone writes while the reader naps, and a read timeout shorter than the nap still ends the
 /// read (the nap is cut to the deadline).
-pub fn steady_slow_answers_nap_without_losing_data_or_timeouts(f: &Fixture) {
+pub(crate) fn steady_slow_answers_nap_without_losing_data_or_timeouts(f: &Fixture) {
     let (server, client) = f.pair();
     const ROUNDS: u8 = 40;
     let answering = thread::spawn(move || {
@@ -113,7 +113,7 @@ pub fn steady_slow_answers_nap_without_losing_data_or_timeouts(f: &Fixture) {
 /// 500 ms never does, and neither naps. A read whose thread was held off the CPU until the
 /// answer was there does not wait (a loaded CI machine did that to one read in 30 with a
 /// 1 ms delay): the counts must reach half the rounds, which a missing count cannot.
-pub fn wait_stats_count_each_mode_s_waits(f: &Fixture) {
+pub(crate) fn wait_stats_count_each_mode_s_waits(f: &Fixture) {
     const ROUNDS: u64 = 30;
     let event = SocketOptions::builder().event_mode().build().unwrap();
     let busy = SocketOptions::builder()
@@ -165,7 +165,7 @@ pub fn wait_stats_count_each_mode_s_waits(f: &Fixture) {
 /// connection's lock: the spin ends as soon as another caller waits for the lock. With a
 /// 5 s spin budget and no such yield, the write (and so the echo the read waits for) would
 /// wait out the whole spin.
-pub fn a_spinning_read_lets_a_clone_write(f: &Fixture) {
+pub(crate) fn a_spinning_read_lets_a_clone_write(f: &Fixture) {
     let opts = SocketOptions::builder()
         .busy_poll(Duration::from_secs(5))
         .build()

@@ -13,21 +13,21 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// rxe0's hardware counters (sysfs).
-pub const COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+pub(crate) const COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
 /// rdma-core's preload library that turns a TCP program's sockets into rsockets.
-pub const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+pub(crate) const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
 /// rstream's sync exchange before the timed transfers.
-pub const SYNC_BYTES: usize = 16;
+pub(crate) const SYNC_BYTES: usize = 16;
 
 /// rxe0's packet counters (the device's own, not the kernel TCP stack's).
 #[derive(Clone, Copy, Debug)]
-pub struct Packets {
+pub(crate) struct Packets {
     pub sent: u64,
     pub received: u64,
 }
 
 /// One of rxe0's counters; panics (loudly) when it cannot be read.
-pub fn read_counter(name: &str) -> u64 {
+pub(crate) fn read_counter(name: &str) -> u64 {
     let path = format!("{COUNTERS}/{name}");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("read {path}: {e} (rxe0's hw_counters are needed as proof)"));
@@ -37,7 +37,7 @@ pub fn read_counter(name: &str) -> u64 {
 }
 
 /// rxe0's packet counters now.
-pub fn packets() -> Packets {
+pub(crate) fn packets() -> Packets {
     Packets {
         sent: read_counter("sent_pkts"),
         received: read_counter("rcvd_pkts"),
@@ -45,7 +45,7 @@ pub fn packets() -> Packets {
 }
 
 /// rxe's path MTU: the largest IB MTU that fits eth0's MTU less rxe's header allowance.
-pub fn rxe_mtu() -> u64 {
+pub(crate) fn rxe_mtu() -> u64 {
     let text = std::fs::read_to_string("/sys/class/net/eth0/mtu").expect("eth0's MTU (sysfs)");
     let eth: u64 = text.trim().parse().expect("eth0's MTU is a number");
     [4096, 2048, 1024, 512, 256]
@@ -55,7 +55,7 @@ pub fn rxe_mtu() -> u64 {
 }
 
 /// How many packets rxe0 carried between `before` and now.
-pub fn growth(before: Packets) -> Packets {
+pub(crate) fn growth(before: Packets) -> Packets {
     let now = packets();
     Packets {
         sent: now.sent - before.sent,
@@ -65,13 +65,13 @@ pub fn growth(before: Packets) -> Packets {
 
 /// Whether `grown` is enough packets to have carried `bytes` (both directions, all through
 /// rxe0 since both ends share it) at `mtu` bytes per packet.
-pub fn carried_by_rdma(grown: Packets, bytes: u64, mtu: u64) -> bool {
+pub(crate) fn carried_by_rdma(grown: Packets, bytes: u64, mtu: u64) -> bool {
     let least = bytes / mtu;
     grown.sent >= least && grown.received >= least
 }
 
 /// Panics unless rxe0 carried `bytes`: the proof that the exchange was RDMA, not kernel TCP.
-pub fn assert_carried_by_rdma(what: &str, before: Packets, bytes: u64) {
+pub(crate) fn assert_carried_by_rdma(what: &str, before: Packets, bytes: u64) {
     let mtu = rxe_mtu();
     let grown = growth(before);
     eprintln!(
@@ -88,15 +88,15 @@ pub fn assert_carried_by_rdma(what: &str, before: Packets, bytes: u64) {
 }
 
 /// rstream's `-T v` byte stream: each direction counts up from 0 (mod 256).
-pub struct Pattern(pub u8);
+pub(crate) struct Pattern(pub u8);
 impl Pattern {
-    pub fn fill(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         for b in buf {
             *b = self.0;
             self.0 = self.0.wrapping_add(1);
         }
     }
-    pub fn check(&mut self, buf: &[u8], offset: u64, what: &str) {
+    pub(crate) fn check(&mut self, buf: &[u8], offset: u64, what: &str) {
         for (i, &b) in buf.iter().enumerate() {
             assert_eq!(
                 b,
@@ -111,16 +111,16 @@ impl Pattern {
 
 /// One rstream custom test's shape.
 #[derive(Clone, Copy)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     pub size: usize,
     pub count: usize,
 }
 impl Exchange {
     /// Bytes on the wire, both directions, sync included.
-    pub fn total(self) -> u64 {
+    pub(crate) fn total(self) -> u64 {
         2 * (SYNC_BYTES + self.size * self.count) as u64
     }
-    pub fn args(self) -> Vec<String> {
+    pub(crate) fn args(self) -> Vec<String> {
         vec![
             "-S".into(),
             self.size.to_string(),
@@ -133,7 +133,7 @@ impl Exchange {
 }
 
 /// rstream, blocking calls, data verified; `extra` adds e.g. `-T s` and the role.
-pub fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> Child {
+pub(crate) fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> Child {
     let mut cmd = Command::new("rstream");
     cmd.args(["-p", &port.to_string(), "-T", "b", "-T", "v"])
         .args(exchange.args())
@@ -153,7 +153,7 @@ pub fn rstream(port: u16, exchange: Exchange, extra: &[&str], preload: bool) -> 
 
 /// For a failure message: where a stuck rstream sleeps (see `vm_support::where_stuck`) and
 /// rxe0's counters (retries, RNR NAKs, errors).
-pub fn where_stuck(pid: u32) -> String {
+pub(crate) fn where_stuck(pid: u32) -> String {
     format!(
         "rstream:\n{}\nrxe0 counters: {}",
         crate::vm_support::where_stuck(pid),
@@ -162,7 +162,7 @@ pub fn where_stuck(pid: u32) -> String {
 }
 
 /// For a failure message: all of rxe0's counters, `name=value` each, by name.
-pub fn counters_text() -> String {
+pub(crate) fn counters_text() -> String {
     let mut counters: Vec<String> = std::fs::read_dir(COUNTERS)
         .map(|dir| {
             dir.flatten()
@@ -178,7 +178,7 @@ pub fn counters_text() -> String {
 }
 
 /// Waits for rstream (bounded) and checks it exited 0 and reported its test.
-pub fn finish(child: Child, what: &str) -> Output {
+pub(crate) fn finish(child: Child, what: &str) -> Output {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut child = child;
     loop {
@@ -214,7 +214,7 @@ pub fn finish(child: Child, what: &str) -> Output {
 }
 
 /// Connects to a server that is starting up: retries refusals until `deadline`.
-pub fn connect_when_listening(addr: SocketAddr, server: &mut Child) -> RdmaSocket {
+pub(crate) fn connect_when_listening(addr: SocketAddr, server: &mut Child) -> RdmaSocket {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match RdmaSocket::connect(addr) {
@@ -234,7 +234,7 @@ pub fn connect_when_listening(addr: SocketAddr, server: &mut Child) -> RdmaSocke
 }
 
 /// Reads `len` bytes and checks them against rstream's pattern; `got` counts the stream.
-pub fn read_checked(
+pub(crate) fn read_checked(
     s: &mut RdmaSocket,
     len: usize,
     pattern: &mut Pattern,
@@ -249,7 +249,7 @@ pub fn read_checked(
 }
 
 /// Writes `len` bytes of rstream's pattern.
-pub fn write_pattern(s: &mut RdmaSocket, len: usize, pattern: &mut Pattern, what: &str) {
+pub(crate) fn write_pattern(s: &mut RdmaSocket, len: usize, pattern: &mut Pattern, what: &str) {
     let mut buf = vec![0u8; len];
     pattern.fill(&mut buf);
     s.write_all(&buf)
@@ -257,7 +257,7 @@ pub fn write_pattern(s: &mut RdmaSocket, len: usize, pattern: &mut Pattern, what
 }
 
 /// rstream's client side over our socket; ends by reading the server's close (EOF).
-pub fn play_client(mut s: RdmaSocket, exchange: Exchange, what: &str) {
+pub(crate) fn play_client(mut s: RdmaSocket, exchange: Exchange, what: &str) {
     let (mut out, mut back, mut got) = (Pattern(0), Pattern(0), 0u64);
     write_pattern(&mut s, SYNC_BYTES, &mut out, what);
     read_checked(&mut s, SYNC_BYTES, &mut back, &mut got, what);
@@ -274,7 +274,7 @@ pub fn play_client(mut s: RdmaSocket, exchange: Exchange, what: &str) {
 }
 
 /// rstream's server side over our socket.
-pub fn play_server(mut s: RdmaSocket, exchange: Exchange, what: &str) {
+pub(crate) fn play_server(mut s: RdmaSocket, exchange: Exchange, what: &str) {
     let (mut out, mut inbound, mut got) = (Pattern(0), Pattern(0), 0u64);
     read_checked(&mut s, SYNC_BYTES, &mut inbound, &mut got, what);
     write_pattern(&mut s, SYNC_BYTES, &mut out, what);

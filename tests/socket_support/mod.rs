@@ -8,7 +8,7 @@
 //! ```
 #![allow(dead_code)] // each test binary uses a different part
 
-pub mod readiness;
+pub(crate) mod readiness;
 
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::collections::hash_map::DefaultHasher;
@@ -19,11 +19,11 @@ use std::thread;
 use std::time::Instant;
 
 /// A deterministic xorshift generator (no dependencies).
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
     /// The next value (a zero state, where xorshift would stay, restarts from a constant).
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         if self.0 == 0 {
             self.0 = 0x2545_f491_4f6c_dd1d;
         }
@@ -34,14 +34,14 @@ impl Rng {
     }
 
     /// A value in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }
 
 /// Which calls move the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Calls {
+pub(crate) enum Calls {
     /// `write` and `read`.
     Plain,
     /// `write_vectored` and `read_vectored`, each piece cut into a few slices at random
@@ -84,12 +84,12 @@ fn write_all_vectored(mut s: &RdmaSocket, mut parts: Vec<&[u8]>) {
 
 /// Writes `total` pseudo-random bytes in pseudo-random pieces of at most `max_piece`, then
 /// flushes and shuts down writing; returns their hash.
-pub fn send_random(s: &RdmaSocket, total: usize, seed: u64, max_piece: usize) -> u64 {
+pub(crate) fn send_random(s: &RdmaSocket, total: usize, seed: u64, max_piece: usize) -> u64 {
     send_random_with(s, total, seed, max_piece, Calls::Plain)
 }
 
 /// [`send_random`] with the given calls.
-pub fn send_random_with(
+pub(crate) fn send_random_with(
     mut s: &RdmaSocket,
     total: usize,
     seed: u64,
@@ -121,12 +121,12 @@ pub fn send_random_with(
 
 /// Reads to end of stream in pseudo-random pieces of at most `max_piece`; returns (bytes,
 /// hash).
-pub fn receive_random(s: &RdmaSocket, seed: u64, max_piece: usize) -> (usize, u64) {
+pub(crate) fn receive_random(s: &RdmaSocket, seed: u64, max_piece: usize) -> (usize, u64) {
     receive_random_with(s, seed, max_piece, Calls::Plain)
 }
 
 /// [`receive_random`] with the given calls.
-pub fn receive_random_with(
+pub(crate) fn receive_random_with(
     mut s: &RdmaSocket,
     seed: u64,
     max_piece: usize,
@@ -173,12 +173,12 @@ pub fn receive_random_with(
 
 /// Both directions at once on one connection: each side writes `total` bytes from a writer
 /// thread (a clone) while reading on another, in pieces of at most `max_piece`.
-pub fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize, max_piece: usize) {
+pub(crate) fn both_ways(server: RdmaSocket, client: RdmaSocket, total: usize, max_piece: usize) {
     both_ways_with(server, client, total, max_piece, Calls::Plain)
 }
 
 /// [`both_ways`] with the given calls.
-pub fn both_ways_with(
+pub(crate) fn both_ways_with(
     server: RdmaSocket,
     client: RdmaSocket,
     total: usize,
@@ -209,7 +209,7 @@ pub fn both_ways_with(
 /// Half-close, client first: the client writes a request and shuts down writing (a later
 /// write is a broken pipe); the server reads to EOF and still replies; the client reads the
 /// reply to EOF. `l` listens on `addr`.
-pub fn half_close_client_first(l: RdmaListener, addr: SocketAddr) {
+pub(crate) fn half_close_client_first(l: RdmaListener, addr: SocketAddr) {
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         let mut got = Vec::new();
@@ -232,7 +232,7 @@ pub fn half_close_client_first(l: RdmaListener, addr: SocketAddr) {
 
 /// Half-close, server first: the server sends a banner and shuts down writing; the client
 /// reads it to EOF and still answers; the server reads the answer to EOF.
-pub fn half_close_server_first(l: RdmaListener, addr: SocketAddr) {
+pub(crate) fn half_close_server_first(l: RdmaListener, addr: SocketAddr) {
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         s.write_all(b"banner").unwrap();
@@ -252,12 +252,12 @@ pub fn half_close_server_first(l: RdmaListener, addr: SocketAddr) {
 }
 
 /// Open file descriptors of this process.
-pub fn open_fds() -> usize {
+pub(crate) fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
 /// A `/proc/self/status` field in KiB (`VmRSS`, `VmPin`).
-pub fn status_kib(field: &str) -> usize {
+pub(crate) fn status_kib(field: &str) -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status
         .lines()
@@ -267,12 +267,12 @@ pub fn status_kib(field: &str) -> usize {
 }
 
 /// Resident memory of this process in KiB.
-pub fn rss_kib() -> usize {
+pub(crate) fn rss_kib() -> usize {
     status_kib("VmRSS")
 }
 
 /// How many connect/close cycles a leak test runs: `RDMASOCK_CYCLES`, default 1000.
-pub fn cycles_from_env() -> usize {
+pub(crate) fn cycles_from_env() -> usize {
     std::env::var("RDMASOCK_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -281,7 +281,7 @@ pub fn cycles_from_env() -> usize {
 
 /// Accepts `accepts` connections on `l`, one after the other, and echoes one byte on each:
 /// the server side of the connect/close cycle tests.
-pub fn echo_one_byte_each(l: RdmaListener, accepts: usize) -> thread::JoinHandle<()> {
+pub(crate) fn echo_one_byte_each(l: RdmaListener, accepts: usize) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         for _ in 0..accepts {
             let (mut s, _) = l.accept().expect("accept");
@@ -293,12 +293,12 @@ pub fn echo_one_byte_each(l: RdmaListener, accepts: usize) -> thread::JoinHandle
 }
 
 /// 127.0.0.1 with port 0 (the kernel picks one).
-pub fn loopback() -> SocketAddr {
+pub(crate) fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
 /// A listener on loopback with `opts`, and the address it got.
-pub fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
+pub(crate) fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
     let l = RdmaListener::bind_with(loopback(), opts).expect("bind on loopback");
     let addr = l.local_addr().expect("listener address");
     assert_ne!(addr.port(), 0, "an ephemeral port was chosen");
@@ -306,7 +306,7 @@ pub fn listener_with(opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
 }
 
 /// A connected pair with `opts` on loopback: (the accepted end, the client).
-pub fn loopback_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+pub(crate) fn loopback_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
     let (l, addr) = listener_with(opts);
     let t = thread::spawn(move || l.accept().expect("accept").0);
     let c = RdmaSocket::connect_with(addr, opts).expect("connect");
@@ -316,7 +316,7 @@ pub fn loopback_pair(opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
 /// A well-formed rsocket hello (version 1, 64 credits, a 64 KiB buffer) for a hand-made
 /// client: a listener takes it and answers; the addresses in it are never used by a test
 /// that lets the handshake finish.
-pub fn fake_hello() -> rdmasock::protocol::Hello {
+pub(crate) fn fake_hello() -> rdmasock::protocol::Hello {
     use rdmasock::protocol::{Hello, RemoteSge};
     Hello {
         flags: 0,

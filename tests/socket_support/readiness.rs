@@ -7,7 +7,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 /// Small rings and queues, so that the writer blocks after a few KiB.
-pub fn options() -> SocketOptions {
+pub(crate) fn options() -> SocketOptions {
     SocketOptions::builder()
         .send_ring(4096)
         .recv_ring(8192)
@@ -42,7 +42,7 @@ fn mio_flags(
 
 /// The checks, on a connected pair made with [`options`]: `client` is driven by mio,
 /// `server` blocks.
-pub fn per_direction(mut server: RdmaSocket, mut client: RdmaSocket) {
+pub(crate) fn per_direction(mut server: RdmaSocket, mut client: RdmaSocket) {
     use mio::{Events, Interest, Poll, Token};
     client.set_nonblocking(true).unwrap();
     let mut poll = Poll::new().unwrap();

@@ -2,27 +2,27 @@
 //! byte stream the receiver can recompute (used by `fabric.rs`).
 
 /// xorshift64*: the test's only randomness, seeded.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
 
 /// FNV-1a, 64 bit.
 #[derive(Clone, Copy)]
-pub struct Fnv(pub u64);
+pub(crate) struct Fnv(pub u64);
 impl Fnv {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
-    pub fn update(&mut self, bytes: &[u8]) {
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -31,15 +31,15 @@ impl Fnv {
 
 /// A deterministic byte stream: byte `i` depends only on the seed and `i`, so the receiver can
 /// recompute what it must see whatever the chunking.
-pub struct Stream {
+pub(crate) struct Stream {
     seed: u64,
     pos: u64,
 }
 impl Stream {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Stream { seed, pos: 0 }
     }
-    pub fn fill(&mut self, out: &mut Vec<u8>, n: usize) {
+    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, n: usize) {
         let end = self.pos + n as u64;
         while self.pos < end {
             let word = self.pos / 8;

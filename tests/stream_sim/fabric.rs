@@ -10,22 +10,22 @@ use std::net::Shutdown;
 
 #[path = "data.rs"]
 mod data;
-pub use data::{Fnv, Rng, Stream};
+pub(crate) use data::{Fnv, Rng, Stream};
 
 /// Where a posted send's bytes come from when the fabric executes it.
-pub enum Source {
+pub(crate) enum Source {
     Captured(Vec<u8>),
     Ring(Vec<(usize, usize)>),
     Control(usize, usize),
 }
 
-pub enum Kind {
+pub(crate) enum Kind {
     WriteImm(u32),
     Write,
     Send,
 }
 
-pub struct Posted {
+pub(crate) struct Posted {
     pub kind: Kind,
     pub wr_id: WrId,
     pub source: Source,
@@ -34,20 +34,20 @@ pub struct Posted {
     pub signaled: bool,
 }
 
-pub enum Completion {
+pub(crate) enum Completion {
     Send(WrId, bool),
     Recv(WrId, Option<u32>),
     RecvFailed(WrId),
 }
 
-pub const RECV_KEY: [u32; 2] = [0xA1, 0xB1];
-pub const TARGET_KEY: [u32; 2] = [0xA2, 0xB2];
+pub(crate) const RECV_KEY: [u32; 2] = [0xA1, 0xB1];
+pub(crate) const TARGET_KEY: [u32; 2] = [0xA2, 0xB2];
 
-pub fn base(side: usize) -> u64 {
+pub(crate) fn base(side: usize) -> u64 {
     0x1000_0000_0000 * (side as u64 + 1)
 }
 
-pub struct Side {
+pub(crate) struct Side {
     pub engine: StreamEngine,
     pub send_ring: Vec<u8>,
     pub control: Vec<u8>,
@@ -87,7 +87,7 @@ pub struct Side {
 }
 
 impl Side {
-    pub fn new(side: usize, cfg: StreamConfig, to_send: usize, seed: u64) -> Self {
+    pub(crate) fn new(side: usize, cfg: StreamConfig, to_send: usize, seed: u64) -> Self {
         let local = LocalRegions {
             recv_ring_addr: base(side),
             recv_ring_rkey: RECV_KEY[side],
@@ -125,7 +125,7 @@ impl Side {
 
     /// Posts the queued ops as a driver must: in order, or with `defer_receives` as the
     /// socket layer does (see the field).
-    pub fn drain_ops(&mut self) {
+    pub(crate) fn drain_ops(&mut self) {
         self.rq.extend(self.late_receives.drain(..));
         if self.defer_receives && self.engine.only_receives_queued(RECV_DEFER_MAX) {
             return;
@@ -134,7 +134,7 @@ impl Side {
     }
 
     /// Posts every queued op now (with `defer_receives`, the receives after the rest).
-    pub fn post_all_ops(&mut self) {
+    pub(crate) fn post_all_ops(&mut self) {
         self.rq.extend(self.late_receives.drain(..));
         let mut receives = Vec::new();
         while let Some(op) = self.engine.pop_op() {
@@ -210,7 +210,7 @@ impl Side {
         self.late_receives = receives;
     }
 
-    pub fn source(&mut self, payload: Payload, inline: bool) -> Source {
+    pub(crate) fn source(&mut self, payload: Payload, inline: bool) -> Source {
         match payload {
             Payload::Empty => Source::Captured(Vec::new()),
             Payload::SendRing { first, second } => {
@@ -244,7 +244,7 @@ impl Side {
         }
     }
 
-    pub fn gather(&self, source: &Source) -> Vec<u8> {
+    pub(crate) fn gather(&self, source: &Source) -> Vec<u8> {
         match source {
             Source::Captured(v) => v.clone(),
             Source::Ring(spans) => {
@@ -259,7 +259,7 @@ impl Side {
     }
 
     /// The application writes up to `n` bytes.
-    pub fn app_write(&mut self, n: usize) -> Result<usize, StreamError> {
+    pub(crate) fn app_write(&mut self, n: usize) -> Result<usize, StreamError> {
         let n = n.min(self.to_send - self.sent);
         let have = self.unsent.len() - self.unsent_start;
         if have < n {
@@ -305,7 +305,7 @@ impl Side {
     }
 
     /// The application reads up to `n` bytes (peeking first, half the time) and checks them.
-    pub fn app_read(&mut self, n: usize, peek: bool) -> Result<usize, StreamError> {
+    pub(crate) fn app_read(&mut self, n: usize, peek: bool) -> Result<usize, StreamError> {
         let mut buf = vec![0u8; n];
         let ring = &self.recv_ring;
         let mut copy = |c: CopySpan| {
@@ -342,7 +342,7 @@ impl Side {
         r
     }
 
-    pub fn check(&mut self, got: &[u8]) {
+    pub(crate) fn check(&mut self, got: &[u8]) {
         if self.expected.len() < got.len() {
             let more = got.len() - self.expected.len();
             self.expect_gen.fill(&mut self.expected, more);
@@ -357,7 +357,7 @@ impl Side {
 
     /// Feeds one completion (with `defer_receives`, after posting what waits: the socket
     /// layer's progress pass); false when there is none.
-    pub fn poll(&mut self) -> bool {
+    pub(crate) fn poll(&mut self) -> bool {
         if self.defer_receives {
             self.post_all_ops();
         }
@@ -367,7 +367,7 @@ impl Side {
     /// One progress pass of the socket layer: posts what waits, then feeds every queued
     /// completion, posting after each as `drain_ops` does (so with `defer_receives` up to
     /// `RECV_DEFER_MAX` receive reposts stay queued). Returns how many were fed.
-    pub fn progress_pass(&mut self) -> usize {
+    pub(crate) fn progress_pass(&mut self) -> usize {
         self.post_all_ops();
         let mut fed = 0;
         while self.feed_one() {
@@ -402,7 +402,7 @@ impl Side {
     }
 }
 
-pub struct Fabric {
+pub(crate) struct Fabric {
     pub sides: [Side; 2],
     pub dead: bool,
     pub rng: Rng,
@@ -411,13 +411,13 @@ pub struct Fabric {
     pub no_rnr: bool,
 }
 
-pub enum Step {
+pub(crate) enum Step {
     Idle,
     Progress,
 }
 
 impl Fabric {
-    pub fn connect(cfg: [StreamConfig; 2], bytes: [usize; 2], seed: u64) -> Self {
+    pub(crate) fn connect(cfg: [StreamConfig; 2], bytes: [usize; 2], seed: u64) -> Self {
         let mut a = Side::new(0, cfg[0].clone(), bytes[0], seed ^ 0x1111);
         let mut b = Side::new(1, cfg[1].clone(), bytes[1], seed ^ 0x2222);
         a.expect_gen = Stream::new(seed ^ 0x2222);
@@ -440,7 +440,7 @@ impl Fabric {
     }
 
     /// Executes the next work request `from` posted, RC-style.
-    pub fn execute(&mut self, from: usize) -> Step {
+    pub(crate) fn execute(&mut self, from: usize) -> Step {
         let to = 1 - from;
         let Some(wr) = self.sides[from].sq.front() else {
             return Step::Idle;
@@ -508,7 +508,7 @@ impl Fabric {
     }
 
     /// Runs the fabric and both completion queues until nothing moves (no application calls).
-    pub fn pump(&mut self) {
+    pub(crate) fn pump(&mut self) {
         loop {
             let mut any = false;
             for s in 0..2 {
@@ -528,7 +528,7 @@ impl Fabric {
     }
 
     /// One random step; returns whether anything happened.
-    pub fn step(&mut self, max_io: u64) -> bool {
+    pub(crate) fn step(&mut self, max_io: u64) -> bool {
         let s = self.rng.below(2) as usize;
         let n = match self.rng.below(3) {
             0 => 1 + self.rng.below(64),
@@ -551,7 +551,7 @@ impl Fabric {
         }
     }
 
-    pub fn app_write(&mut self, s: usize, n: usize) -> bool {
+    pub(crate) fn app_write(&mut self, s: usize, n: usize) -> bool {
         let side = &mut self.sides[s];
         if side.sent == side.to_send {
             if !side.shut {
@@ -581,7 +581,7 @@ impl Fabric {
         }
     }
 
-    pub fn app_read(&mut self, s: usize, n: usize) -> bool {
+    pub(crate) fn app_read(&mut self, s: usize, n: usize) -> bool {
         let peek = self.rng.below(4) == 0;
         let side = &mut self.sides[s];
         if side.eof {
@@ -601,13 +601,13 @@ impl Fabric {
         }
     }
 
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.sides.iter().all(|s| {
             s.eof && s.shut && s.engine.all_sends_done() && s.sq.is_empty() && s.cq.is_empty()
         })
     }
 
-    pub fn run(&mut self, max_io: u64) {
+    pub(crate) fn run(&mut self, max_io: u64) {
         let mut idle = 0u32;
         while !self.done() {
             if self.step(max_io) {
@@ -632,7 +632,7 @@ impl Fabric {
         }
     }
 
-    pub fn dump(&self) -> String {
+    pub(crate) fn dump(&self) -> String {
         let d = |s: &Side| {
             format!(
                 "sent {}/{} recv {} eof {} shut {} sq {} rq {} cq {} ops {} {:?} {:?}",
@@ -654,7 +654,7 @@ impl Fabric {
 }
 
 /// Small rings and queues, so that tests reach their limits quickly.
-pub fn small_config() -> rdmasock::protocol::StreamConfigBuilder {
+pub(crate) fn small_config() -> rdmasock::protocol::StreamConfigBuilder {
     StreamConfig::builder()
         .send_ring(8192)
         .recv_ring(8192)
@@ -666,14 +666,14 @@ pub fn small_config() -> rdmasock::protocol::StreamConfigBuilder {
 const FOREVER: usize = 1 << 40;
 
 /// Two connected engines with these configurations, both with unbounded data to send.
-pub fn pair(a: StreamConfig, b: StreamConfig) -> Fabric {
+pub(crate) fn pair(a: StreamConfig, b: StreamConfig) -> Fabric {
     let mut f = Fabric::connect([a, b], [FOREVER, FOREVER], 99);
     f.pump();
     f
 }
 
 /// The local regions of an engine made outside a fabric.
-pub fn local_regions() -> rdmasock::protocol::LocalRegions {
+pub(crate) fn local_regions() -> rdmasock::protocol::LocalRegions {
     rdmasock::protocol::LocalRegions {
         recv_ring_addr: 0x1000,
         recv_ring_rkey: 1,

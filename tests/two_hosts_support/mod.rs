@@ -11,26 +11,26 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// How long the server waits for its client, and the client for its server's listener.
-pub const MEET: Duration = Duration::from_secs(180);
+pub(crate) const MEET: Duration = Duration::from_secs(180);
 /// How long one blocking read or write on a test's socket may wait: far above what any of
 /// these exchanges needs, so that a wire that stops between the two VMs fails the test with
 /// a timeout instead of hanging it to the VM's limit.
-pub const STALL: Duration = Duration::from_secs(120);
+pub(crate) const STALL: Duration = Duration::from_secs(120);
 
 /// Bounds `s`'s blocking reads and writes (and its clones') by [`STALL`].
-pub fn bounded(s: RdmaSocket) -> RdmaSocket {
+pub(crate) fn bounded(s: RdmaSocket) -> RdmaSocket {
     s.set_read_timeout(Some(STALL)).expect("set_read_timeout");
     s.set_write_timeout(Some(STALL)).expect("set_write_timeout");
     s
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Role {
+pub(crate) enum Role {
     Server,
     Client,
 }
 
-pub fn role() -> Role {
+pub(crate) fn role() -> Role {
     match std::env::var("RDMA_VM_ROLE").as_deref() {
         Ok("server") => Role::Server,
         Ok("client") => Role::Client,
@@ -41,7 +41,7 @@ pub fn role() -> Role {
     }
 }
 
-pub fn device(name: &str) {
+pub(crate) fn device(name: &str) {
     assert!(
         std::path::Path::new("/sys/class/infiniband")
             .join(name)
@@ -51,7 +51,7 @@ pub fn device(name: &str) {
 }
 
 /// A NIC's byte counter (`tx_bytes` or `rx_bytes`).
-pub fn nic_bytes(netdev: &str, counter: &str) -> u64 {
+pub(crate) fn nic_bytes(netdev: &str, counter: &str) -> u64 {
     let path = format!("/sys/class/net/{netdev}/statistics/{counter}");
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -62,7 +62,7 @@ pub fn nic_bytes(netdev: &str, counter: &str) -> u64 {
 
 /// The index of rxe0's RoCE v2 GID for this VM's IPv4 address (`::ffff:a.b.c.d`), from the
 /// library's device discovery.
-pub fn roce_v2_gid_index() -> String {
+pub(crate) fn roce_v2_gid_index() -> String {
     let mapped = format!("::ffff:{}", crate::vm_support::env_ip("RDMA_VM_RXE_IP"));
     let list = DeviceList::discover().expect("discover the RDMA devices");
     let port = list
@@ -79,12 +79,12 @@ pub fn roce_v2_gid_index() -> String {
 }
 
 /// How long a ping-pong program may run once its peer is there.
-pub const RUN: Duration = Duration::from_secs(60);
+pub(crate) const RUN: Duration = Duration::from_secs(60);
 
 /// For a failure message: this host's side of the wire (link counters, neighbours, TCP
 /// sockets, rxe0's counters), so that a stall between the two VMs shows on which side the
 /// frames stopped.
-pub fn wire_state() -> String {
+pub(crate) fn wire_state() -> String {
     let run = |program: &str, args: &[&str]| {
         let out = crate::vm_support::command_text(program, args);
         format!("{program} {}:\n{out}", args.join(" "))
@@ -103,7 +103,7 @@ pub fn wire_state() -> String {
 
 /// Runs a ping-pong program (ours or rdma-core's) with rdma-core's flags; `peer`: the
 /// client's server. A client retries while the server's port is not open yet.
-pub fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
+pub(crate) fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
     let what = format!(
         "{} {}",
         program.display(),
@@ -150,7 +150,7 @@ pub fn pingpong(program: PathBuf, port: u16, peer: Option<IpAddr>) -> String {
 }
 
 /// Runs `tc` with `args`, panicking with its output when it fails.
-pub fn tc(args: &[&str]) -> String {
+pub(crate) fn tc(args: &[&str]) -> String {
     let out = Command::new("tc")
         .args(args)
         .output()
@@ -170,10 +170,10 @@ pub fn tc(args: &[&str]) -> String {
 /// NIC, rxe0's port and the guest's routes and neighbours go through no down and up (the
 /// one unusual event before both two-host runs that hung). Dropping it mends the wire,
 /// also when the test fails.
-pub struct WireCut(&'static str);
+pub(crate) struct WireCut(&'static str);
 
 impl WireCut {
-    pub fn new(netdev: &'static str) -> WireCut {
+    pub(crate) fn new(netdev: &'static str) -> WireCut {
         tc(&["qdisc", "add", "dev", netdev, "clsact"]);
         let cut = WireCut(netdev);
         for hook in ["ingress", "egress"] {
@@ -185,7 +185,7 @@ impl WireCut {
     }
 
     /// The frames the cut has dropped so far: (in, out).
-    pub fn dropped(&self) -> (u64, u64) {
+    pub(crate) fn dropped(&self) -> (u64, u64) {
         let dropped = |hook: &str| {
             let text = tc(&["-s", "filter", "show", "dev", self.0, hook]);
             // "Sent 1234 bytes 17 pkt (dropped 17, overlimits 0 requeues 0)"

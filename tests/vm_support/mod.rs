@@ -26,12 +26,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// How long a connection-manager step may take under the emulated VM.
-pub const CM_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const CM_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Asserts that RDMA device `name` exists (loudly: these tests need the VM) and returns the
 /// IPv4 address rdma_cm reaches it by: `RDMA_VM_SIW_IP` for siw0, `RDMA_VM_RXE_IP` (or
 /// `RDMA_VM_IP`) for rxe0.
-pub fn device_ip(name: &str) -> IpAddr {
+pub(crate) fn device_ip(name: &str) -> IpAddr {
     let sysfs = format!("/sys/class/infiniband/{name}");
     assert!(
         std::path::Path::new(&sysfs).is_dir(),
@@ -57,7 +57,7 @@ pub fn device_ip(name: &str) -> IpAddr {
 }
 
 /// Runs `cmd` with `sh -c`; panics with its stderr when it fails.
-pub fn sh(cmd: &str) {
+pub(crate) fn sh(cmd: &str) {
     let out = std::process::Command::new("sh")
         .arg("-c")
         .arg(cmd)
@@ -72,7 +72,7 @@ pub fn sh(cmd: &str) {
 
 /// The address in environment variable `var`, which the VM sets (`RDMA_VM_RXE_IP6`,
 /// `RDMA_VM_PEER_SIW_IP`, ...); panics (loudly) outside the VM or when it is not an address.
-pub fn env_ip(var: &str) -> IpAddr {
+pub(crate) fn env_ip(var: &str) -> IpAddr {
     let value = std::env::var(var)
         .unwrap_or_else(|_| panic!("{var} is unset: these tests run in the VM (tests/vm/run.sh)"));
     value
@@ -82,7 +82,7 @@ pub fn env_ip(var: &str) -> IpAddr {
 
 /// How each side of a [`CmPair`] is built.
 #[derive(Clone, Debug)]
-pub struct SideOptions {
+pub(crate) struct SideOptions {
     /// Queue sizes.
     pub caps: QpCapabilities,
     /// Every send completes.
@@ -115,7 +115,7 @@ impl Default for SideOptions {
 
 /// One end: its own context on the cm id's device, PD, CQ (send and receive), QP and MR.
 #[allow(missing_docs)]
-pub struct Side {
+pub(crate) struct Side {
     pub context: Context,
     pub pd: ProtectionDomain,
     pub channel: Option<CompletionChannel>,
@@ -126,7 +126,7 @@ pub struct Side {
 
 impl Side {
     /// Builds the objects on `id`'s device and moves the QP to INIT with the CM's attributes.
-    pub fn new(id: &CmId, options: &SideOptions) -> Side {
+    pub(crate) fn new(id: &CmId, options: &SideOptions) -> Side {
         let device = id.device().expect("the cm id's device");
         let context = rdmasock::open_device(Some(&device.name))
             .unwrap_or_else(|e| panic!("opening {}: {e}", device.name));
@@ -158,7 +158,7 @@ impl Side {
 }
 
 /// Two QPs connected to each other through rdma_cm on one device.
-pub struct CmPair {
+pub(crate) struct CmPair {
     /// The connecting side.
     pub active: Side,
     /// The accepting side.
@@ -175,7 +175,7 @@ impl CmPair {
     /// Listens on an ephemeral port of `ip`, connects to it, and returns both sides once
     /// each has seen ESTABLISHED. Post receives before the peer sends: iWARP has no RNR
     /// retry, a SEND that finds no receive breaks the connection.
-    pub fn connect(ip: IpAddr, options: &SideOptions) -> CmPair {
+    pub(crate) fn connect(ip: IpAddr, options: &SideOptions) -> CmPair {
         let (addr_tx, addr_rx) = mpsc::channel::<SocketAddr>();
         let passive_options = options.clone();
         let param = ConnectionParameters {
@@ -227,7 +227,7 @@ impl CmPair {
     }
 
     /// Disconnects both sides (each waits for DISCONNECTED) and returns their objects.
-    pub fn disconnect(self) -> (Side, Side) {
+    pub(crate) fn disconnect(self) -> (Side, Side) {
         let CmPair {
             active,
             passive,
@@ -253,7 +253,7 @@ impl CmPair {
 }
 
 /// Posts one receive on `side` scattering into `(offset, length)` pieces of its region.
-pub fn post_recv(side: &Side, wr_id: u64, pieces: &[(usize, usize)]) {
+pub(crate) fn post_recv(side: &Side, wr_id: u64, pieces: &[(usize, usize)]) {
     let sg: Vec<_> = pieces
         .iter()
         .map(|&(at, len)| side.mr.slice(at, len).unwrap())
@@ -267,14 +267,14 @@ pub fn post_recv(side: &Side, wr_id: u64, pieces: &[(usize, usize)]) {
 }
 
 /// `len` bytes of a pattern that differs with `seed`.
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
 
 /// Waits for the async event `kind` about the QP of `side`.
-pub fn wait_async(side: &Side, kind: AsyncEventKind) {
+pub(crate) fn wait_async(side: &Side, kind: AsyncEventKind) {
     let cookie = side
         .qp
         .ops()
@@ -306,7 +306,7 @@ pub fn wait_async(side: &Side, kind: AsyncEventKind) {
 
 /// The path of example binary `name`: in `RDMASOCK_EXAMPLES_DIR` (the suite sets it), else
 /// next to this test binary (`target/<profile>/deps/TEST-HASH` -> `target/<profile>/examples`).
-pub fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     let dir = std::env::var_os("RDMASOCK_EXAMPLES_DIR")
         .map(PathBuf::from)
         .filter(|d| d.join(name).is_file())
@@ -330,7 +330,7 @@ pub fn example(name: &str) -> PathBuf {
 /// (where a system call waits), every thread's backtrace when gdb is installed, and the
 /// kernel's rdma_cm ids and QPs (`rdma res show`), so that a hang that happens once in many
 /// runs is explained by the run that caught it.
-pub fn where_stuck(pid: u32) -> String {
+pub(crate) fn where_stuck(pid: u32) -> String {
     let mut text = String::new();
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|dir| dir.flatten().map(|e| e.path()).collect::<Vec<_>>())
@@ -370,7 +370,7 @@ pub fn where_stuck(pid: u32) -> String {
 }
 
 /// For a failure message: what `program args` prints on stdout, or why it could not run.
-pub fn command_text(program: &str, args: &[&str]) -> String {
+pub(crate) fn command_text(program: &str, args: &[&str]) -> String {
     std::process::Command::new(program)
         .args(args)
         .output()
@@ -381,7 +381,7 @@ pub fn command_text(program: &str, args: &[&str]) -> String {
 /// Waits up to `limit` for `child`, then collects its output; a child still running then
 /// is killed after its threads' kernel stacks and backtraces are taken, and the test fails
 /// with them (a hang once in many runs must explain itself).
-pub fn finish_within(
+pub(crate) fn finish_within(
     child: std::process::Child,
     limit: Duration,
     what: &[String],
@@ -391,7 +391,7 @@ pub fn finish_within(
 
 /// [`finish_within`], with `context()` (say, the state of the wire between two hosts) added
 /// to the report of a child that had to be killed.
-pub fn finish_within_explained(
+pub(crate) fn finish_within_explained(
     mut child: std::process::Child,
     limit: Duration,
     what: &[String],

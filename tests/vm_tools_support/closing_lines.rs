@@ -72,7 +72,7 @@ fn closing_lines(out: &str, size: u64, iters: u64) -> Result<(), String> {
     Ok(())
 }
 
-pub fn check_closing_lines(out: &str, size: u64, iters: u64, who: &str) {
+pub(crate) fn check_closing_lines(out: &str, size: u64, iters: u64, who: &str) {
     if let Err(e) = closing_lines(out, size, iters) {
         panic!("{who}: closing lines: {e}; output:\n{out}");
     }

@@ -13,13 +13,13 @@ use rdmasock::verbs::{Context, QpState, QueuePair, Transport, WcStatus};
 use rdmasock_uiwarp::{UiwarpListener, UiwarpProvider};
 
 /// The kernel's soft-iWARP device in the VM.
-pub const SIW_DEVICE: &str = "siw0";
+pub(crate) const SIW_DEVICE: &str = "siw0";
 
 /// siw0 as the conformance suite sees it: no atomics, no immediate data, no solicited-only
 /// arming; a wrong rkey or a missing receive makes the responder TERMINATE the connection,
 /// and a READ that got no response is flushed; a region without REMOTE_READ is read all the
 /// same.
-pub const SIW: Dut = Dut {
+pub(crate) const SIW: Dut = Dut {
     device: SIW_DEVICE,
     transport: Transport::Iwarp,
     provider: || "siw",
@@ -53,7 +53,7 @@ pub const SIW: Dut = Dut {
 
 /// The userspace iWARP device as the conformance suite sees it: as siw, except that the
 /// TERMINATE of a refused READ completes that READ with a remote access error.
-pub const UIWARP: Dut = Dut {
+pub(crate) const UIWARP: Dut = Dut {
     device: rdmasock_uiwarp::DEVICE_NAME,
     transport: Transport::Iwarp,
     provider: || rdmasock_uiwarp::DRIVER_NAME,
@@ -86,13 +86,13 @@ pub const UIWARP: Dut = Dut {
 };
 
 /// Asserts that siw0 exists (and its address is known), then opens it.
-pub fn open_siw0() -> Context {
+pub(crate) fn open_siw0() -> Context {
     device_ip(SIW_DEVICE);
     rdmasock::open_device(Some(SIW_DEVICE)).expect("opening siw0")
 }
 
 /// Two QPs on siw0 connected through rdma_cm (a listener and a connector on siw0's address).
-pub fn siw_pair(options: &PairOptions) -> Pair {
+pub(crate) fn siw_pair(options: &PairOptions) -> Pair {
     let side_options = SideOptions {
         caps: options.caps,
         sq_sig_all: options.sq_sig_all,
@@ -119,7 +119,7 @@ pub fn siw_pair(options: &PairOptions) -> Pair {
 }
 
 /// Opens uiwarp0 with the userspace provider directly (it needs no kernel device).
-pub fn open_uiwarp() -> Context {
+pub(crate) fn open_uiwarp() -> Context {
     let ops = UiwarpProvider::new()
         .open(&rdmasock_uiwarp::device_info())
         .expect("opening uiwarp0");
@@ -142,7 +142,7 @@ fn uiwarp_init(qp: &QueuePair) {
 
 /// Two uiwarp0 QPs connected over loopback TCP: `b` accepts on an ephemeral port of
 /// 127.0.0.1 in a thread while `a` connects to it, each exchanging private data.
-pub fn uiwarp_pair(options: &PairOptions) -> Pair {
+pub(crate) fn uiwarp_pair(options: &PairOptions) -> Pair {
     let context = open_uiwarp();
     let a = pair_side_objects(&context, options, UIWARP.access());
     let b = pair_side_objects(&context, options, UIWARP.access());

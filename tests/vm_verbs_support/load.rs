@@ -20,7 +20,7 @@ fn exchange(p: &Pair, wr_id: u64, flags: SendFlags) {
 
 /// An armed CQ wakes its channel once (with its cookie) and is disarmed by that; a
 /// solicited-only arm ignores unsolicited completions; an unarmed CQ raises nothing.
-pub fn event_mode_wakes_the_channel_and_disarms(dut: &Dut) {
+pub(crate) fn event_mode_wakes_the_channel_and_disarms(dut: &Dut) {
     let p = dut.pair_with(PairOptions {
         with_channel: true,
         ..Default::default()
@@ -78,7 +78,7 @@ pub fn event_mode_wakes_the_channel_and_disarms(dut: &Dut) {
 
 /// A channel made blocking (rdma-core's mode, kernel devices only) waits in one read(2) and
 /// still never blocks `try_get_event`; other providers refuse the mode with a clear error.
-pub fn blocking_channel_waits_in_read(dut: &Dut) {
+pub(crate) fn blocking_channel_waits_in_read(dut: &Dut) {
     let p = dut.pair_with(PairOptions {
         with_channel: true,
         ..Default::default()
@@ -130,7 +130,7 @@ pub fn blocking_channel_waits_in_read(dut: &Dut) {
 /// 10 000 SEND/receive round trips, each polled to completion, every byte checked: the
 /// rings wrap many times, and leave the fd count unchanged and resident memory (nearly) so
 /// (counted from the 100th round trip, once every ring page has been touched).
-pub fn ten_thousand_post_poll_cycles_leak_nothing(dut: &Dut) {
+pub(crate) fn ten_thousand_post_poll_cycles_leak_nothing(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     let recv = [b.mr.slice(0, 64).unwrap()];
@@ -163,7 +163,7 @@ pub fn ten_thousand_post_poll_cycles_leak_nothing(dut: &Dut) {
 
 /// Too many gather entries, too much inline data and a full receive queue are refused at
 /// post time with errors that name the limit; nothing refused is queued.
-pub fn post_time_limits_are_clear_errors(dut: &Dut) {
+pub(crate) fn post_time_limits_are_clear_errors(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     let caps = a.qp.caps();
@@ -250,7 +250,7 @@ fn assert_rss_bounded(rss: u64, what: &str) {
 
 /// 1000 cycles of PD, region, channel, CQ and QP creation and destruction leave the fd
 /// count unchanged and resident memory (nearly) so.
-pub fn create_destroy_cycles_leak_nothing(dut: &Dut) {
+pub(crate) fn create_destroy_cycles_leak_nothing(dut: &Dut) {
     let context = (dut.open)();
     for _ in 0..100 {
         create_destroy_cycle(dut, &context);
@@ -266,7 +266,7 @@ pub fn create_destroy_cycles_leak_nothing(dut: &Dut) {
 
 /// 1000 device contexts opened (each asked for its port) and dropped leave the fd count
 /// unchanged and resident memory (nearly) so: every uverbs and async-event fd is closed.
-pub fn context_open_close_cycles_leak_nothing(dut: &Dut) {
+pub(crate) fn context_open_close_cycles_leak_nothing(dut: &Dut) {
     let cycle = || {
         let context = (dut.open)();
         assert!(context.query_port(1).is_ok(), "port 1 of {}", dut.device);
@@ -291,7 +291,7 @@ const CONTEXT_CYCLES: usize = 1000;
 
 /// Connections made, used once and torn down leave the fd count unchanged and resident
 /// memory (nearly) so.
-pub fn connect_disconnect_cycles_leak_nothing(dut: &Dut) {
+pub(crate) fn connect_disconnect_cycles_leak_nothing(dut: &Dut) {
     for _ in 0..2 {
         let p = dut.pair();
         exchange(&p, 1, SendFlags::SIGNALED);

@@ -16,17 +16,17 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 #[path = "../vm_support/mod.rs"]
-pub mod cm_support;
-pub mod iwarp;
+pub(crate) mod cm_support;
+pub(crate) mod iwarp;
 mod load;
 mod opcodes;
 mod remote_errors;
-pub mod rxe;
+pub(crate) mod rxe;
 
-pub use cm_support::{pattern, post_recv, Side};
-pub use load::*;
-pub use opcodes::*;
-pub use remote_errors::*;
+pub(crate) use cm_support::{pattern, post_recv, Side};
+pub(crate) use load::*;
+pub(crate) use opcodes::*;
+pub(crate) use remote_errors::*;
 
 use rdmasock::cm::{CmEvent, CmId};
 use rdmasock::verbs::qp_attr::QpAttrMask;
@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 
 /// How long a completion (or a connection's end) may take under the emulated VM before a
 /// test fails.
-pub const COMPLETION_DEADLINE: Duration = Duration::from_secs(20);
+pub(crate) const COMPLETION_DEADLINE: Duration = Duration::from_secs(20);
 
 /// A device under test: what the suite needs to know to run on it.
-pub struct Dut {
+pub(crate) struct Dut {
     /// The device's name (`rxe0`, `siw0`, `uiwarp0`).
     pub device: &'static str,
     /// Its transport.
@@ -69,7 +69,7 @@ pub struct Dut {
 
 /// How the requester's completion of a request the responder may refuse ends.
 #[derive(Clone, Copy, Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Its status.
     pub status: WcStatus,
     /// Its vendor error: the provider's own detail (0 on success, and where the device gives
@@ -79,7 +79,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// A request that completed successfully (vendor error 0).
-    pub const SUCCESS: Outcome = Outcome {
+    pub(crate) const SUCCESS: Outcome = Outcome {
         status: WcStatus::Success,
         vendor_err: 0,
     };
@@ -87,7 +87,7 @@ impl Outcome {
 
 /// How a device reports the responder's refusals.
 #[derive(Clone, Copy, Debug)]
-pub struct RemoteErrors {
+pub(crate) struct RemoteErrors {
     /// The requester's completion of an RDMA READ with a wrong rkey.
     pub bad_rkey_read: Outcome,
     /// The requester's completion of an RDMA WRITE with a wrong rkey (success on iWARP,
@@ -117,7 +117,7 @@ pub struct RemoteErrors {
 
 impl Dut {
     /// The access rights of the test regions: every right the device has.
-    pub fn access(&self) -> AccessFlags {
+    pub(crate) fn access(&self) -> AccessFlags {
         let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         if self.atomics {
             all | AccessFlags::REMOTE_ATOMIC
@@ -127,19 +127,19 @@ impl Dut {
     }
 
     /// Two connected QPs built with the default options.
-    pub fn pair(&self) -> Pair {
+    pub(crate) fn pair(&self) -> Pair {
         (self.connect)(&PairOptions::default())
     }
 
     /// Two connected QPs built with `options`.
-    pub fn pair_with(&self, options: PairOptions) -> Pair {
+    pub(crate) fn pair_with(&self, options: PairOptions) -> Pair {
         (self.connect)(&options)
     }
 }
 
 /// How a [`Pair`] is built.
 #[derive(Clone, Copy, Debug)]
-pub struct PairOptions {
+pub(crate) struct PairOptions {
     /// Queue sizes of both QPs.
     pub caps: QpCapabilities,
     /// Every send completes.
@@ -171,7 +171,7 @@ impl Default for PairOptions {
 }
 
 /// What holds a [`Pair`]'s connection.
-pub enum Link {
+pub(crate) enum Link {
     /// QPs moved to RTS by hand: nothing to tear down.
     Manual,
     /// The connection manager's ids.
@@ -181,7 +181,7 @@ pub enum Link {
 }
 
 /// The connection manager's ids of a [`Pair`].
-pub struct CmIds {
+pub(crate) struct CmIds {
     /// The connecting side's id.
     pub active_id: CmId,
     /// The accepted request's id.
@@ -191,7 +191,7 @@ pub struct CmIds {
 }
 
 /// Two connected RC QPs: `a` is the requester in the tests, `b` the responder.
-pub struct Pair {
+pub(crate) struct Pair {
     /// The requesting (connecting) side.
     pub a: Side,
     /// The responding (accepting) side.
@@ -202,7 +202,7 @@ pub struct Pair {
 
 impl Pair {
     /// Ends the connection in order (a no-op for QPs connected by hand).
-    pub fn disconnect(self) {
+    pub(crate) fn disconnect(self) {
         let Pair { a, b, link } = self;
         match link {
             Link::Manual => {}
@@ -229,7 +229,7 @@ impl Pair {
 
     /// Waits until the responder's TERMINATE has ended the connection: the connection
     /// manager reports DISCONNECTED on both ids, or both uiwarp QPs are in the error state.
-    pub fn wait_terminated(&self) {
+    pub(crate) fn wait_terminated(&self) {
         match &self.link {
             Link::Manual => panic!("QPs connected by hand report remote errors in completions"),
             Link::Cm(ids) => {
@@ -263,7 +263,11 @@ impl Pair {
 
 /// One side's objects on `context`: a PD, a CQ (reporting to its own channel when asked),
 /// a QP in RESET and a region of `options.mr_len` bytes with `access`.
-pub fn pair_side_objects(context: &Context, options: &PairOptions, access: AccessFlags) -> Side {
+pub(crate) fn pair_side_objects(
+    context: &Context,
+    options: &PairOptions,
+    access: AccessFlags,
+) -> Side {
     let pd = context.alloc_pd().expect("ALLOC_PD");
     let channel = options
         .with_channel
@@ -286,7 +290,7 @@ pub fn pair_side_objects(context: &Context, options: &PairOptions, access: Acces
 }
 
 /// Polls `cq` until one completion arrives; panics after [`COMPLETION_DEADLINE`].
-pub fn poll_one(cq: &CompletionQueue) -> WorkCompletion {
+pub(crate) fn poll_one(cq: &CompletionQueue) -> WorkCompletion {
     let deadline = Instant::now() + COMPLETION_DEADLINE;
     let mut out = [WorkCompletion::default(); 1];
     loop {
@@ -303,28 +307,28 @@ pub fn poll_one(cq: &CompletionQueue) -> WorkCompletion {
 }
 
 /// Polls one completion and checks that it succeeded.
-pub fn poll_ok(cq: &CompletionQueue) -> WorkCompletion {
+pub(crate) fn poll_ok(cq: &CompletionQueue) -> WorkCompletion {
     let wc = poll_one(cq);
     wc.ok().unwrap_or_else(|e| panic!("completion failed: {e}"));
     wc
 }
 
 /// Asserts that `cq` holds no completion right now.
-pub fn assert_empty(cq: &CompletionQueue) {
+pub(crate) fn assert_empty(cq: &CompletionQueue) {
     let mut out = [WorkCompletion::default(); 4];
     let got = cq.poll(&mut out).expect("polling the CQ");
     assert!(got.is_empty(), "unexpected completions: {got:?}");
 }
 
 /// Open file descriptors of this process.
-pub fn open_fds() -> usize {
+pub(crate) fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .expect("/proc/self/fd")
         .count()
 }
 
 /// Resident set size in KiB.
-pub fn rss_kib() -> u64 {
+pub(crate) fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     status
         .lines()
@@ -335,7 +339,7 @@ pub fn rss_kib() -> u64 {
 
 /// Held by a running conformance test: shared by most, exclusive for the leak tests, whose
 /// process-wide fd and RSS counts other tests running in parallel (on the host) would move.
-pub enum TestLock {
+pub(crate) enum TestLock {
     /// A test that may run beside others.
     Shared(RwLockReadGuard<'static, ()>),
     /// A leak test: runs alone.
@@ -343,7 +347,7 @@ pub enum TestLock {
 }
 
 /// Takes the [`TestLock`] for the test `name`.
-pub fn test_lock(name: &str) -> TestLock {
+pub(crate) fn test_lock(name: &str) -> TestLock {
     static LOCK: RwLock<()> = RwLock::new(());
     if name.contains("leak") {
         TestLock::Exclusive(LOCK.write().unwrap_or_else(|e| e.into_inner()))

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// Posts `op` from `side` and asserts the device refuses it at post time, naming itself and
 /// the operation, and that nothing was queued.
-pub fn assert_refused(dut: &Dut, side: &Side, op: SendOp) {
+pub(crate) fn assert_refused(dut: &Dut, side: &Side, op: SendOp) {
     let sg = [side.mr.slice(0, 8).unwrap()];
     let err = side
         .qp
@@ -32,7 +32,7 @@ pub fn assert_refused(dut: &Dut, side: &Side, op: SendOp) {
 
 /// The device is driven by the expected provider, is of its transport, has port 1 active,
 /// and advertises atomics exactly when the suite expects them to work.
-pub fn device_reports_its_provider_and_capabilities(dut: &Dut) {
+pub(crate) fn device_reports_its_provider_and_capabilities(dut: &Dut) {
     let context = (dut.open)();
     assert_eq!(context.device().name, dut.device);
     assert_eq!(context.provider_name(), (dut.provider)());
@@ -45,7 +45,7 @@ pub fn device_reports_its_provider_and_capabilities(dut: &Dut) {
 }
 
 /// A SEND gathered from three pieces scatters into two, byte for byte, each way.
-pub fn send_gathers_and_scatters_byte_for_byte_both_ways(dut: &Dut) {
+pub(crate) fn send_gathers_and_scatters_byte_for_byte_both_ways(dut: &Dut) {
     let p = dut.pair();
     for (from, to) in [(&p.a, &p.b), (&p.b, &p.a)] {
         from.mr.write_at(0, b"hello").unwrap();
@@ -77,7 +77,7 @@ pub fn send_gathers_and_scatters_byte_for_byte_both_ways(dut: &Dut) {
 
 /// SEND with immediate delivers the bytes and the immediate, flagged; a device without
 /// immediate data refuses it at post time.
-pub fn send_with_imm_carries_the_immediate(dut: &Dut) {
+pub(crate) fn send_with_imm_carries_the_immediate(dut: &Dut) {
     let p = dut.pair();
     let op = SendOp::SendWithImm(0x1234_5678);
     if !dut.immediate {
@@ -99,7 +99,7 @@ pub fn send_with_imm_carries_the_immediate(dut: &Dut) {
 
 /// RDMA WRITE of 3000 and 60 000 bytes from two gather pieces lands byte for byte and uses
 /// no receive.
-pub fn rdma_write_lands_without_a_receive(dut: &Dut) {
+pub(crate) fn rdma_write_lands_without_a_receive(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     for (len, at) in [(3000usize, 512usize), (60_000, 4096)] {
@@ -130,7 +130,7 @@ pub fn rdma_write_lands_without_a_receive(dut: &Dut) {
 
 /// RDMA WRITE with immediate places the bytes and consumes a receive that reports the
 /// immediate and the length; a device without immediate data refuses it at post time.
-pub fn rdma_write_with_imm_consumes_a_receive(dut: &Dut) {
+pub(crate) fn rdma_write_with_imm_consumes_a_receive(dut: &Dut) {
     let p = dut.pair();
     let op = SendOp::RdmaWriteWithImm {
         remote_addr: p.b.mr.addr() + 8,
@@ -162,7 +162,7 @@ pub fn rdma_write_with_imm_consumes_a_receive(dut: &Dut) {
 }
 
 /// RDMA READ of 20 and 40 000 bytes fetches the remote bytes exactly.
-pub fn rdma_read_fetches_remote_bytes(dut: &Dut) {
+pub(crate) fn rdma_read_fetches_remote_bytes(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     b.mr.write_at(4096, b"remote bytes to read").unwrap();
@@ -195,7 +195,7 @@ pub fn rdma_read_fetches_remote_bytes(dut: &Dut) {
 
 /// Compare-and-swap swaps only on a match and returns the old value; fetch-and-add adds and
 /// returns the old value. A device without atomics refuses both at post time.
-pub fn atomic_compare_swap_and_fetch_add(dut: &Dut) {
+pub(crate) fn atomic_compare_swap_and_fetch_add(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     let target = b.mr.addr() + 256;
@@ -240,7 +240,7 @@ pub fn atomic_compare_swap_and_fetch_add(dut: &Dut) {
 /// A chain of four: an unsignaled SEND from registered memory, an inline two-piece SEND, a
 /// fenced inline WRITE and a signaled solicited inline SEND. Only the last completes at the
 /// requester; the receives complete in order; inline data was copied at post time.
-pub fn chained_inline_fence_and_selective_signaling(dut: &Dut) {
+pub(crate) fn chained_inline_fence_and_selective_signaling(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     a.mr.write_at(0, b"abcdefgh").unwrap();
@@ -286,7 +286,7 @@ pub fn chained_inline_fence_and_selective_signaling(dut: &Dut) {
 /// Inline sends of borrowed bytes (`ScatterGather::borrowed`): the provider takes them at
 /// post time, so the buffer needs no registration and may change at once; a borrowed entry
 /// in a send without INLINE, or in a receive, is refused before anything is posted.
-pub fn borrowed_inline_sends_need_no_registration(dut: &Dut) {
+pub(crate) fn borrowed_inline_sends_need_no_registration(dut: &Dut) {
     let p = dut.pair();
     let (a, b) = (&p.a, &p.b);
     let len = (a.qp.caps().max_inline_data as usize).min(48);
@@ -337,7 +337,7 @@ pub fn borrowed_inline_sends_need_no_registration(dut: &Dut) {
 }
 
 /// With `sq_sig_all`, requests posted unsignaled complete all the same, in order.
-pub fn sq_sig_all_signals_every_request(dut: &Dut) {
+pub(crate) fn sq_sig_all_signals_every_request(dut: &Dut) {
     let p = dut.pair_with(PairOptions {
         sq_sig_all: true,
         ..Default::default()

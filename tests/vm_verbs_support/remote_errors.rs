@@ -110,7 +110,7 @@ fn wrong_rkey(p: &Pair) -> RemoteKey {
 
 /// An RDMA READ under a wrong rkey fails with the device's status (a remote access error;
 /// on siw the READ gets no response and is flushed once the TERMINATE arrives).
-pub fn wrong_rkey_read_is_reported_with_its_status(dut: &Dut) {
+pub(crate) fn wrong_rkey_read_is_reported_with_its_status(dut: &Dut) {
     let p = dut.pair();
     post_recv(&p.b, 0x55, &[(0, 64)]);
     let wc = post_remote(&p, true, 0, wrong_rkey(&p));
@@ -125,7 +125,7 @@ pub fn wrong_rkey_read_is_reported_with_its_status(dut: &Dut) {
 
 /// An RDMA WRITE under a wrong rkey: a remote access error at the requester on InfiniBand
 /// transports; on iWARP the WRITE completes once sent and the responder terminates.
-pub fn wrong_rkey_write_is_reported_with_its_status(dut: &Dut) {
+pub(crate) fn wrong_rkey_write_is_reported_with_its_status(dut: &Dut) {
     let p = dut.pair();
     post_recv(&p.b, 0x56, &[(0, 64)]);
     let wc = post_remote(&p, false, 0, wrong_rkey(&p));
@@ -141,7 +141,7 @@ pub fn wrong_rkey_write_is_reported_with_its_status(dut: &Dut) {
 /// A SEND that finds no receive: RNR retries run out (one retry here) on InfiniBand
 /// transports; on iWARP the SEND completes once sent and the responder terminates. Either
 /// way the requester's QP ends in error and flushes the receive it had posted.
-pub fn send_without_receive_is_reported(dut: &Dut) {
+pub(crate) fn send_without_receive_is_reported(dut: &Dut) {
     let p = dut.pair_with(PairOptions {
         rnr_retry: 1,
         ..Default::default()
@@ -228,7 +228,7 @@ fn assert_names_missing_right(text: Option<String>) {
 /// WRITE: a remote access error at the requester on InfiniBand transports (on iWARP the
 /// WRITE completes once sent and the responder terminates), and not one byte of the region
 /// changes.
-pub fn region_without_remote_write_refuses_a_write(dut: &Dut) {
+pub(crate) fn region_without_remote_write_refuses_a_write(dut: &Dut) {
     let p = dut.pair();
     let mr = region_without(dut, &p, AccessFlags::REMOTE_WRITE);
     post_recv(&p.b, 0x57, &[(0, 64)]);
@@ -254,7 +254,7 @@ pub fn region_without_remote_write_refuses_a_write(dut: &Dut) {
 /// READ: the requester's completion is a remote access error, the READ's sink keeps its
 /// bytes and the region is unchanged. siw, whose kernel never checks REMOTE_READ, serves the
 /// READ instead (pinned: see `SIW`).
-pub fn region_without_remote_read_refuses_a_read(dut: &Dut) {
+pub(crate) fn region_without_remote_read_refuses_a_read(dut: &Dut) {
     let p = dut.pair();
     let mr = region_without(dut, &p, AccessFlags::REMOTE_READ);
     post_recv(&p.b, 0x55, &[(0, 64)]);
@@ -307,7 +307,7 @@ pub fn region_without_remote_read_refuses_a_read(dut: &Dut) {
 /// A region registered without REMOTE_ATOMIC serves a READ under its rkey but refuses a
 /// fetch-and-add: a remote access error at the requester, the target keeps its value and
 /// the requester's result buffer its bytes.
-pub fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
+pub(crate) fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
     if !dut.atomics {
         // iWARP (RFC 5040) has no atomics: siw and uiwarp refuse them at post time (see
         // atomic_compare_swap_and_fetch_add), so no responder ever sees one to refuse.

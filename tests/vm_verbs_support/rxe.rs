@@ -10,10 +10,10 @@ use rdmasock::verbs::{
 };
 
 /// The device.
-pub const DEVICE: &str = "rxe0";
+pub(crate) const DEVICE: &str = "rxe0";
 
 /// rxe0 as the conformance suite sees it.
-pub const RXE: Dut = Dut {
+pub(crate) const RXE: Dut = Dut {
     device: DEVICE,
     transport: Transport::InfiniBand,
     provider: expected_provider,
@@ -55,7 +55,7 @@ pub const RXE: Dut = Dut {
 };
 
 /// All access rights.
-pub fn all_access() -> AccessFlags {
+pub(crate) fn all_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
@@ -63,7 +63,7 @@ pub fn all_access() -> AccessFlags {
 }
 
 /// Asserts that rxe0 exists, then opens it with the crate's default providers.
-pub fn open_rxe0() -> Context {
+pub(crate) fn open_rxe0() -> Context {
     let sysfs = format!("/sys/class/infiniband/{DEVICE}");
     assert!(
         std::path::Path::new(&sysfs).is_dir(),
@@ -83,7 +83,7 @@ pub fn open_rxe0() -> Context {
 /// The provider every test must run on: the rdma-core bridge when `RDMASOCK_PROVIDER`
 /// forces it for rxe0 (tests/vm/suite.sh runs this suite a second time so), else the
 /// pure-Rust rxe provider.
-pub fn expected_provider() -> &'static str {
+pub(crate) fn expected_provider() -> &'static str {
     let choice = rdmasock::ProviderChoice::from_env().expect("RDMASOCK_PROVIDER is malformed");
     match choice.for_device(DEVICE) {
         Some(rdmasock::ProviderKind::Ibverbs) => "ibverbs",
@@ -92,7 +92,7 @@ pub fn expected_provider() -> &'static str {
 }
 
 /// The index of the port's RoCE v2 GID (the IPv4-mapped one when there is one) and the GID.
-pub fn roce_v2_gid(context: &Context) -> (u8, Gid) {
+pub(crate) fn roce_v2_gid(context: &Context) -> (u8, Gid) {
     let list = DeviceList::discover().expect("device discovery");
     let device = list.pick(Some(DEVICE)).expect("rxe0 in the device list");
     let port = device.port(1).expect("rxe0 has port 1");
@@ -111,7 +111,7 @@ pub fn roce_v2_gid(context: &Context) -> (u8, Gid) {
 }
 
 /// Moves `qp` to RTS towards `peer` on this device.
-pub fn connect(qp: &QueuePair, peer: &QueuePair, context: &Context, rnr_retry: u8) {
+pub(crate) fn connect(qp: &QueuePair, peer: &QueuePair, context: &Context, rnr_retry: u8) {
     let (sgid_index, gid) = roce_v2_gid(context);
     let port = context.query_port(1).expect("QUERY_PORT");
     qp.to_init(&InitAttributes {
@@ -150,7 +150,7 @@ pub fn connect(qp: &QueuePair, peer: &QueuePair, context: &Context, rnr_retry: u
 }
 
 /// Two QPs on rxe0, each with its own PD, CQ (and channel) and region, connected by hand.
-pub fn pair(options: &PairOptions) -> Pair {
+pub(crate) fn pair(options: &PairOptions) -> Pair {
     let context = open_rxe0();
     let a = pair_side_objects(&context, options, all_access());
     let b = pair_side_objects(&context, options, all_access());

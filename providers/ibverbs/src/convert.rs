@@ -60,7 +60,7 @@ pub fn wc_flags_from_ibv(flags: u32, encoding: WcFlagsEncoding) -> WcFlags {
 }
 
 /// One completion as the verbs layer reports it.
-pub fn work_completion(wc: &IbvWc, encoding: WcFlagsEncoding) -> WorkCompletion {
+pub(crate) fn work_completion(wc: &IbvWc, encoding: WcFlagsEncoding) -> WorkCompletion {
     let flags = wc_flags_from_ibv(wc.wc_flags, encoding);
     WorkCompletion {
         wr_id: wc.wr_id,
@@ -84,7 +84,7 @@ pub fn work_completion(wc: &IbvWc, encoding: WcFlagsEncoding) -> WorkCompletion 
 }
 
 /// A send request without its scatter/gather list (the sys layer links it).
-pub fn send_wr(wr: &SendRequest<'_>) -> IbvSendWr {
+pub(crate) fn send_wr(wr: &SendRequest<'_>) -> IbvSendWr {
     let mut out = IbvSendWr {
         wr_id: wr.wr_id,
         num_sge: wr.sg_list.len() as i32,
@@ -126,7 +126,7 @@ fn count(v: i32) -> u32 {
 }
 
 /// `ibv_query_device`'s answer.
-pub fn device_attributes(a: &IbvDeviceAttr) -> DeviceAttributes {
+pub(crate) fn device_attributes(a: &IbvDeviceAttr) -> DeviceAttributes {
     DeviceAttributes {
         fw_ver: c_string(&a.fw_ver),
         node_guid: u64::from_be(a.node_guid),
@@ -173,7 +173,7 @@ pub fn device_attributes(a: &IbvDeviceAttr) -> DeviceAttributes {
 }
 
 /// `ibv_query_device_ex`'s answer.
-pub fn device_attributes_ex(a: &IbvDeviceAttrEx) -> DeviceAttributes {
+pub(crate) fn device_attributes_ex(a: &IbvDeviceAttrEx) -> DeviceAttributes {
     DeviceAttributes {
         extended: ExtendedDeviceAttributes {
             odp_caps: OdpCaps {
@@ -222,7 +222,7 @@ pub fn device_attributes_ex(a: &IbvDeviceAttrEx) -> DeviceAttributes {
 }
 
 /// `ibv_query_port`'s answer.
-pub fn port_attributes(a: &IbvPortAttr) -> PortAttributes {
+pub(crate) fn port_attributes(a: &IbvPortAttr) -> PortAttributes {
     PortAttributes {
         state: PortState::from_raw(count(a.state)),
         max_mtu_raw: a.max_mtu as u8,
@@ -251,7 +251,7 @@ pub fn port_attributes(a: &IbvPortAttr) -> PortAttributes {
 }
 
 /// The capabilities in libibverbs' struct.
-pub fn ibv_cap(c: &QpCapabilities) -> IbvQpCap {
+pub(crate) fn ibv_cap(c: &QpCapabilities) -> IbvQpCap {
     IbvQpCap {
         max_send_wr: c.max_send_wr,
         max_recv_wr: c.max_recv_wr,
@@ -262,7 +262,7 @@ pub fn ibv_cap(c: &QpCapabilities) -> IbvQpCap {
 }
 
 /// libibverbs' capabilities in ours.
-pub fn capabilities(c: &IbvQpCap) -> QpCapabilities {
+pub(crate) fn capabilities(c: &IbvQpCap) -> QpCapabilities {
     QpCapabilities {
         max_send_wr: c.max_send_wr,
         max_recv_wr: c.max_recv_wr,
@@ -310,7 +310,7 @@ fn address_vector(a: &IbvAhAttr) -> AddressVector {
 
 /// Our attributes in libibverbs' `struct ibv_qp_attr` (the mask travels unchanged: the
 /// `IBV_QP_*` bits are the kernel's).
-pub fn ibv_qp_attr(a: &QpAttributes) -> IbvQpAttr {
+pub(crate) fn ibv_qp_attr(a: &QpAttributes) -> IbvQpAttr {
     IbvQpAttr {
         qp_state: a.qp_state as i32,
         cur_qp_state: a.cur_qp_state as i32,
@@ -342,7 +342,7 @@ pub fn ibv_qp_attr(a: &QpAttributes) -> IbvQpAttr {
 }
 
 /// libibverbs' `struct ibv_qp_attr` in ours; `cap` comes from the query's init attributes.
-pub fn qp_attributes(a: &IbvQpAttr, cap: &IbvQpCap) -> QpAttributes {
+pub(crate) fn qp_attributes(a: &IbvQpAttr, cap: &IbvQpCap) -> QpAttributes {
     let state = |v: i32| QpState::from_raw(count(v)).unwrap_or(QpState::Error);
     QpAttributes {
         qp_state: state(a.qp_state),

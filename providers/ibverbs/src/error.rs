@@ -35,7 +35,7 @@ fn why(device: &DeviceInfo, selection: Selection) -> String {
 }
 
 /// libibverbs could not be loaded or is too old.
-pub fn load_error(device: &DeviceInfo, selection: Selection, e: &LoadError) -> Error {
+pub(crate) fn load_error(device: &DeviceInfo, selection: Selection, e: &LoadError) -> Error {
     let kind = match e {
         LoadError::Missing { .. } => io::ErrorKind::NotFound,
         LoadError::TooOld { .. } => io::ErrorKind::Unsupported,
@@ -44,7 +44,7 @@ pub fn load_error(device: &DeviceInfo, selection: Selection, e: &LoadError) -> E
 }
 
 /// libibverbs does not list the device: its provider library did not load.
-pub fn not_listed(
+pub(crate) fn not_listed(
     device: &DeviceInfo,
     selection: Selection,
     library: &str,
@@ -77,7 +77,7 @@ pub fn not_listed(
 }
 
 /// A verb failed: an errno as a kernel-style error, an ABI mismatch as what it is.
-pub fn verb_error(verb: &'static str, device: &str, e: io::Error) -> Error {
+pub(crate) fn verb_error(verb: &'static str, device: &str, e: io::Error) -> Error {
     if e.kind() == io::ErrorKind::InvalidData {
         Error::io(format!("{verb} on {device} through libibverbs"), e)
     } else {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// `struct mminfo` in a driver response: where to mmap a queue.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct MmapInfo {
+pub(crate) struct MmapInfo {
     /// mmap offset on the uverbs fd.
     pub offset: u64,
     /// mmap length.
@@ -22,7 +22,7 @@ pub struct MmapInfo {
 
 impl MmapInfo {
     /// Reads the 16-byte `mminfo` at `at` of a driver response.
-    pub fn parse(bytes: &[u8], at: usize) -> MmapInfo {
+    pub(crate) fn parse(bytes: &[u8], at: usize) -> MmapInfo {
         MmapInfo {
             offset: u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes")),
             size: u32::from_le_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes")),
@@ -31,7 +31,7 @@ impl MmapInfo {
 }
 
 /// Maps a queue and checks its header.
-pub fn map_ring(context: &KernelContext, info: MmapInfo, what: &str) -> Result<Ring> {
+pub(crate) fn map_ring(context: &KernelContext, info: MmapInfo, what: &str) -> Result<Ring> {
     let map = context.map_queue(info.offset, info.size as usize)?;
     Ring::new(map).map_err(|e| {
         Error::InvalidArgument(format!(

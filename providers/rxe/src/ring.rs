@@ -13,23 +13,23 @@ use rdmasock_verbs::sys::pod::Pod;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes of the queue header before slot 0.
-pub const HEADER_LEN: usize = 384;
+pub(crate) const HEADER_LEN: usize = 384;
 const PRODUCER_OFFSET: usize = 128;
 const CONSUMER_OFFSET: usize = 256;
 
 /// The slot after `index` in a ring of `mask + 1` slots.
-pub fn next_index(index: u32, mask: u32) -> u32 {
+pub(crate) fn next_index(index: u32, mask: u32) -> u32 {
     index.wrapping_add(1) & mask
 }
 
 /// How many elements are queued between `consumer` and `producer`.
-pub fn queued(producer: u32, consumer: u32, mask: u32) -> u32 {
+pub(crate) fn queued(producer: u32, consumer: u32, mask: u32) -> u32 {
     producer.wrapping_sub(consumer) & mask
 }
 
 /// One mapped queue.
 #[derive(Debug)]
-pub struct Ring {
+pub(crate) struct Ring {
     map: SharedMapping,
     mask: u32,
     log2_stride: u32,
@@ -37,7 +37,7 @@ pub struct Ring {
 
 impl Ring {
     /// Checks the header the kernel wrote against the mapping's size.
-    pub fn new(map: SharedMapping) -> Result<Ring, String> {
+    pub(crate) fn new(map: SharedMapping) -> Result<Ring, String> {
         if map.len() < HEADER_LEN {
             return Err(format!(
                 "queue mapping of {} bytes has no header",
@@ -69,32 +69,32 @@ impl Ring {
 
     /// `index_mask`: slots - 1, also the usable capacity.
     #[inline]
-    pub fn mask(&self) -> u32 {
+    pub(crate) fn mask(&self) -> u32 {
         self.mask
     }
 
     /// Bytes per slot.
     #[inline]
-    pub fn stride(&self) -> usize {
+    pub(crate) fn stride(&self) -> usize {
         1 << self.log2_stride
     }
 
     /// The producer index, loaded with `order`.
     #[inline]
-    pub fn producer(&self, order: Ordering) -> u32 {
+    pub(crate) fn producer(&self, order: Ordering) -> u32 {
         self.header_word(PRODUCER_OFFSET).load(order) & self.mask
     }
 
     /// The consumer index, loaded with `order`.
     #[inline]
-    pub fn consumer(&self, order: Ordering) -> u32 {
+    pub(crate) fn consumer(&self, order: Ordering) -> u32 {
         self.header_word(CONSUMER_OFFSET).load(order) & self.mask
     }
 
     /// Publishes the producer index (our side of the SQ/RQ): everything written to the slots
     /// before becomes visible to the kernel.
     #[inline]
-    pub fn release_producer(&self, index: u32) {
+    pub(crate) fn release_producer(&self, index: u32) {
         self.header_word(PRODUCER_OFFSET)
             .store(index & self.mask, Ordering::Release);
     }
@@ -102,7 +102,7 @@ impl Ring {
     /// Publishes the consumer index (our side of the CQ): the slots before it are the
     /// kernel's again.
     #[inline]
-    pub fn release_consumer(&self, index: u32) {
+    pub(crate) fn release_consumer(&self, index: u32) {
         self.header_word(CONSUMER_OFFSET)
             .store(index & self.mask, Ordering::Release);
     }
@@ -131,7 +131,7 @@ impl Ring {
     /// Slot `index` as bytes to encode an element into in place. The caller owns that slot:
     /// it is a producer slot not yet published.
     #[inline]
-    pub fn slot_mut(&mut self, index: u32) -> &mut [u8] {
+    pub(crate) fn slot_mut(&mut self, index: u32) -> &mut [u8] {
         let len = self.stride();
         // SAFETY: the slot is in bounds (slot_ptr) and `stride` bytes long; the kernel does
         // not access an unpublished producer slot, and `&mut self` keeps any other Rust
@@ -144,7 +144,7 @@ impl Ring {
     /// The `T` at the start of slot `index` (one unaligned copy). The caller owns that slot:
     /// it is a consumer slot the producer published and we have not yet released.
     #[inline]
-    pub fn read<T: Pod>(&self, index: u32) -> T {
+    pub(crate) fn read<T: Pod>(&self, index: u32) -> T {
         assert!(size_of::<T>() <= self.stride(), "read larger than the slot");
         // SAFETY: the slot is in bounds (slot_ptr) and at least size_of::<T>() long (asserted); T is Pod, so any
         // bytes are a valid T; the kernel does not write a slot between publishing it and

@@ -8,14 +8,14 @@ use rdmasock_verbs::wr::{SendFlags, SendOp};
 use rdmasock_verbs::{QpNumber, WorkCompletion};
 
 /// Bytes of `struct rxe_send_wqe` before the SGEs / inline data.
-pub const SEND_HEADER_LEN: usize = 208;
+pub(crate) const SEND_HEADER_LEN: usize = 208;
 /// Bytes of `struct rxe_recv_wqe` before the SGEs.
-pub const RECV_HEADER_LEN: usize = 40;
+pub(crate) const RECV_HEADER_LEN: usize = 40;
 /// Bytes of one `struct rxe_sge`.
-pub const SGE_LEN: usize = 16;
+pub(crate) const SGE_LEN: usize = 16;
 /// Bytes of the CQE (`struct ib_uverbs_wc`) at the start of a CQ slot.
 #[cfg(test)]
-pub const CQE_LEN: usize = 48;
+pub(crate) const CQE_LEN: usize = 48;
 
 // rxe_send_wr (at 0)
 const WR_ID: usize = 0;
@@ -51,7 +51,7 @@ fn put_u64(buf: &mut [u8], at: usize, v: u64) {
 
 /// One scatter/gather entry as the WQE stores it (`struct rxe_sge`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Sge {
+pub(crate) struct Sge {
     /// Local virtual address.
     pub addr: u64,
     /// Bytes.
@@ -74,7 +74,7 @@ impl From<&rdmasock_verbs::ScatterGather<'_>> for Sge {
 /// (what the data path encodes straight from the caller's list) or an [`Sge`].
 ///
 /// [`ScatterGather`]: rdmasock_verbs::ScatterGather
-pub trait SgeSource {
+pub(crate) trait SgeSource {
     /// The entry in WQE form.
     fn sge(&self) -> Sge;
 }
@@ -93,7 +93,7 @@ impl SgeSource for rdmasock_verbs::ScatterGather<'_> {
 
 /// The fields of a send work request the WQE carries.
 #[derive(Copy, Clone, Debug)]
-pub struct SendDescriptor<'a, S: SgeSource> {
+pub(crate) struct SendDescriptor<'a, S: SgeSource> {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Operation and its remote fields.
@@ -141,7 +141,7 @@ fn put_dma(buf: &mut [u8], at: usize, length: u32, num_sge: u32) {
 
 /// Bytes a send WQE needs: the header plus the SGE array or the inline bytes.
 #[cfg(test)]
-pub fn send_len(num_sge: usize, inline_len: Option<usize>) -> usize {
+pub(crate) fn send_len(num_sge: usize, inline_len: Option<usize>) -> usize {
     SEND_HEADER_LEN + inline_len.unwrap_or(num_sge * SGE_LEN)
 }
 
@@ -151,7 +151,11 @@ pub fn send_len(num_sge: usize, inline_len: Option<usize>) -> usize {
 /// many payload bytes to +208 ([`SEND_HEADER_LEN`]) itself. Bytes past [`send_len`] are left
 /// alone (the kernel reads only `num_sge` entries or `length` inline bytes).
 #[inline]
-pub fn encode_send<S: SgeSource>(wr: &SendDescriptor<'_, S>, inline: Option<u32>, buf: &mut [u8]) {
+pub(crate) fn encode_send<S: SgeSource>(
+    wr: &SendDescriptor<'_, S>,
+    inline: Option<u32>,
+    buf: &mut [u8],
+) {
     let num_sge = wr.sges.len() as u32;
     buf[..SEND_HEADER_LEN].fill(0);
     put_u64(buf, WR_ID, wr.wr_id);
@@ -204,7 +208,7 @@ pub fn encode_send<S: SgeSource>(wr: &SendDescriptor<'_, S>, inline: Option<u32>
 
 /// Bytes a receive WQE needs.
 #[cfg(test)]
-pub fn recv_len(num_sge: usize) -> usize {
+pub(crate) fn recv_len(num_sge: usize) -> usize {
     RECV_HEADER_LEN + num_sge * SGE_LEN
 }
 
@@ -212,7 +216,7 @@ pub fn recv_len(num_sge: usize) -> usize {
 /// [`recv_len`] bytes, whatever it held before): the 40-byte header is cleared and filled,
 /// the SGE array follows.
 #[inline]
-pub fn encode_recv<S: SgeSource>(wr_id: u64, sges: &[S], buf: &mut [u8]) {
+pub(crate) fn encode_recv<S: SgeSource>(wr_id: u64, sges: &[S], buf: &mut [u8]) {
     let num_sge = sges.len() as u32;
     buf[..RECV_HEADER_LEN].fill(0);
     put_u64(buf, WR_ID, wr_id);
@@ -224,7 +228,7 @@ pub fn encode_recv<S: SgeSource>(wr_id: u64, sges: &[S], buf: &mut [u8]) {
 /// Decodes a CQE (`struct ib_uverbs_wc`, the first 48 bytes of a CQ slot). The immediate
 /// is turned to host order.
 #[inline]
-pub fn decode_cqe(d: WorkCompletionDesc) -> WorkCompletion {
+pub(crate) fn decode_cqe(d: WorkCompletionDesc) -> WorkCompletion {
     WorkCompletion {
         wr_id: d.wr_id,
         status: d.status,

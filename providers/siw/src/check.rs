@@ -12,7 +12,7 @@ use rdmasock_verbs::{Error, QpNumber, Result, SendFlags, SendOp};
 
 /// The parts of a send request the checks look at.
 #[derive(Copy, Clone, Debug)]
-pub struct SendShape {
+pub(crate) struct SendShape {
     /// The operation.
     pub op: SendOp,
     /// Its flags.
@@ -25,7 +25,7 @@ pub struct SendShape {
 
 impl SendShape {
     /// The shape of `wr`.
-    pub fn of(wr: &rdmasock_verbs::SendRequest<'_>) -> SendShape {
+    pub(crate) fn of(wr: &rdmasock_verbs::SendRequest<'_>) -> SendShape {
         SendShape {
             op: wr.op,
             flags: wr.flags,
@@ -47,7 +47,7 @@ fn unsupported_reason(op: &SendOp) -> &'static str {
 }
 
 /// Checks `wr`; returns the inline payload length when the request is INLINE.
-pub fn check_send(
+pub(crate) fn check_send(
     device: &str,
     qpn: QpNumber,
     caps: &QpCapabilities,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 const CREATE_CQ_RESPONSE_LEN: usize = 16;
 
 /// Maps `count` elements of `stride` bytes (plus `trailer`) at mmap key `key`.
-pub fn map_elements(
+pub(crate) fn map_elements(
     context: &KernelContext,
     key: u64,
     count: u32,

@@ -10,59 +10,59 @@ use rdmasock_verbs::wr::{SendFlags, SendOp};
 use rdmasock_verbs::{QpNumber, WcOpcode, WcStatus, WorkCompletion};
 
 /// Bytes of `struct siw_sqe`.
-pub const SQE_LEN: usize = 120;
+pub(crate) const SQE_LEN: usize = 120;
 /// Bytes of `struct siw_rqe`.
-pub const RQE_LEN: usize = 112;
+pub(crate) const RQE_LEN: usize = 112;
 /// Bytes of `struct siw_cqe`.
-pub const CQE_LEN: usize = 32;
+pub(crate) const CQE_LEN: usize = 32;
 /// Bytes of `struct siw_cq_ctrl` after the completion array.
-pub const CQ_CTRL_LEN: usize = 8;
+pub(crate) const CQ_CTRL_LEN: usize = 8;
 /// `SIW_MAX_SGE`: scatter/gather entries an element holds.
-pub const MAX_SGE: usize = 6;
+pub(crate) const MAX_SGE: usize = 6;
 /// `SIW_MAX_INLINE`: inline payload bytes a send element holds (5 SGE slots).
-pub const MAX_INLINE: usize = 80;
+pub(crate) const MAX_INLINE: usize = 80;
 /// `SIW_INVAL_UOBJ_KEY`: the mmap key the kernel reports when it could not prepare a mapping.
-pub const INVALID_MMAP_KEY: u64 = 0x9_0000;
+pub(crate) const INVALID_MMAP_KEY: u64 = 0x9_0000;
 
 /// `enum siw_wqe_flags`.
-pub mod flags {
+pub(crate) mod flags {
     /// Owned by the consumer side (the kernel for SQE/RQE, us for CQE).
-    pub const VALID: u16 = 1;
+    pub(crate) const VALID: u16 = 1;
     /// The payload is inline in the SQE.
-    pub const INLINE: u16 = 2;
+    pub(crate) const INLINE: u16 = 2;
     /// Produce a completion on success.
-    pub const SIGNALLED: u16 = 4;
+    pub(crate) const SIGNALLED: u16 = 4;
     /// Set the solicited-event bit at the receiver.
-    pub const SOLICITED: u16 = 8;
+    pub(crate) const SOLICITED: u16 = 8;
     /// Wait for outstanding READs first.
-    pub const READ_FENCE: u16 = 16;
+    pub(crate) const READ_FENCE: u16 = 16;
 }
 
 /// `enum siw_notify_flags`: values of the CQ arming word (0 = disarmed: the kernel stores
 /// it when it raises an event).
-pub mod notify {
+pub(crate) mod notify {
     /// Fire on the next completion of an SQE that carried SOLICITED.
-    pub const SOLICITED: u32 = 1;
+    pub(crate) const SOLICITED: u32 = 1;
     /// Fire on the next completion.
-    pub const NEXT_COMPLETION: u32 = 2;
+    pub(crate) const NEXT_COMPLETION: u32 = 2;
 }
 
 /// `enum siw_opcode` values user space posts or sees in completions.
-pub mod opcode {
+pub(crate) mod opcode {
     /// RDMA WRITE.
-    pub const WRITE: u8 = 0;
+    pub(crate) const WRITE: u8 = 0;
     /// RDMA READ.
-    pub const READ: u8 = 1;
+    pub(crate) const READ: u8 = 1;
     /// RDMA READ with local invalidate (kernel only; seen in completions).
-    pub const READ_LOCAL_INV: u8 = 2;
+    pub(crate) const READ_LOCAL_INV: u8 = 2;
     /// SEND.
-    pub const SEND: u8 = 3;
+    pub(crate) const SEND: u8 = 3;
     /// SEND with immediate (not supported by siw; seen in completions only in theory).
-    pub const SEND_WITH_IMM: u8 = 4;
+    pub(crate) const SEND_WITH_IMM: u8 = 4;
     /// SEND with remote invalidate.
-    pub const SEND_REMOTE_INV: u8 = 5;
+    pub(crate) const SEND_REMOTE_INV: u8 = 5;
     /// A receive completed.
-    pub const RECEIVE: u8 = 8;
+    pub(crate) const RECEIVE: u8 = 8;
 }
 
 // siw_sqe
@@ -110,7 +110,7 @@ fn get_u64(buf: &[u8], at: usize) -> u64 {
 
 /// One scatter/gather entry as an element stores it (`struct siw_sge`, the `ibv_sge` layout).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Sge {
+pub(crate) struct Sge {
     /// Local virtual address.
     pub addr: u64,
     /// Bytes.
@@ -140,7 +140,7 @@ fn put_sges(buf: &mut [u8], at: usize, sges: &[Sge]) {
 
 /// The siw opcode for a send operation, or `None` when siw cannot do it (immediate data,
 /// atomics).
-pub fn send_opcode(op: &SendOp) -> Option<u8> {
+pub(crate) fn send_opcode(op: &SendOp) -> Option<u8> {
     match op {
         SendOp::Send => Some(opcode::SEND),
         SendOp::RdmaWrite { .. } => Some(opcode::WRITE),
@@ -154,7 +154,7 @@ pub fn send_opcode(op: &SendOp) -> Option<u8> {
 
 /// The fields of a send work request a send element carries.
 #[derive(Copy, Clone, Debug)]
-pub struct SendDescriptor<'a> {
+pub(crate) struct SendDescriptor<'a> {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Operation and its remote fields; must be one [`send_opcode`] accepts.
@@ -168,7 +168,7 @@ pub struct SendDescriptor<'a> {
 }
 
 /// The element flags for `wr` (always including VALID).
-pub fn send_flags(wr: &SendDescriptor<'_>, inline: bool) -> u16 {
+pub(crate) fn send_flags(wr: &SendDescriptor<'_>, inline: bool) -> u16 {
     let mut f = flags::VALID;
     if wr.flags.contains(SendFlags::SIGNALED) || wr.signal_all {
         f |= flags::SIGNALLED;
@@ -192,7 +192,7 @@ pub fn send_flags(wr: &SendDescriptor<'_>, inline: bool) -> u16 {
 /// # Panics
 /// When the opcode is one siw cannot do (callers check with [`send_opcode`] first), when
 /// there are more than [`MAX_SGE`] entries, or when the inline payload is too long.
-pub fn encode_sqe(wr: &SendDescriptor<'_>, inline: Option<&[u8]>, buf: &mut [u8]) -> u16 {
+pub(crate) fn encode_sqe(wr: &SendDescriptor<'_>, inline: Option<&[u8]>, buf: &mut [u8]) -> u16 {
     let code = send_opcode(&wr.op).expect("an opcode siw supports");
     assert!(wr.sges.len() <= MAX_SGE, "too many SGEs for an SQE");
     put_u64(buf, SQE_ID, wr.wr_id);
@@ -221,7 +221,7 @@ pub fn encode_sqe(wr: &SendDescriptor<'_>, inline: Option<&[u8]>, buf: &mut [u8]
 ///
 /// # Panics
 /// With more than [`MAX_SGE`] entries.
-pub fn encode_rqe(wr_id: u64, sges: &[Sge], buf: &mut [u8]) -> u16 {
+pub(crate) fn encode_rqe(wr_id: u64, sges: &[Sge], buf: &mut [u8]) -> u16 {
     assert!(sges.len() <= MAX_SGE, "too many SGEs for an RQE");
     put_u64(buf, RQE_ID, wr_id);
     buf[RQE_NUM_SGE] = sges.len() as u8;
@@ -231,7 +231,7 @@ pub fn encode_rqe(wr_id: u64, sges: &[Sge], buf: &mut [u8]) -> u16 {
 
 /// The verbs work completion opcode of a siw completion opcode; unknown codes come out as
 /// [`WcOpcode::Unknown`] of `0x100 | code`, which no verbs opcode uses.
-pub fn wc_opcode(code: u8) -> WcOpcode {
+pub(crate) fn wc_opcode(code: u8) -> WcOpcode {
     match code {
         opcode::WRITE => WcOpcode::RdmaWrite,
         opcode::READ | opcode::READ_LOCAL_INV => WcOpcode::RdmaRead,
@@ -243,7 +243,7 @@ pub fn wc_opcode(code: u8) -> WcOpcode {
 
 /// The verbs status of a siw completion status (`enum siw_wc_status`); an unknown one is a
 /// general error.
-pub fn wc_status(status: u16) -> WcStatus {
+pub(crate) fn wc_status(status: u16) -> WcStatus {
     match status {
         0 => WcStatus::Success,
         1 => WcStatus::LocalLengthError,
@@ -260,7 +260,7 @@ pub fn wc_status(status: u16) -> WcStatus {
 
 /// Decodes a completion element. The siw status code itself is kept in `vendor_err` for
 /// failed completions.
-pub fn decode_cqe(bytes: &[u8; CQE_LEN]) -> WorkCompletion {
+pub(crate) fn decode_cqe(bytes: &[u8; CQE_LEN]) -> WorkCompletion {
     debug_assert!(bytes[CQE_FLAGS] & flags::VALID as u8 != 0);
     let siw_status = get_u16(bytes, CQE_STATUS);
     let status = wc_status(siw_status);

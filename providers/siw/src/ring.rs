@@ -15,17 +15,17 @@ use rdmasock_verbs::sys::mmap::SharedMapping;
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 /// Byte offset of the flags field in every element.
-pub const FLAGS_OFFSET: usize = 8;
+pub(crate) const FLAGS_OFFSET: usize = 8;
 
 /// The slot of the free-running counter `counter` in a ring of `count` slots (a power of
 /// two, so wrap-around of the counter is harmless).
-pub fn slot_of(counter: u32, count: u32) -> u32 {
+pub(crate) fn slot_of(counter: u32, count: u32) -> u32 {
     counter & (count - 1)
 }
 
 /// One mapped element array.
 #[derive(Debug)]
-pub struct ElementRing {
+pub(crate) struct ElementRing {
     map: SharedMapping,
     count: u32,
     stride: usize,
@@ -36,7 +36,7 @@ pub struct ElementRing {
 impl ElementRing {
     /// Checks that `count` elements of `stride` bytes and `trailer` bytes after them fit the
     /// mapping, and that `count` is a power of two.
-    pub fn new(
+    pub(crate) fn new(
         map: SharedMapping,
         count: u32,
         stride: usize,
@@ -68,12 +68,12 @@ impl ElementRing {
     }
 
     /// Elements in the ring.
-    pub fn count(&self) -> u32 {
+    pub(crate) fn count(&self) -> u32 {
         self.count
     }
 
     /// Bytes per element.
-    pub fn stride(&self) -> usize {
+    pub(crate) fn stride(&self) -> usize {
         self.stride
     }
 
@@ -105,7 +105,7 @@ impl ElementRing {
 
     /// Whether the send/receive element at `counter` is still owned by the kernel (its
     /// `VALID` bit is set: the kernel has not taken it yet).
-    pub fn producer_slot_busy(&self, counter: u32, valid: u16) -> bool {
+    pub(crate) fn producer_slot_busy(&self, counter: u32, valid: u16) -> bool {
         self.flags16(counter).load(Ordering::Acquire) & valid != 0
     }
 
@@ -113,7 +113,7 @@ impl ElementRing {
     /// `counter`, then publishes it with a release store of `flags`. The caller has checked
     /// with [`ElementRing::producer_slot_busy`] that the slot is free, and holds the ring's
     /// lock, so it is the only producer.
-    pub fn publish(&mut self, counter: u32, element: &[u8], flags: u16) {
+    pub(crate) fn publish(&mut self, counter: u32, element: &[u8], flags: u16) {
         assert!(element.len() <= self.stride, "element larger than the slot");
         assert!(
             element.len() >= FLAGS_OFFSET + 2,
@@ -140,7 +140,7 @@ impl ElementRing {
 
     /// If the completion element at `counter` is valid (the kernel published it), copies it
     /// into `out` and returns true. The caller holds the ring's lock.
-    pub fn take_completion(&self, counter: u32, valid: u8, out: &mut [u8]) -> bool {
+    pub(crate) fn take_completion(&self, counter: u32, valid: u8, out: &mut [u8]) -> bool {
         assert!(out.len() <= self.stride, "read larger than the slot");
         if self.flags8(counter).load(Ordering::Acquire) & valid == 0 {
             return false;
@@ -156,7 +156,7 @@ impl ElementRing {
 
     /// Hands the completion element at `counter` back to the kernel (flags := 0, release: our
     /// reads of its body happen before the kernel may reuse it).
-    pub fn release_completion(&self, counter: u32) {
+    pub(crate) fn release_completion(&self, counter: u32) {
         self.flags8(counter).store(0, Ordering::Release);
     }
 
@@ -174,27 +174,27 @@ impl ElementRing {
     /// Stores `value` into the trailer word at `offset` and then makes the store visible
     /// before any later load (a full fence: arming followed by a poll must not miss a
     /// completion the kernel added in between).
-    pub fn store_trailer_word(&self, offset: usize, value: u32) {
+    pub(crate) fn store_trailer_word(&self, offset: usize, value: u32) {
         self.trailer_word(offset).store(value, Ordering::SeqCst);
         fence(Ordering::SeqCst);
     }
 
     /// Loads the trailer word at `offset`.
-    pub fn load_trailer_word(&self, offset: usize) -> u32 {
+    pub(crate) fn load_trailer_word(&self, offset: usize) -> u32 {
         self.trailer_word(offset).load(Ordering::Acquire)
     }
 
     /// Test support: plays the kernel's part on a fake ring — stores `flags` into the 16-bit
     /// flags of the element at `counter` (taking a send/receive element clears them to 0).
     #[cfg(test)]
-    pub fn set_flags16(&self, counter: u32, flags: u16) {
+    pub(crate) fn set_flags16(&self, counter: u32, flags: u16) {
         self.flags16(counter).store(flags, Ordering::Release);
     }
 
     /// Test support: plays the kernel's part — writes a completion element body, then its
     /// flags with release.
     #[cfg(test)]
-    pub fn kernel_complete(&mut self, counter: u32, element: &[u8], flags: u8) {
+    pub(crate) fn kernel_complete(&mut self, counter: u32, element: &[u8], flags: u8) {
         assert!(element.len() <= self.stride);
         let base = self.element_ptr(counter);
         // SAFETY: in bounds of the slot (element is one CQE, at most one stride, asserted);
@@ -205,7 +205,7 @@ impl ElementRing {
 
     /// Test support: a copy of the element at `counter`.
     #[cfg(test)]
-    pub fn element_bytes(&self, counter: u32) -> Vec<u8> {
+    pub(crate) fn element_bytes(&self, counter: u32) -> Vec<u8> {
         let mut out = vec![0u8; self.stride];
         // SAFETY: in bounds (one stride from element_ptr); tests are single-threaded here.
         unsafe {
@@ -216,12 +216,16 @@ impl ElementRing {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
     /// A ring over anonymous shared memory (`/dev/zero`), standing in for a kernel mapping.
-    pub fn fake_ring(count: u32, stride: usize, trailer: usize) -> Result<ElementRing, String> {
+    pub(crate) fn fake_ring(
+        count: u32,
+        stride: usize,
+        trailer: usize,
+    ) -> Result<ElementRing, String> {
         let zero = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

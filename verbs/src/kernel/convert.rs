@@ -188,7 +188,7 @@ pub fn attributes_from_cm(d: &QpAttrDesc) -> (QpAttributes, QpAttrMask) {
 /// QUERY_DEVICE's answer as [`DeviceAttributes`]; `fw_ver` is the sysfs text, or when that
 /// is empty (rxe, siw) the raw value in rdma-core's rxe/siw form `major.minor.sub` (bits
 /// 32..48, 16..32, 0..16), which `ibv_devinfo` prints as `0.0.0` for both.
-pub fn device_attributes(r: &QueryDeviceResponse, fw_ver: &str) -> DeviceAttributes {
+pub(super) fn device_attributes(r: &QueryDeviceResponse, fw_ver: &str) -> DeviceAttributes {
     DeviceAttributes {
         fw_ver: if fw_ver.is_empty() {
             let raw = r.fw_ver;
@@ -246,7 +246,7 @@ pub fn device_attributes(r: &QueryDeviceResponse, fw_ver: &str) -> DeviceAttribu
 
 /// EX_QUERY_DEVICE's answer: the legacy part as [`device_attributes`], then the fields the
 /// kernel filled (`response_length`; the rest stay zero, as libibverbs leaves them).
-pub fn device_attributes_ex(r: &ExQueryDeviceResponse, fw_ver: &str) -> DeviceAttributes {
+pub(super) fn device_attributes_ex(r: &ExQueryDeviceResponse, fw_ver: &str) -> DeviceAttributes {
     let mut a = device_attributes(&r.base, fw_ver);
     let filled = r.response_length as usize;
     // A field counts once the kernel filled it whole, that is up to the next field's offset.
@@ -308,7 +308,7 @@ pub fn device_attributes_ex(r: &ExQueryDeviceResponse, fw_ver: &str) -> DeviceAt
 }
 
 /// QUERY_PORT's answer as [`PortAttributes`].
-pub fn port_attributes(r: &QueryPortResponse) -> PortAttributes {
+pub(super) fn port_attributes(r: &QueryPortResponse) -> PortAttributes {
     PortAttributes {
         state: PortState::from_raw(r.state.into()),
         max_mtu_raw: r.max_mtu,
@@ -337,7 +337,7 @@ pub fn port_attributes(r: &QueryPortResponse) -> PortAttributes {
 }
 
 /// The ioctl QUERY_PORT's answer: the legacy part, `port_cap_flags2` and `active_speed_ex`.
-pub fn port_attributes_ex(r: &QueryPortResponseEx) -> PortAttributes {
+pub(super) fn port_attributes_ex(r: &QueryPortResponseEx) -> PortAttributes {
     PortAttributes {
         port_cap_flags2: r.port_cap_flags2,
         active_speed_ex: r.active_speed_ex,

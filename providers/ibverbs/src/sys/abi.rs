@@ -12,6 +12,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// `struct ibv_device` is only ever handled by pointer.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvDevice {
     _opaque: [u8; 0],
 }
@@ -20,7 +21,7 @@ pub struct IbvDevice {
 /// `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq` are `static inline` in verbs.h) calls
 /// through this table; the `_compat_*` slots are unused by rdma-core since v17.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvContextOps {
     pub _compat_0_10: [*const c_void; 11],
     pub poll_cq: Option<unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int>,
@@ -35,6 +36,7 @@ pub struct IbvContextOps {
 
 /// `struct ibv_context`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvContext {
     pub device: *mut IbvDevice,
     pub ops: IbvContextOps,
@@ -54,6 +56,7 @@ pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 /// field. Only `query_port` and `query_device_ex` (what the inline `ibv_query_port` and
 /// `ibv_query_device_ex` call) and `sz` are used.
 #[repr(C)]
+#[derive(Debug)]
 pub struct VerbsContext {
     pub query_port:
         Option<unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr, usize) -> c_int>,
@@ -72,7 +75,7 @@ pub struct VerbsContext {
 
 /// `struct ibv_device_attr_ex` (rdma-core v44; newer versions only append).
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvDeviceAttrEx {
     pub orig_attr: IbvDeviceAttr,
     pub comp_mask: u32,
@@ -95,7 +98,7 @@ pub struct IbvDeviceAttrEx {
 
 /// `struct ibv_odp_caps` (its `per_transport_caps` struct flattened: same layout).
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvOdpCaps {
     pub general_caps: u64,
     pub rc_odp_caps: u32,
@@ -105,7 +108,7 @@ pub struct IbvOdpCaps {
 
 /// `struct ibv_tso_caps`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvTsoCaps {
     pub max_tso: u32,
     pub supported_qpts: u32,
@@ -113,7 +116,7 @@ pub struct IbvTsoCaps {
 
 /// `struct ibv_rss_caps`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvRssCaps {
     pub supported_qpts: u32,
     pub max_rwq_indirection_tables: u32,
@@ -124,7 +127,7 @@ pub struct IbvRssCaps {
 
 /// `struct ibv_packet_pacing_caps`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvPacketPacingCaps {
     pub qp_rate_limit_min: u32,
     pub qp_rate_limit_max: u32,
@@ -133,7 +136,7 @@ pub struct IbvPacketPacingCaps {
 
 /// `struct ibv_tm_caps`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvTmCaps {
     pub max_rndv_hdr_size: u32,
     pub max_num_tags: u32,
@@ -144,7 +147,7 @@ pub struct IbvTmCaps {
 
 /// `struct ibv_cq_moderation_caps`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvCqModerationCaps {
     pub max_cq_count: u16,
     pub max_cq_period: u16,
@@ -152,7 +155,7 @@ pub struct IbvCqModerationCaps {
 
 /// `struct ibv_pci_atomic_caps`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvPciAtomicCaps {
     pub fetch_add: u16,
     pub swap: u16,
@@ -161,7 +164,7 @@ pub struct IbvPciAtomicCaps {
 
 /// `struct ibv_device_attr`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct IbvDeviceAttr {
     pub fw_ver: [c_char; 64],
     pub node_guid: u64,
@@ -207,7 +210,7 @@ pub struct IbvDeviceAttr {
 
 /// `struct ibv_port_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct IbvPortAttr {
     pub state: c_int,
     pub max_mtu: c_int,
@@ -242,6 +245,7 @@ pub struct IbvGid {
 
 /// `struct ibv_pd`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvPd {
     pub context: *mut IbvContext,
     pub handle: u32,
@@ -249,6 +253,7 @@ pub struct IbvPd {
 
 /// `struct ibv_mr`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvMr {
     pub context: *mut IbvContext,
     pub pd: *mut IbvPd,
@@ -261,6 +266,7 @@ pub struct IbvMr {
 
 /// `struct ibv_comp_channel`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvCompChannel {
     pub context: *mut IbvContext,
     pub fd: c_int,
@@ -269,6 +275,7 @@ pub struct IbvCompChannel {
 
 /// `struct ibv_cq`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvCq {
     pub context: *mut IbvContext,
     pub channel: *mut IbvCompChannel,
@@ -283,6 +290,7 @@ pub struct IbvCq {
 
 /// `struct ibv_qp`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvQp {
     pub context: *mut IbvContext,
     pub qp_context: *mut c_void,
@@ -312,6 +320,7 @@ pub struct IbvQpCap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvQpInitAttr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut IbvCq,
@@ -511,6 +520,7 @@ pub struct IbvWc {
 
 /// `struct ibv_async_event`: `element` is a CQ or QP pointer, or a port number.
 #[repr(C)]
+#[derive(Debug)]
 pub struct IbvAsyncEvent {
     pub element: *mut c_void,
     pub event_type: c_int,

@@ -578,7 +578,7 @@ impl Connection {
 
 /// The vendor error we put in completions an error is charged to: `layer << 16 | etype << 8 |
 /// code` of the TERMINATE, with bit 24 set so that it is never 0.
-pub fn vendor_error(code: TerminateCode) -> u32 {
+pub(super) fn vendor_error(code: TerminateCode) -> u32 {
     let layer = match code.layer {
         crate::wire::rdmap::Layer::Rdmap => 0,
         crate::wire::rdmap::Layer::Ddp => 1,

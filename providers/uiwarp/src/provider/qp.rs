@@ -21,18 +21,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The deepest work queue.
-pub const MAX_QUEUE_DEPTH: u32 = 32_768;
+pub(crate) const MAX_QUEUE_DEPTH: u32 = 32_768;
 /// Scatter/gather entries per request.
-pub const MAX_SGE: u32 = 6;
+pub(crate) const MAX_SGE: u32 = 6;
 /// The most inline bytes per send request. An inline payload of at least
 /// [`LEND_INLINE_FROM`] bytes given as borrowed entries goes to TCP from the caller's memory
 /// while the post runs; smaller ones, and what TCP does not take at once, are copied.
-pub const MAX_INLINE: u32 = 1 << 30;
+pub(crate) const MAX_INLINE: u32 = 1 << 30;
 /// The smallest inline payload sent from the caller's memory instead of copied (a smaller
 /// one is copied next to its header anyway).
-pub const LEND_INLINE_FROM: u64 = 512;
+pub(crate) const LEND_INLINE_FROM: u64 = 512;
 /// The inline bytes every QP gets, whatever it asked for.
-pub const MIN_INLINE: u32 = 64;
+pub(crate) const MIN_INLINE: u32 = 64;
 
 static NEXT_QPN: AtomicU32 = AtomicU32::new(1);
 

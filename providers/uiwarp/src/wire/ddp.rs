@@ -12,14 +12,14 @@ use super::{check_len, read_u32, read_u64, write_u32, write_u64, Field, WireErro
 
 mod field {
     use super::Field;
-    pub const CONTROL: usize = 0;
-    pub const RDMAP: usize = 1;
-    pub const STAG: Field = 2..6;
-    pub const TAGGED_OFFSET: Field = 6..14;
-    pub const RESERVED_ULP: Field = 2..6;
-    pub const QUEUE: Field = 6..10;
-    pub const MSN: Field = 10..14;
-    pub const MESSAGE_OFFSET: Field = 14..18;
+    pub(super) const CONTROL: usize = 0;
+    pub(super) const RDMAP: usize = 1;
+    pub(super) const STAG: Field = 2..6;
+    pub(super) const TAGGED_OFFSET: Field = 6..14;
+    pub(super) const RESERVED_ULP: Field = 2..6;
+    pub(super) const QUEUE: Field = 6..10;
+    pub(super) const MSN: Field = 10..14;
+    pub(super) const MESSAGE_OFFSET: Field = 14..18;
 }
 
 /// Bytes of a tagged header, control bytes included.

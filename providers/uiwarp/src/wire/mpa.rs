@@ -15,10 +15,10 @@ use super::{check_len, read_u16, write_u16, Field, WireError, WireResult};
 
 mod field {
     use super::Field;
-    pub const KEY: Field = 0..16;
-    pub const FLAGS: usize = 16;
-    pub const REVISION: usize = 17;
-    pub const PD_LENGTH: Field = 18..20;
+    pub(super) const KEY: Field = 0..16;
+    pub(super) const FLAGS: usize = 16;
+    pub(super) const REVISION: usize = 17;
+    pub(super) const PD_LENGTH: Field = 18..20;
 }
 
 /// The key of an MPA Request.
@@ -50,11 +50,11 @@ pub mod flags {
 }
 
 mod words {
-    pub const PEER_TO_PEER: u16 = 0x8000;
-    pub const RTR_SEND: u16 = 0x4000;
-    pub const RTR_WRITE: u16 = 0x8000;
-    pub const RTR_READ: u16 = 0x4000;
-    pub const VALUE: u16 = 0x3FFF;
+    pub(super) const PEER_TO_PEER: u16 = 0x8000;
+    pub(super) const RTR_SEND: u16 = 0x4000;
+    pub(super) const RTR_WRITE: u16 = 0x8000;
+    pub(super) const RTR_READ: u16 = 0x4000;
+    pub(super) const VALUE: u16 = 0x3FFF;
 }
 
 /// A view of an MPA Request or Reply frame.

@@ -5,11 +5,11 @@ use super::{check_len, read_u16, read_u32, read_u64, write_u32, write_u64, Field
 
 mod field {
     use super::Field;
-    pub const SINK_STAG: Field = 0..4;
-    pub const SINK_OFFSET: Field = 4..12;
-    pub const SIZE: Field = 12..16;
-    pub const SOURCE_STAG: Field = 16..20;
-    pub const SOURCE_OFFSET: Field = 20..28;
+    pub(super) const SINK_STAG: Field = 0..4;
+    pub(super) const SINK_OFFSET: Field = 4..12;
+    pub(super) const SIZE: Field = 12..16;
+    pub(super) const SOURCE_STAG: Field = 16..20;
+    pub(super) const SOURCE_OFFSET: Field = 20..28;
 }
 
 /// Bytes of a READ request body (after the 18-byte untagged header).

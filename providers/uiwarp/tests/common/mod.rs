@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 /// A tiny deterministic PRNG (SplitMix64).
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed)
     }
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -25,10 +25,10 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in 0..n (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    pub fn fill(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         for b in buf {
             *b = self.next() as u8;
         }
@@ -37,7 +37,7 @@ impl Rng {
 
 /// How bytes travel from one side to the other.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// Each transmitted batch arrives in one piece.
     Whole,
     /// Each batch is cut once at this byte (every split point, one run each).
@@ -51,7 +51,7 @@ pub enum Delivery {
 }
 
 /// One end: its connection, its memory, what it saw.
-pub struct Side {
+pub(crate) struct Side {
     pub conn: Connection,
     pub table: RegionTable,
     pub memory: Vec<Arc<RegisteredMemory>>,
@@ -63,7 +63,7 @@ pub struct Side {
 }
 
 impl Side {
-    pub fn new(conn: Connection) -> Side {
+    pub(crate) fn new(conn: Connection) -> Side {
         Side {
             conn,
             table: RegionTable::new(),
@@ -76,14 +76,18 @@ impl Side {
     }
 
     /// Allocates and registers `len` bytes; returns (key, address, memory).
-    pub fn region(&mut self, len: usize, access: AccessFlags) -> (u32, u64, Arc<RegisteredMemory>) {
+    pub(crate) fn region(
+        &mut self,
+        len: usize,
+        access: AccessFlags,
+    ) -> (u32, u64, Arc<RegisteredMemory>) {
         let m = Arc::new(RegisteredMemory::allocate(len).expect("allocate"));
         let key = self.table.register(m.clone(), access);
         self.memory.push(m.clone());
         (key, m.addr(), m)
     }
 
-    pub fn recv(&mut self, wr_id: u64, key: u32, addr: u64, len: u32) {
+    pub(crate) fn recv(&mut self, wr_id: u64, key: u32, addr: u64, len: u32) {
         self.conn
             .post_recv(RecvWork {
                 wr_id,
@@ -97,7 +101,7 @@ impl Side {
             .expect("post_recv");
     }
 
-    pub fn send(&mut self, wr_id: u64, op: SendOperation, segments: Vec<LocalSegment>) {
+    pub(crate) fn send(&mut self, wr_id: u64, op: SendOperation, segments: Vec<LocalSegment>) {
         self.conn
             .post_send(SendWork {
                 wr_id,
@@ -122,7 +126,7 @@ impl Side {
         }
     }
 
-    pub fn completions_of(&self, queue: WorkQueue) -> Vec<(u64, WcStatus, u32)> {
+    pub(crate) fn completions_of(&self, queue: WorkQueue) -> Vec<(u64, WcStatus, u32)> {
         self.completions
             .iter()
             .filter(|c| c.queue == queue)
@@ -136,13 +140,13 @@ impl Side {
             .collect()
     }
 
-    pub fn established(&self) -> bool {
+    pub(crate) fn established(&self) -> bool {
         self.events
             .iter()
             .any(|e| matches!(e, Event::Established(_)))
     }
 
-    pub fn terminated(&self) -> Option<&rdmasock_uiwarp::protocol::Termination> {
+    pub(crate) fn terminated(&self) -> Option<&rdmasock_uiwarp::protocol::Termination> {
         self.events.iter().find_map(|e| match e {
             Event::Terminated(t) => Some(t),
             _ => None,
@@ -151,7 +155,7 @@ impl Side {
 }
 
 /// Two connected ends and the stream between them.
-pub struct Sim {
+pub(crate) struct Sim {
     pub a: Side,
     pub b: Side,
     pub rng: Rng,
@@ -165,7 +169,7 @@ pub struct Sim {
     pub trace: Option<Vec<(bool, Vec<u8>)>>,
 }
 
-pub fn segment(key: u32, addr: u64, len: u32) -> LocalSegment {
+pub(crate) fn segment(key: u32, addr: u64, len: u32) -> LocalSegment {
     LocalSegment {
         addr,
         length: len,
@@ -175,7 +179,7 @@ pub fn segment(key: u32, addr: u64, len: u32) -> LocalSegment {
 
 impl Sim {
     /// An initiator `a` and a responder `b` that accepts with private data "welcome".
-    pub fn new(seed: u64, a_config: Config, b_config: Config, delivery: Delivery) -> Sim {
+    pub(crate) fn new(seed: u64, a_config: Config, b_config: Config, delivery: Delivery) -> Sim {
         let now = Instant::now();
         let a = Connection::initiator(a_config, b"hello", now).expect("initiator");
         let mut b = Side::new(Connection::responder(b_config, now));
@@ -193,7 +197,7 @@ impl Sim {
         }
     }
 
-    pub fn advance(&mut self, d: Duration) {
+    pub(crate) fn advance(&mut self, d: Duration) {
         self.now += d;
         self.a.conn.handle_timeout(self.now);
         self.b.conn.handle_timeout(self.now);
@@ -201,7 +205,7 @@ impl Sim {
 
     /// One round: each side transmits, then some bytes travel each way. Returns whether
     /// anything happened.
-    pub fn step(&mut self) -> bool {
+    pub(crate) fn step(&mut self) -> bool {
         self.step_count += 1;
         let mut progress = false;
         for (from_a, side) in [(true, &mut self.a), (false, &mut self.b)] {
@@ -255,7 +259,7 @@ impl Sim {
 
     /// Steps until nothing moves for a few rounds; releases the responder's first-FPDU hold
     /// by advancing time when the stream is otherwise idle.
-    pub fn run(&mut self) {
+    pub(crate) fn run(&mut self) {
         let mut idle = 0;
         for _ in 0..100_000 {
             if self.step() {
@@ -274,12 +278,12 @@ impl Sim {
     }
 
     /// The largest batch one `poll_transmit` gave.
-    pub fn max_batch(&self) -> usize {
+    pub(crate) fn max_batch(&self) -> usize {
         self.max_batch
     }
 
     /// Runs the handshake and checks both sides are established.
-    pub fn connect(&mut self) {
+    pub(crate) fn connect(&mut self) {
         self.run();
         assert!(
             self.a.established(),
@@ -294,14 +298,14 @@ impl Sim {
     }
 }
 
-pub fn p2p_off() -> Config {
+pub(crate) fn p2p_off() -> Config {
     Config {
         peer_to_peer: false,
         ..Config::default()
     }
 }
 
-pub fn small_mulpdu(mulpdu: u16) -> Config {
+pub(crate) fn small_mulpdu(mulpdu: u16) -> Config {
     Config {
         mulpdu,
         ..Config::default()
@@ -314,7 +318,13 @@ use rdmasock_uiwarp::wire::fpdu::{self, Fpdu};
 use rdmasock_uiwarp::wire::rdmap::{TerminateCode, TerminateRepr};
 
 /// One FPDU with the given header and body.
-pub fn frame(crc: bool, last: bool, opcode: Opcode, placement: Placement, body: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(
+    crc: bool,
+    last: bool,
+    opcode: Opcode,
+    placement: Placement,
+    body: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::new();
     let start = fpdu::begin(&mut out);
     SegmentRepr {
@@ -329,7 +339,7 @@ pub fn frame(crc: bool, last: bool, opcode: Opcode, placement: Placement, body: 
 }
 
 /// An untagged SEND segment header.
-pub fn untagged(queue: u32, msn: u32, offset: u32) -> Placement {
+pub(crate) fn untagged(queue: u32, msn: u32, offset: u32) -> Placement {
     Placement::Untagged {
         reserved_ulp: 0,
         queue,
@@ -339,7 +349,7 @@ pub fn untagged(queue: u32, msn: u32, offset: u32) -> Placement {
 }
 
 /// Finds the TERMINATE among FPDUs in `bytes`.
-pub fn find_terminate(mut bytes: &[u8]) -> Option<TerminateCode> {
+pub(crate) fn find_terminate(mut bytes: &[u8]) -> Option<TerminateCode> {
     if bytes.starts_with(b"MPA ID Re") {
         let len = rdmasock_uiwarp::wire::mpa::MpaFrame::<&[u8]>::frame_len(bytes)?;
         bytes = &bytes[len..];
@@ -362,7 +372,7 @@ impl Side {
     /// Checks this side found an error: it sends a TERMINATE with `code`, reports it, is in
     /// the error state, and asks the driver to close once the bytes are out.
     #[track_caller]
-    pub fn expect_terminate(&mut self, code: TerminateCode) -> Vec<u8> {
+    pub(crate) fn expect_terminate(&mut self, code: TerminateCode) -> Vec<u8> {
         let mut out = Vec::new();
         self.conn.poll_transmit(&self.table, &mut out, usize::MAX);
         self.drain(Instant::now());
@@ -381,8 +391,8 @@ impl Side {
         out
     }
 
-    pub fn drain_now(&mut self) {
+    pub(crate) fn drain_now(&mut self) {
         self.drain(Instant::now());
     }
 }
-pub mod victim;
+pub(crate) mod victim;

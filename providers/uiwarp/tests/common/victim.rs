@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// middle of `recv_mem`) and, unless built by [`victim_without_send`], a zero-length send
 /// request queued behind nothing (wr 200, unsent because `b` is never polled for it), which
 /// hostile input must flush.
-pub struct Victim {
+pub(crate) struct Victim {
     pub sim: Sim,
     pub mem: Arc<rdmasock_verbs::RegisteredMemory>,
     /// 192 bytes; only 64..128 are registered (LOCAL_WRITE), for receive wr 100. The rest are
@@ -28,16 +28,16 @@ pub struct Victim {
 }
 
 /// A victim with the send request wr 200 queued.
-pub fn victim(b_config: Config) -> Victim {
+pub(crate) fn victim(b_config: Config) -> Victim {
     victim_with(b_config, true)
 }
 
 /// A victim without the queued send, for tests that run the simulation: `b` would send it.
-pub fn victim_without_send(b_config: Config) -> Victim {
+pub(crate) fn victim_without_send(b_config: Config) -> Victim {
     victim_with(b_config, false)
 }
 
-pub fn victim_with(b_config: Config, queued_send: bool) -> Victim {
+pub(crate) fn victim_with(b_config: Config, queued_send: bool) -> Victim {
     let mut sim = Sim::new(21, Config::default(), b_config, Delivery::Whole);
     let mem = Arc::new(rdmasock_verbs::RegisteredMemory::allocate(4096).unwrap());
     let write_key = sim
@@ -77,7 +77,7 @@ pub fn victim_with(b_config: Config, queued_send: bool) -> Victim {
 }
 
 impl Victim {
-    pub fn inject(&mut self, bytes: &[u8]) {
+    pub(crate) fn inject(&mut self, bytes: &[u8]) {
         let b = &mut self.sim.b;
         b.conn.handle_input(bytes, &b.table);
     }
@@ -86,7 +86,7 @@ impl Victim {
     /// receive was flushed (or charged `recv_status`), the queued send was flushed, and no
     /// byte of the memory changed.
     #[track_caller]
-    pub fn check(&mut self, code: TerminateCode, recv_status: WcStatus) {
+    pub(crate) fn check(&mut self, code: TerminateCode, recv_status: WcStatus) {
         let out = self.sim.b.expect_terminate(code);
         assert_eq!(
             opcodes(&out),
@@ -121,7 +121,7 @@ impl Victim {
 
     /// The queued send (wr 200) completed, flushed, and nothing else on the send queue.
     #[track_caller]
-    pub fn expect_send_flushed(&self) {
+    pub(crate) fn expect_send_flushed(&self) {
         assert_eq!(
             self.sim.b.completions_of(WorkQueue::Send),
             vec![(200, WcStatus::WorkRequestFlushError, 0)],
@@ -132,7 +132,7 @@ impl Victim {
     /// No byte of the REMOTE_WRITE/REMOTE_READ memory or of the receive buffer and its guards
     /// changed.
     #[track_caller]
-    pub fn expect_untouched(&self) {
+    pub(crate) fn expect_untouched(&self) {
         assert!(
             self.mem.as_slice().iter().all(|&x| x == 0),
             "memory was touched"
@@ -145,7 +145,7 @@ impl Victim {
 }
 
 /// The RDMAP opcodes of the FPDUs in `bytes`, in order (`bytes` must hold whole FPDUs).
-pub fn opcodes(mut bytes: &[u8]) -> Vec<Opcode> {
+pub(crate) fn opcodes(mut bytes: &[u8]) -> Vec<Opcode> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
         let f = Fpdu::new_checked(bytes).expect("whole FPDUs");
@@ -156,7 +156,7 @@ pub fn opcodes(mut bytes: &[u8]) -> Vec<Opcode> {
     out
 }
 
-pub fn write_frame(stag: u32, offset: u64, data: &[u8]) -> Vec<u8> {
+pub(crate) fn write_frame(stag: u32, offset: u64, data: &[u8]) -> Vec<u8> {
     frame(
         true,
         true,
@@ -166,7 +166,7 @@ pub fn write_frame(stag: u32, offset: u64, data: &[u8]) -> Vec<u8> {
     )
 }
 
-pub fn read_request(msn: u32, r: ReadRequestRepr) -> Vec<u8> {
+pub(crate) fn read_request(msn: u32, r: ReadRequestRepr) -> Vec<u8> {
     let mut body = Vec::new();
     r.append(&mut body);
     frame(true, true, Opcode::ReadRequest, untagged(1, msn, 0), &body)

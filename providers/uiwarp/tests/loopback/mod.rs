@@ -10,20 +10,20 @@ use rdmasock_verbs::{
 };
 use std::time::{Duration, Instant};
 
-pub const TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn context() -> Context {
+pub(crate) fn context() -> Context {
     let ops = UiwarpProvider::new()
         .open(&device_info())
         .expect("open uiwarp0");
     Context::from_ops(ops)
 }
 
-pub fn all() -> AccessFlags {
+pub(crate) fn all() -> AccessFlags {
     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
 }
 
-pub struct Side {
+pub(crate) struct Side {
     pub qp: QueuePair,
     pub cq: CompletionQueue,
     pub channel: CompletionChannel,
@@ -32,7 +32,7 @@ pub struct Side {
 }
 
 impl Side {
-    pub fn new(ctx: &Context, caps: QpCapabilities, sig_all: bool) -> Side {
+    pub(crate) fn new(ctx: &Context, caps: QpCapabilities, sig_all: bool) -> Side {
         let pd = ctx.alloc_pd().unwrap();
         let channel = ctx.create_comp_channel().unwrap();
         let cq = ctx.create_cq(256, Some(&channel)).unwrap();
@@ -56,7 +56,7 @@ impl Side {
         }
     }
 
-    pub fn post_recv(&self, wr_id: u64, pieces: &[(usize, usize)]) {
+    pub(crate) fn post_recv(&self, wr_id: u64, pieces: &[(usize, usize)]) {
         let sg: Vec<_> = pieces
             .iter()
             .map(|&(at, len)| self.mr.slice(at, len).unwrap())
@@ -70,7 +70,7 @@ impl Side {
     }
 }
 
-pub fn caps() -> QpCapabilities {
+pub(crate) fn caps() -> QpCapabilities {
     QpCapabilities {
         max_send_wr: 64,
         max_recv_wr: 64,
@@ -80,12 +80,12 @@ pub fn caps() -> QpCapabilities {
     }
 }
 
-pub struct Pair {
+pub(crate) struct Pair {
     pub a: Side,
     pub b: Side,
 }
 
-pub fn init(qp: &QueuePair) {
+pub(crate) fn init(qp: &QueuePair) {
     use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes};
     qp.modify(
         &QpAttributes {
@@ -99,7 +99,11 @@ pub fn init(qp: &QueuePair) {
     .unwrap();
 }
 
-pub fn pair_with(caps: QpCapabilities, sig_all: bool, recvs_b: &[(u64, usize, usize)]) -> Pair {
+pub(crate) fn pair_with(
+    caps: QpCapabilities,
+    sig_all: bool,
+    recvs_b: &[(u64, usize, usize)],
+) -> Pair {
     let (a, b) = sides(caps, sig_all);
     for &(id, at, len) in recvs_b {
         b.post_recv(id, &[(at, len)]);
@@ -108,7 +112,7 @@ pub fn pair_with(caps: QpCapabilities, sig_all: bool, recvs_b: &[(u64, usize, us
 }
 
 /// Two sides on one context, their QPs in INIT, not connected.
-pub fn sides(caps: QpCapabilities, sig_all: bool) -> (Side, Side) {
+pub(crate) fn sides(caps: QpCapabilities, sig_all: bool) -> (Side, Side) {
     let ctx = context();
     let a = Side::new(&ctx, caps, sig_all);
     let b = Side::new(&ctx, caps, sig_all);
@@ -118,7 +122,7 @@ pub fn sides(caps: QpCapabilities, sig_all: bool) -> (Side, Side) {
 }
 
 /// Connects `a` to `b` over loopback TCP (b accepts), checking both reach RTS.
-pub fn connect_sides(a: Side, b: Side) -> Pair {
+pub(crate) fn connect_sides(a: Side, b: Side) -> Pair {
     let listener = UiwarpListener::bind("127.0.0.1:0".parse().unwrap(), 8).unwrap();
     let addr = listener.local_addr();
     std::thread::scope(|s| {
@@ -137,11 +141,11 @@ pub fn connect_sides(a: Side, b: Side) -> Pair {
     Pair { a, b }
 }
 
-pub fn pair() -> Pair {
+pub(crate) fn pair() -> Pair {
     pair_with(caps(), false, &[])
 }
 
-pub fn poll_one(cq: &CompletionQueue) -> WorkCompletion {
+pub(crate) fn poll_one(cq: &CompletionQueue) -> WorkCompletion {
     let deadline = Instant::now() + TIMEOUT;
     let mut wc = [WorkCompletion::default()];
     loop {
@@ -156,7 +160,7 @@ pub fn poll_one(cq: &CompletionQueue) -> WorkCompletion {
     }
 }
 
-pub fn poll_ok(cq: &CompletionQueue) -> WorkCompletion {
+pub(crate) fn poll_ok(cq: &CompletionQueue) -> WorkCompletion {
     let c = poll_one(cq);
     assert_eq!(
         c.status(),
@@ -169,7 +173,7 @@ pub fn poll_ok(cq: &CompletionQueue) -> WorkCompletion {
     c
 }
 
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
