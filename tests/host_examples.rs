@@ -8,26 +8,12 @@
 //!   same exchange;
 //! * `mio_echo local`: a mio event loop serving several clients.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/host_examples-HASH -> target/<profile>/examples
-    let path = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.is_file(),
-        "example binary {} not found (cargo test builds the examples)",
-        path.display()
-    );
-    path
-}
+#[path = "example_support/mod.rs"]
+mod example_support;
+use example_support::example;
 
 /// Runs example `name` with `args` (stdin empty) and returns its stdout and stderr; fails
 /// the test if it does not exit successfully within two minutes.

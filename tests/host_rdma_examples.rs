@@ -12,30 +12,16 @@ use cm_endpoint::{accept, get_request, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rdmasock::cm::{CmListener, CmNotice, ConnectionParameters};
 use rdmasock::{connection_manager_for, ProviderKind};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[path = "example_support/mod.rs"]
+mod example_support;
+use example_support::example;
+
 /// How long any one step may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/host_rdma_examples-HASH -> target/<profile>/examples
-    let path = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.is_file(),
-        "example binary {} not found (cargo test builds the examples)",
-        path.display()
-    );
-    path
-}
 
 /// Whether this host's kernel has an RDMA device (then the automatic choice would take it,
 /// and 127.0.0.1 is out of its reach: the test forces the userspace provider).

@@ -15,6 +15,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "example_support/mod.rs"]
+mod example_support;
+use example_support::example;
+
 /// One option a usage text lists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Flag {
@@ -104,25 +108,6 @@ fn short_option(word: &str) -> Option<char> {
         (Some(c), None) if c.is_ascii_alphanumeric() => Some(c),
         _ => None,
     }
-}
-
-/// The example binary `name`, which `cargo test` builds next to this test's directory.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/twin_flags-HASH -> target/<profile>/examples
-    let path = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.is_file(),
-        "example binary {} not found: `cargo test` builds the examples, `cargo test --test \
-         twin_flags` alone does not (run `cargo build --examples` first)",
-        path.display()
-    );
-    path
 }
 
 /// Runs `program` with `args` (stdin empty) to its end within 30 s; `None` when the
