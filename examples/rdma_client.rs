@@ -20,7 +20,7 @@
 mod common;
 
 use common::cm_endpoint::{cm_step, manager, step, Endpoint, RECV_WR_ID, SEND_WR_ID};
-use common::{parse_args, OptSpec};
+use common::cm_main::example_main;
 use rdmasock::cm::ConnectionParameters;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -32,55 +32,7 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_millis(2000);
 const FOREVER: Duration = Duration::MAX;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    // librdmacm's example reads its options with getopt("s:p:"): short forms only.
-    let specs = [
-        OptSpec {
-            short: 's',
-            long: "",
-            takes_value: true,
-        },
-        OptSpec {
-            short: 'p',
-            long: "",
-            takes_value: true,
-        },
-    ];
-    let options = parse_args(&args, &specs).and_then(|p| {
-        let (mut server, mut port) = ("127.0.0.1".to_string(), 7471u16);
-        for (name, v) in p.opts {
-            let v = v.unwrap_or_default();
-            match name {
-                's' => server = v,
-                _ => {
-                    port = v
-                        .parse()
-                        .map_err(|_| format!("invalid port number '{v}'"))?
-                }
-            }
-        }
-        Ok((server, port))
-    });
-    let (server, port) = match options {
-        Ok(o) => o,
-        Err(e) => {
-            println!("{PROGRAM}: {e}");
-            println!("usage: {PROGRAM}");
-            println!("\t[-s server_address]");
-            println!("\t[-p port_number]");
-            std::process::exit(1);
-        }
-    };
-    println!("{PROGRAM}: start");
-    let ret = match run(&server, port) {
-        Ok(()) => 0,
-        Err(e) => {
-            println!("{e}");
-            -1
-        }
-    };
-    println!("{PROGRAM}: end {ret}");
-    std::process::exit(ret);
+    example_main(PROGRAM, "127.0.0.1", run)
 }
 
 fn run(server: &str, port: u16) -> Result<(), String> {

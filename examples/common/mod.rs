@@ -7,6 +7,7 @@ pub(crate) mod address;
 pub(crate) mod bench;
 pub(crate) mod clock;
 pub(crate) mod cm_endpoint;
+pub(crate) mod cm_main;
 pub(crate) mod markdown;
 pub(crate) mod pingpong;
 
