@@ -104,6 +104,17 @@ impl RawMemory {
         self.len == 0
     }
 
+    /// Panics unless `offset..offset + len` lies inside the memory. The sum is checked, so a
+    /// range whose end wraps around the address space is refused in release builds too.
+    #[inline]
+    fn assert_inside(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "range {offset}+{len} outside raw memory of {} bytes",
+            self.len
+        );
+    }
+
     /// Faults in the pages under `offset..offset+len` as a write would, without writing
     /// (`MADV_POPULATE_WRITE`, Linux 5.14): one system call instead of a page fault per page
     /// when the bytes are first written. Contents are unchanged, so the pages may be in use.
@@ -116,7 +127,7 @@ impl RawMemory {
                 "populating memory the caller owns",
             ));
         }
-        assert!(offset + len <= self.len);
+        self.assert_inside(offset, len);
         let page = page_size();
         let start = offset / page * page;
         // The mapping covers whole pages, so rounding the end up stays inside it.
@@ -142,7 +153,7 @@ impl RawMemory {
     /// Copies out; the caller has checked bounds.
     #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        assert!(offset + dst.len() <= self.len);
+        self.assert_inside(offset, dst.len());
         // SAFETY: bounds asserted above; the range is valid per the constructor's contract;
         // dst is a distinct Rust buffer so the ranges do not overlap.
         unsafe {
@@ -158,7 +169,7 @@ impl RawMemory {
     #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) {
         assert!(!self.read_only, "write into lent read-only memory");
-        assert!(offset + src.len() <= self.len);
+        self.assert_inside(offset, src.len());
         // SAFETY: as in `read`.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
@@ -167,7 +178,11 @@ impl RawMemory {
 
     fn atomic_at(&self, offset: usize) -> &AtomicU64 {
         assert!(!self.read_only, "atomic on lent read-only memory");
-        assert!(offset + 8 <= self.len && (self.addr() + offset) % 8 == 0);
+        self.assert_inside(offset, 8);
+        assert!(
+            (self.addr() + offset) % 8 == 0,
+            "atomic at an unaligned offset {offset}"
+        );
         // SAFETY: in bounds and 8-byte aligned (asserted); AtomicU64 has u64's layout and the
         // memory is valid for the lifetime of &self.
         unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU64) }
@@ -255,6 +270,37 @@ mod tests {
         assert!(resident(&m)[3..].iter().all(|&r| r));
         m.read(3 * page + 5, &mut back);
         assert_eq!(&back, b"kept", "populating changed no bytes");
+    }
+
+    // Ranges whose end wraps around the address space: each accessor panics with the range
+    // check's message (an unchecked `offset + len` would wrap to a small end in a release
+    // build and pass the check).
+    #[test]
+    #[should_panic(expected = "outside raw memory of 4096 bytes")]
+    fn read_refuses_a_range_that_wraps() {
+        let m = RawMemory::allocate(4096).expect("mmap");
+        m.read(usize::MAX - 1, &mut [0u8; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside raw memory of 4096 bytes")]
+    fn write_refuses_a_range_that_wraps() {
+        let m = RawMemory::allocate(4096).expect("mmap");
+        m.write(usize::MAX - 1, &[0u8; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside raw memory of 4096 bytes")]
+    fn atomics_refuse_an_offset_that_wraps() {
+        let m = RawMemory::allocate(4096).expect("mmap");
+        m.fetch_add_u64(usize::MAX - 3, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside raw memory of 4096 bytes")]
+    fn populate_refuses_a_range_that_wraps() {
+        let m = RawMemory::allocate(4096).expect("mmap");
+        let _ = m.populate_write(usize::MAX - 1, 4);
     }
 
     #[test]
