@@ -23,7 +23,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
@@ -91,6 +91,19 @@ impl ReadyFds {
             // Back to zero: writable, one edge.
             let _ = self.write.read();
         }
+    }
+
+    /// The eventfd that turns readable when a read that returned `WouldBlock` can go on
+    /// (edge: reading it back to zero is the socket's business, on the next `WouldBlock`).
+    #[allow(dead_code)]
+    pub(crate) fn read_fd(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// The eventfd that turns writable when a write that returned `WouldBlock` can go on.
+    #[allow(dead_code)]
+    pub(crate) fn write_fd(&self) -> BorrowedFd<'_> {
+        self.write.as_fd()
     }
 
     fn register_fds(&self, registry: &Registry, token: Token, again: bool) -> io::Result<()> {
@@ -217,6 +230,14 @@ impl Shared {
         again: bool,
     ) -> io::Result<()> {
         self.ready.register_fds(registry, token, again)?;
+        self.enroll()
+    }
+
+    /// Puts the socket's completion channel and rdma_cm fd under the hub (once; again is a
+    /// no-op), so that its readiness fds are raised with no call from the application, then
+    /// reports what is possible already: both directions count as waited for, and the first
+    /// raise says what can go on.
+    pub(crate) fn enroll(self: &Arc<Self>) -> io::Result<()> {
         let hub = hub()?;
         let mut id = self.ready.hub_id.lock().unwrap_or_else(|p| p.into_inner());
         if id.is_none() {
@@ -235,7 +256,6 @@ impl Shared {
         }
         drop(id);
         let _ = hub.waker.wake();
-        // Both directions count as waited for: the first event says what is possible.
         self.ready.read_blocked();
         self.ready.write_blocked();
         self.progress_for_readiness();
@@ -262,25 +282,31 @@ impl Shared {
     /// Takes the socket out of `registry` and the hub.
     pub(crate) fn deregister_ready(&self, registry: &Registry) -> io::Result<()> {
         let r = self.ready.deregister_fds(registry);
-        if let Ok(hub) = hub() {
-            let id = self
-                .ready
-                .hub_id
+        self.withdraw();
+        r
+    }
+
+    /// Takes the socket's channel fds out of the hub (the undoing of [`Shared::enroll`]).
+    pub(crate) fn withdraw(&self) {
+        let Ok(hub) = hub() else {
+            return;
+        };
+        let id = self
+            .ready
+            .hub_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(id) = id {
+            let channel = self.cq_channel().as_fd().as_raw_fd();
+            let cm = self.endpoint().event_fd().as_raw_fd();
+            let _ = SourceFd(&channel).deregister(&hub.registry);
+            let _ = SourceFd(&cm).deregister(&hub.registry);
+            hub.sockets
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(id) = id {
-                let channel = self.cq_channel().as_fd().as_raw_fd();
-                let cm = self.endpoint().event_fd().as_raw_fd();
-                let _ = SourceFd(&channel).deregister(&hub.registry);
-                let _ = SourceFd(&cm).deregister(&hub.registry);
-                hub.sockets
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .1
-                    .remove(&id);
-            }
+                .1
+                .remove(&id);
         }
-        r
     }
 }
