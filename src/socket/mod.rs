@@ -24,6 +24,7 @@ mod call_wait;
 mod completions;
 mod conn;
 mod data_path;
+mod fd;
 mod handshake;
 mod lend;
 mod listener;
