@@ -36,7 +36,11 @@ fn wait(
     let mut fds: Vec<PollFd<'_>> = first
         .map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN))
         .into_iter()
-        .chain(sockets.iter().map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)))
+        .chain(
+            sockets
+                .iter()
+                .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)),
+        )
         .collect();
     match nix::poll::poll(&mut fds, timeout) {
         Ok(_) => {}

@@ -16,11 +16,11 @@ use mio::event::Source as _;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
 use std::net::SocketAddr;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -197,7 +197,9 @@ fn timer() -> io::Result<TimerFd> {
 }
 
 fn own_error(e: nix::Error) -> io::Error {
-    io::Error::other(format!("watching the listener's fds in its readiness fd: {e}"))
+    io::Error::other(format!(
+        "watching the listener's fds in its readiness fd: {e}"
+    ))
 }
 
 impl Backlog {
@@ -226,7 +228,11 @@ impl Backlog {
     /// Whether the handed-out fd watches the connection manager's fd: not while the backlog
     /// holds `most` handshakes, as `accept` takes no request then (the fd would stay readable
     /// for nothing).
-    pub(crate) fn own_listen(&mut self, listener_fd: BorrowedFd<'_>, most: usize) -> io::Result<()> {
+    pub(crate) fn own_listen(
+        &mut self,
+        listener_fd: BorrowedFd<'_>,
+        most: usize,
+    ) -> io::Result<()> {
         let room = self.handshakes.len() < most;
         if room == self.own_listens {
             return Ok(());

@@ -56,6 +56,8 @@ pub(crate) struct ReadyFds {
     /// Putting the socket under the hub for its fd failed: the next call returns the error.
     enroll_failed: AtomicBool,
     enroll_error: Mutex<Option<io::Error>>,
+    /// Which of `read` and `write` are registered with mio.
+    mio: Mutex<(bool, bool)>,
     /// The hub's token for this socket, once registered.
     hub_id: Mutex<Option<usize>>,
 }
@@ -90,6 +92,7 @@ impl ReadyFds {
             handed_out: AtomicBool::new(false),
             enroll_failed: AtomicBool::new(false),
             enroll_error: Mutex::new(None),
+            mio: Mutex::new((false, false)),
             hub_id: Mutex::new(None),
         })
     }
@@ -199,21 +202,47 @@ impl ReadyFds {
         self.write.as_fd()
     }
 
-    fn register_fds(&self, registry: &Registry, token: Token, again: bool) -> io::Result<()> {
-        let r = self.read.as_fd().as_raw_fd();
-        let w = self.write.as_fd().as_raw_fd();
-        if again {
-            SourceFd(&r).reregister(registry, token, Interest::READABLE)?;
-            SourceFd(&w).reregister(registry, token, Interest::WRITABLE)
-        } else {
-            SourceFd(&r).register(registry, token, Interest::READABLE)?;
-            SourceFd(&w).register(registry, token, Interest::WRITABLE)
+    /// Registers the read fd when `interests` is readable and the write fd when it is
+    /// writable (again: changes the registration to that).
+    fn register_fds(
+        &self,
+        registry: &Registry,
+        token: Token,
+        interests: Interest,
+        again: bool,
+    ) -> io::Result<()> {
+        let mut registered = self.mio.lock().unwrap_or_else(|p| p.into_inner());
+        if !again {
+            *registered = (false, false);
         }
+        let want = (interests.is_readable(), interests.is_writable());
+        let fds = [
+            (&self.read, Interest::READABLE, registered.0, want.0),
+            (&self.write, Interest::WRITABLE, registered.1, want.1),
+        ];
+        for (fd, interest, was, wanted) in fds {
+            let fd = fd.as_fd().as_raw_fd();
+            match (was, wanted) {
+                (true, true) => SourceFd(&fd).reregister(registry, token, interest)?,
+                (false, true) => SourceFd(&fd).register(registry, token, interest)?,
+                (true, false) => SourceFd(&fd).deregister(registry)?,
+                (false, false) => {}
+            }
+        }
+        *registered = want;
+        Ok(())
     }
 
     fn deregister_fds(&self, registry: &Registry) -> io::Result<()> {
-        SourceFd(&self.read.as_fd().as_raw_fd()).deregister(registry)?;
-        SourceFd(&self.write.as_fd().as_raw_fd()).deregister(registry)
+        let mut registered = self.mio.lock().unwrap_or_else(|p| p.into_inner());
+        let (r, w) = std::mem::replace(&mut *registered, (false, false));
+        if r {
+            SourceFd(&self.read.as_fd().as_raw_fd()).deregister(registry)?;
+        }
+        if w {
+            SourceFd(&self.write.as_fd().as_raw_fd()).deregister(registry)?;
+        }
+        Ok(())
     }
 }
 
@@ -314,15 +343,16 @@ fn run(mut poll: Poll, hub: &Hub) {
 }
 
 impl Shared {
-    /// Registers the socket's readiness fds with `registry` and its channel fds with the hub,
-    /// then reports what is possible already.
+    /// Registers the socket's readiness fds for `interests` with `registry` and its channel
+    /// fds with the hub, then reports what is possible already.
     pub(crate) fn register_ready(
         self: &Arc<Self>,
         registry: &Registry,
         token: Token,
+        interests: Interest,
         again: bool,
     ) -> io::Result<()> {
-        self.ready.register_fds(registry, token, again)?;
+        self.ready.register_fds(registry, token, interests, again)?;
         self.enroll()
     }
 

@@ -38,6 +38,7 @@ mod close;
 mod connect;
 mod cycles;
 mod data;
+mod fd;
 mod polling;
 mod waits;
 
@@ -50,6 +51,8 @@ pub(crate) use connect::*;
 pub(crate) use cycles::*;
 #[allow(unused_imports)]
 pub(crate) use data::*;
+#[allow(unused_imports)]
+pub(crate) use fd::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
 #[allow(unused_imports)]
