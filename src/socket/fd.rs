@@ -27,7 +27,7 @@ use super::rdma_socket::RdmaSocket;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 impl AsFd for RdmaSocket {
-    /// The socket's readiness fd (see [the module](self)): readable while a read would not
+    /// The socket's readiness fd (see [the crate's documentation](crate#a-file-descriptor-for-any-event-loop)): readable while a read would not
     /// block, and after a write's `WouldBlock` from when writing can go on until the next
     /// write call. Wait on it for readability only; never read, write or close it.
     fn as_fd(&self) -> BorrowedFd<'_> {
@@ -45,7 +45,7 @@ impl AsRawFd for RdmaSocket {
 }
 
 impl AsFd for RdmaListener {
-    /// The listener's readiness fd (see [the module](self)): readable while `accept` may go
+    /// The listener's readiness fd (see [the crate's documentation](crate#a-file-descriptor-for-any-event-loop)): readable while `accept` may go
     /// on. Wait on it for readability only; never read, write or close it.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.0.as_fd()

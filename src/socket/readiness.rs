@@ -235,7 +235,7 @@ impl ReadyFds {
 
     fn deregister_fds(&self, registry: &Registry) -> io::Result<()> {
         let mut registered = self.mio.lock().unwrap_or_else(|p| p.into_inner());
-        let (r, w) = std::mem::replace(&mut *registered, (false, false));
+        let (r, w) = std::mem::take(&mut *registered);
         if r {
             SourceFd(&self.read.as_fd().as_raw_fd()).deregister(registry)?;
         }

@@ -14,6 +14,8 @@ use std::os::fd::AsFd;
 use std::thread;
 use std::time::{Duration, Instant};
 
+// Both examples include examples/common/address.rs.
+#[allow(clippy::duplicate_mod)]
 #[path = "../../examples/poll_echo.rs"]
 mod poll_echo;
 
