@@ -388,8 +388,12 @@ impl Shared {
     /// Puts the socket under the hub for its handed-out fd, once and for as long as the
     /// socket lives. A failure raises the fd and is returned by the next call (the one
     /// after it tries again).
+    #[inline]
     pub(crate) fn enroll_for_fd(self: &Arc<Self>) {
-        if self.ready.handed_out.swap(true, Ordering::SeqCst) {
+        // A plain load first: `as_fd` is called on every turn of an event loop.
+        if self.ready.handed_out.load(Ordering::Relaxed)
+            || self.ready.handed_out.swap(true, Ordering::SeqCst)
+        {
             return;
         }
         if let Err(e) = self.enroll() {
