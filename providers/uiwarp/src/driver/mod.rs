@@ -303,6 +303,8 @@ impl Engine {
                     Some(Target::Endpoint(e)) if hold => e.hold_timer(),
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
+                    // A retry after `accept` ran out of fds or memory.
+                    Some(Target::Listener(l)) => l.accept_all(&self),
                     _ => {}
                 });
             }
