@@ -25,6 +25,8 @@ mod completions;
 mod conn;
 mod data_path;
 mod handshake;
+#[cfg(test)]
+mod hub_close_tests;
 mod lend;
 mod listener;
 mod options;
