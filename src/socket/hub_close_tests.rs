@@ -8,8 +8,8 @@
 //! in again, so it never answers.
 
 use super::{RdmaListener, RdmaSocket, SocketOptions};
-use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters};
 use crate::cm::IncomingRequest;
+use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters};
 use crate::verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair};
 use mio::{Events, Interest, Poll, Token};
 use rdmasock_uiwarp::UiwarpCm;
@@ -152,7 +152,10 @@ fn the_victim_s_close_waits_for_its_silent_peer() {
     let started = Instant::now();
     drop(victim);
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(400), "the close took {took:?}");
+    assert!(
+        took >= Duration::from_millis(400),
+        "the close took {took:?}"
+    );
     drop(silent_peer);
 }
 

@@ -234,7 +234,9 @@ fn let_go(socket: Arc<Shared>) {
         .name("rdmasock-close".into())
         .spawn(move || drop(last));
     if let Err(e) = spawned {
-        eprintln!("rdmasock: no thread for a socket's close ({e}); the mio readiness thread closes it");
+        eprintln!(
+            "rdmasock: no thread for a socket's close ({e}); the mio readiness thread closes it"
+        );
     }
 }
 

@@ -95,7 +95,10 @@ mod tests {
             real_user: 0,
             ..PLAIN
         };
-        assert!(dropped.elevated(), "real and effective user differ either way");
+        assert!(
+            dropped.elevated(),
+            "real and effective user differ either way"
+        );
         let capabilities = Identity {
             secure_exec: true,
             ..PLAIN

@@ -302,7 +302,10 @@ mod tests {
             let key = set
                 .register(other.clone(), AccessFlags::REMOTE_READ)
                 .unwrap();
-            assert_ne!(key, kept, "round {round}: the live region's STag handed out");
+            assert_ne!(
+                key, kept,
+                "round {round}: the live region's STag handed out"
+            );
             set.deregister(key);
         }
         let view = set.view(kept).expect("the kept region is still registered");

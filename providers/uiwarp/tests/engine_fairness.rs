@@ -133,7 +133,12 @@ fn reads_on_one_connection_complete_while_another_is_flooded() {
                 if let Some(c) = p.a.cq.poll(&mut wc).unwrap().first() {
                     break *c;
                 }
-                if p.a.channel.wait(Some(Duration::from_millis(100))).unwrap().is_some() {
+                if p.a
+                    .channel
+                    .wait(Some(Duration::from_millis(100)))
+                    .unwrap()
+                    .is_some()
+                {
                     p.a.cq.ack_events(1);
                 }
                 let so_far = flooded.load(Ordering::Relaxed) - flood_start;
@@ -173,5 +178,9 @@ fn reads_on_one_connection_complete_while_another_is_flooded() {
             during >> 20
         );
     });
-    assert_eq!(victim.qp.state(), QpState::ReadyToSend, "the flood was valid");
+    assert_eq!(
+        victim.qp.state(),
+        QpState::ReadyToSend,
+        "the flood was valid"
+    );
 }

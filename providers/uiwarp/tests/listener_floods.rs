@@ -145,7 +145,9 @@ fn running_out_of_fds_does_not_strand_the_accept_queue() {
             let mut client = TcpStream::connect(listener.local_addr()).unwrap();
             client.write_all(&mpa_request(b"stranded?")).unwrap();
             assert!(
-                listener.get_request(Some(Duration::from_millis(200))).is_err(),
+                listener
+                    .get_request(Some(Duration::from_millis(200)))
+                    .is_err(),
                 "no fd to accept the connection with"
             );
             drop(filler);

@@ -89,11 +89,12 @@ const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// A key byte from the per-process generator.
 fn key_byte() -> u8 {
-    let mut state = STATE.load(Ordering::Relaxed);
-    if state == 0 {
+    if STATE.load(Ordering::Relaxed) == 0 {
         let _ = STATE.compare_exchange(0, seed() | 1, Ordering::Relaxed, Ordering::Relaxed);
     }
-    state = STATE.fetch_add(GAMMA, Ordering::Relaxed).wrapping_add(GAMMA);
+    let state = STATE
+        .fetch_add(GAMMA, Ordering::Relaxed)
+        .wrapping_add(GAMMA);
     (mix(state) >> 56) as u8
 }
 
@@ -135,7 +136,10 @@ mod tests {
         let kept = indices.take().unwrap();
         for round in 0..=INDEX_MASK {
             let i = indices.take().expect("a free index");
-            assert!(i != kept && i != 0, "round {round}: index {i} handed out again");
+            assert!(
+                i != kept && i != 0,
+                "round {round}: index {i} handed out again"
+            );
             indices.give_back(i);
         }
         // Fill every index but one: the last free one is found, then none is left.
