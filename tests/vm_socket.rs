@@ -36,6 +36,7 @@ mod rxe {
             peer_vanishes_reads_end_within_keepalive_time,
             connection_refused_without_listener,
             a_cloned_listener_accepts_from_two_threads,
+            a_blocking_accept_leaves_a_clone_s_nonblocking_accept_free,
             mio_readiness_is_truthful_per_direction,
             mio_echo_server_with_64_concurrent_nonblocking_connections,
             mio_event_follows_would_block,

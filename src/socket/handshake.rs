@@ -21,7 +21,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -332,30 +332,20 @@ impl Backlog {
         self.handshakes.len()
     }
 
-    /// Blocks until `listener_fd` (if given) or a handshake's fd is readable, or the nearest
-    /// bound.
-    pub(crate) fn wait(&self, listener_fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-        let mut fds = Vec::with_capacity(1 + self.handshakes.len());
-        fds.extend(listener_fd.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
-        fds.extend(
-            self.handshakes
-                .iter()
-                .map(|h| PollFd::new(h.fd(), PollFlags::POLLIN)),
-        );
-        let timeout = match self.nearest() {
-            None => PollTimeout::NONE,
-            Some(t) => {
-                let ms = t
-                    .saturating_duration_since(Instant::now())
-                    .as_millis()
-                    .saturating_add(1);
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-            }
-        };
-        match nix::poll::poll(&mut fds, timeout) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-            Err(e) => Err(io::Error::other(format!("poll on the listener's fds: {e}"))),
-        }
+    /// What a blocking `accept` waits for: `listener_fd` (if given) and each handshake's fd,
+    /// duplicated so that the wait holds no lock on the backlog (a clone's nonblocking
+    /// `accept` must not wait behind it), until the nearest bound.
+    pub(crate) fn wait_set(&self, listener_fd: Option<BorrowedFd<'_>>) -> io::Result<WaitSet> {
+        let fds = listener_fd
+            .into_iter()
+            .chain(self.handshakes.iter().map(Handshake::fd))
+            .map(|fd| fd.try_clone_to_owned())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| io::Error::other(format!("duplicating the listener's fds: {e}")))?;
+        Ok(WaitSet {
+            fds,
+            until: self.nearest(),
+        })
     }
 
     /// Watches every handshake's fd and a timer under `token` too (mio `register`).
@@ -377,6 +367,37 @@ impl Backlog {
         }
         for h in &mut self.handshakes {
             unwatch(registry, h);
+        }
+    }
+}
+
+/// The fds and bound of one blocking wait in `accept` (see [`Backlog::wait_set`]).
+pub(crate) struct WaitSet {
+    fds: Vec<OwnedFd>,
+    until: Option<Instant>,
+}
+
+impl WaitSet {
+    /// Blocks until one of the fds is readable, or the bound.
+    pub(crate) fn wait(&self) -> io::Result<()> {
+        let mut fds: Vec<PollFd<'_>> = self
+            .fds
+            .iter()
+            .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let timeout = match self.until {
+            None => PollTimeout::NONE,
+            Some(t) => {
+                let ms = t
+                    .saturating_duration_since(Instant::now())
+                    .as_millis()
+                    .saturating_add(1);
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Err(e) => Err(io::Error::other(format!("poll on the listener's fds: {e}"))),
         }
     }
 }

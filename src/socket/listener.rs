@@ -31,7 +31,7 @@ pub struct RdmaListener {
     /// Answered requests whose handshake still runs; shared by clones.
     backlog: Arc<Mutex<Backlog>>,
     /// The last handshake that failed (see [`take_error`](Self::take_error)); shared by
-    /// clones, and apart from the backlog, which a blocking `accept` holds while it waits.
+    /// clones, and apart from the backlog, which `accept` holds while it advances handshakes.
     failed: Arc<Mutex<Option<io::Error>>>,
     /// The handed-out fd (the backlog's own epoll), shared by clones.
     pub(crate) fd: Arc<Epoll>,
@@ -156,9 +156,13 @@ impl RdmaListener {
                 backlog.arm_timer()?;
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            // A full backlog takes no request: wait for its handshakes only.
+            // A full backlog takes no request: wait for its handshakes only. The wait holds
+            // no lock: a clone's nonblocking accept goes on meanwhile.
             let listener_fd = (backlog.len() < most).then(|| self.cm.event_fd());
-            backlog.wait(listener_fd)?;
+            let waiting = backlog.wait_set(listener_fd)?;
+            drop(backlog);
+            waiting.wait()?;
+            backlog = self.backlog();
         }
     }
 

@@ -32,6 +32,8 @@ mod conn;
 mod data_path;
 mod fd;
 mod handshake;
+#[cfg(test)]
+mod hub_close_tests;
 mod lend;
 mod listener;
 mod options;

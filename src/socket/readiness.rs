@@ -270,8 +270,9 @@ impl Hub {
         let next = sockets
             .iter()
             .filter_map(|s| s.keepalive_for_readiness())
-            .min()?;
-        Some(Instant::now() + next)
+            .min();
+        sockets.into_iter().for_each(let_go);
+        Some(Instant::now() + next?)
     }
 }
 
@@ -335,10 +336,29 @@ fn run(mut poll: Poll, hub: &Hub) {
                 }
             };
             socket.progress_for_readiness();
+            let_go(socket);
         }
         if next_keepalive.is_some_and(|t| Instant::now() >= t) {
             next_keepalive = hub.sweep_keepalives();
         }
+    }
+}
+
+/// Drops the hub's handle on a socket. When it was the last one (the application dropped its
+/// own during the event), the socket's close, graceful and bounded by the close timeout
+/// (it may wait for a peer that does not answer), runs on a thread of its own: on the hub,
+/// every other registered socket's events would wait for it.
+fn let_go(socket: Arc<Shared>) {
+    let Some(last) = Arc::into_inner(socket) else {
+        return;
+    };
+    let spawned = std::thread::Builder::new()
+        .name("rdmasock-close".into())
+        .spawn(move || drop(last));
+    if let Err(e) = spawned {
+        eprintln!(
+            "rdmasock: no thread for a socket's close ({e}); the mio readiness thread closes it"
+        );
     }
 }
 

@@ -6,6 +6,7 @@ use rdmasock::{RdmaListener, RdmaSocket};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::thread;
+use std::time::{Duration, Instant};
 
 /// Connecting to a port of the provider's address where nothing listens fails at once with
 /// `ConnectionRefused`, and the error names the address in the provider's words
@@ -72,6 +73,56 @@ pub(crate) fn a_cloned_listener_accepts_from_two_threads(f: &Fixture) {
         (0..8).collect::<Vec<u8>>(),
         "each request accepted exactly once"
     );
+}
+
+/// A blocking `accept` waiting in one thread leaves a clone's nonblocking `accept` in
+/// another free: it returns `WouldBlock` at once (the wait holds no lock the clone needs),
+/// time and again while the first waits, and the first still takes the next connection.
+pub(crate) fn a_blocking_accept_leaves_a_clone_s_nonblocking_accept_free(f: &Fixture) {
+    let (l, addr) = f.listener();
+    let clone = l.try_clone().expect("try_clone");
+    // The clones share nonblocking mode: the waiting thread goes back to its wait when it
+    // finds the clone's mode on.
+    let waiting = thread::spawn(move || loop {
+        match l.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => thread::yield_now(),
+            other => return other.map(|(s, _)| s),
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for _ in 0..20 {
+            // Leave the waiting thread time to be back in its blocking wait.
+            thread::sleep(Duration::from_millis(10));
+            clone.set_nonblocking(true).unwrap();
+            let started = Instant::now();
+            let result = clone.accept().map(|_| ());
+            clone.set_nonblocking(false).unwrap();
+            if tx.send((result, started.elapsed())).is_err() {
+                return;
+            }
+        }
+    });
+    for round in 0..20 {
+        let (result, took) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| {
+            panic!("round {round}: the clone's nonblocking accept did not return within 5 s")
+        });
+        let err = result.expect_err("nothing connected yet");
+        assert_eq!(err.kind(), ErrorKind::WouldBlock, "round {round}: {err}");
+        assert!(
+            took < Duration::from_secs(1),
+            "round {round}: the nonblocking accept took {took:?}"
+        );
+    }
+    let mut client = RdmaSocket::connect(addr).expect("connect");
+    let mut accepted = waiting
+        .join()
+        .expect("the waiting thread")
+        .expect("the blocking accept takes the connection");
+    client.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    accepted.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"x");
 }
 
 /// `examples/tcp_swap.rs` (one program over `TcpStream` and over `RdmaSocket`) round-trips

@@ -20,6 +20,7 @@
 
 pub mod attr;
 pub mod device;
+pub mod environment;
 pub mod error;
 mod event;
 pub mod kernel;

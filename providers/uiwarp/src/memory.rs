@@ -7,15 +7,12 @@ use crate::protocol::{MemoryTable, RegionView};
 use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory, RemoteKey};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+
+mod stag;
 
 /// Keys of inline payloads have this bit set; region keys never do.
 const INLINE_KEY_BIT: u32 = 0x8000_0000;
-
-/// The next region index (an STag is `index << 8 | key byte`). Process-wide, so a key of
-/// one protection domain never names a region of another.
-static NEXT_REGION: AtomicU32 = AtomicU32::new(1);
 
 #[derive(Debug)]
 struct Region {
@@ -39,7 +36,7 @@ impl Hasher for KeyHasher {
 
     fn write_u32(&mut self, n: u32) {
         // Fibonacci hashing; the high half folded down, since the table takes its bucket
-        // from the low bits (and a key's low byte is the same for every region).
+        // from the low bits (and the low byte is a key byte, not a counter).
         let x = (u64::from(n) ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         self.0 = x ^ (x >> 32);
     }
@@ -56,17 +53,24 @@ pub(crate) struct RegionSet {
 }
 
 impl RegionSet {
-    /// Registers all of `memory`; returns its key (lkey = rkey).
-    pub(crate) fn register(&mut self, memory: Arc<RegisteredMemory>, access: AccessFlags) -> u32 {
-        let index = NEXT_REGION.fetch_add(1, Ordering::Relaxed) & 0x007f_ffff;
-        let key = index << 8 | 0x5a;
-        self.regions.insert(key, Region { memory, access });
-        key
+    /// Registers all of `memory`; returns its key (lkey = rkey), unique among the process's
+    /// live registrations, with a random key byte. `None` when every STag is in use.
+    pub(crate) fn register(
+        &mut self,
+        memory: Arc<RegisteredMemory>,
+        access: AccessFlags,
+    ) -> Option<u32> {
+        let key = stag::allocate()?;
+        let replaced = self.regions.insert(key, Region { memory, access });
+        debug_assert!(replaced.is_none(), "STag {key:#x} handed out while live");
+        Some(key)
     }
 
     /// Removes a registration.
     pub(crate) fn deregister(&mut self, key: u32) {
-        self.regions.remove(&key);
+        if self.regions.remove(&key).is_some() {
+            stag::release(key);
+        }
     }
 
     fn view(&self, key: u32) -> Option<RegionView<'_>> {
@@ -77,6 +81,15 @@ impl RegionSet {
             length: r.memory.len() as u64,
             access: r.access,
         })
+    }
+}
+
+impl Drop for RegionSet {
+    /// A protection domain's regions left registered give their STags back.
+    fn drop(&mut self) {
+        for key in self.regions.keys() {
+            stag::release(*key);
+        }
     }
 }
 
@@ -268,11 +281,35 @@ mod tests {
         let mut a = RegionSet::default();
         let mut b = RegionSet::default();
         let m = Arc::new(RegisteredMemory::allocate(64).unwrap());
-        let ka = a.register(m.clone(), AccessFlags::REMOTE_READ);
-        let kb = b.register(m, AccessFlags::REMOTE_READ);
+        let ka = a.register(m.clone(), AccessFlags::REMOTE_READ).unwrap();
+        let kb = b.register(m, AccessFlags::REMOTE_READ).unwrap();
         assert_ne!(ka, kb);
         assert!(b.view(ka).is_none());
         assert_eq!(ka & INLINE_KEY_BIT, 0);
+    }
+
+    /// A region stays registered while 2^23 others are registered and deregistered (the
+    /// index space wraps): its STag still names it, and no other registration got it.
+    #[test]
+    fn a_live_region_keeps_its_stag_through_a_wrap() {
+        let mut set = RegionSet::default();
+        let kept_memory = Arc::new(RegisteredMemory::allocate(64).unwrap());
+        let kept = set
+            .register(kept_memory.clone(), AccessFlags::REMOTE_READ)
+            .unwrap();
+        let other = Arc::new(RegisteredMemory::allocate(64).unwrap());
+        for round in 0..=stag::INDEX_MASK {
+            let key = set
+                .register(other.clone(), AccessFlags::REMOTE_READ)
+                .unwrap();
+            assert_ne!(
+                key, kept,
+                "round {round}: the live region's STag handed out"
+            );
+            set.deregister(key);
+        }
+        let view = set.view(kept).expect("the kept region is still registered");
+        assert_eq!(view.address, kept_memory.addr());
     }
 
     /// Region keys share their low byte: the hasher must still spread them over a table's

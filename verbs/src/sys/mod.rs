@@ -3,6 +3,7 @@
 
 pub mod abi;
 pub mod abi_qp;
+pub mod auxv;
 pub mod extended;
 pub mod ioctl;
 pub mod memory;

@@ -124,7 +124,11 @@ pub fn library() -> Result<&'static Library, LoadError> {
     static LIBRARY: OnceLock<Result<Library, LoadError>> = OnceLock::new();
     LIBRARY
         .get_or_init(|| {
-            let name = std::env::var(LIBRARY_ENV).unwrap_or_else(|_| LIBRARY_NAME.to_string());
+            // Ignored in a process with elevated privileges: the caller may not choose the
+            // code it runs.
+            let name = rdmasock_verbs::environment::path_variable(LIBRARY_ENV)
+                .and_then(|v| v.into_string().ok())
+                .unwrap_or_else(|| LIBRARY_NAME.to_string());
             load(&name)
         })
         .as_ref()

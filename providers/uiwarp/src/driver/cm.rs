@@ -16,7 +16,8 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// The responder refused the connection (an MPA reply with the reject bit).
@@ -255,15 +256,39 @@ pub(crate) fn close_endpoint(endpoint: &Endpoint, engine: &Engine) {
     endpoint.flush(&mut st, engine);
 }
 
+/// Accepted TCP connections whose MPA request has not come yet, at most, per listener: a
+/// newer one closes the oldest. Each holds an fd and a little memory until its request comes
+/// or [`Config::request_timeout`] ends it, so a flood of clients that connect and stay silent
+/// must not take the process's fds; the newest are kept, since a client that is about to send
+/// its request is more likely among them. Apart from the listen backlog, which bounds the
+/// requests waiting for the application.
+pub(crate) const HALF_OPEN_MOST: usize = 128;
+
+/// How soon the listener tries `accept` again after it failed for want of fds or memory
+/// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`): the connections stay in the kernel's queue, and
+/// under edge-triggered readiness no new edge would announce them.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
 /// A listening TCP socket whose connections speak MPA.
 #[derive(Debug)]
 pub(crate) struct ListenerShared {
     socket: Mutex<mio::net::TcpListener>,
     token: Mutex<Option<Token>>,
     requests: Mutex<VecDeque<UiwarpRequest>>,
+    /// Accepted connections whose MPA request has not come yet, oldest first (see
+    /// [`HALF_OPEN_MOST`]).
+    half_open: Mutex<VecDeque<Weak<Pending>>>,
     fd: EventFd,
     local: SocketAddr,
     backlog: usize,
+}
+
+/// Whether `accept` failed for want of a resource that may come back (fds, memory).
+fn out_of_resources(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 impl ListenerShared {
@@ -274,11 +299,19 @@ impl ListenerShared {
             let (stream, _) = match accepted {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if out_of_resources(&e) => {
+                    // The connections wait in the kernel's queue: look again soon.
+                    if let Some(token) = *self.token.lock().expect("uiwarp listener lock") {
+                        engine.set_timer(token, Some(Instant::now() + ACCEPT_RETRY));
+                    }
+                    return;
+                }
                 Err(_) => return,
             };
             if self.requests.lock().expect("uiwarp requests").len() >= self.backlog {
                 continue;
             }
+            self.make_room_for_half_open(engine);
             let std_stream: std::net::TcpStream = stream.into();
             let _ = std_stream.set_nodelay(true);
             let config = config_for(&std_stream);
@@ -286,6 +319,7 @@ impl ListenerShared {
             let pending = Arc::new(Pending {
                 link: Mutex::new(None),
                 listener: Arc::downgrade(self),
+                offered: AtomicBool::new(false),
             });
             let token = engine.add(Target::Pending(pending.clone()));
             let mut link = Link::new(conn, mio::net::TcpStream::from_std(std_stream), token);
@@ -295,7 +329,27 @@ impl ListenerShared {
             }
             engine.set_timer(token, link.next_timer());
             *pending.link.lock().expect("uiwarp pending lock") = Some(link);
+            self.half_open
+                .lock()
+                .expect("uiwarp half-open lock")
+                .push_back(Arc::downgrade(&pending));
             pending.progress(engine);
+        }
+    }
+
+    /// Forgets the half-open connections that sent their request or ended, then closes the
+    /// oldest ones until there is room for one more (see [`HALF_OPEN_MOST`]).
+    fn make_room_for_half_open(&self, engine: &Engine) {
+        let mut evicted = Vec::new();
+        {
+            let mut half_open = self.half_open.lock().expect("uiwarp half-open lock");
+            half_open.retain(|p| p.upgrade().is_some_and(|p| p.half_open()));
+            while half_open.len() >= HALF_OPEN_MOST {
+                evicted.extend(half_open.pop_front().and_then(|p| p.upgrade()));
+            }
+        }
+        for p in evicted {
+            p.evict(engine);
         }
     }
 
@@ -350,6 +404,7 @@ impl UiwarpListener {
             socket: Mutex::new(listener),
             token: Mutex::new(None),
             requests: Mutex::new(VecDeque::new()),
+            half_open: Mutex::new(VecDeque::new()),
             fd,
             local,
             backlog: backlog as usize,

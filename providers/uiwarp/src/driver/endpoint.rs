@@ -4,7 +4,7 @@
 
 use super::completion::uiwarp_cq;
 use super::doorbell::Doorbell;
-use super::link::Link;
+use super::link::{Link, ENGINE_READ_BUDGET};
 use super::Engine;
 use crate::memory::{InlinePool, QpMemory, RegionSet};
 use crate::protocol::{CloseReason, Event, Negotiated, RecvWork, WorkQueue};
@@ -321,10 +321,26 @@ impl Endpoint {
         self.engine_events.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Readiness on the engine thread.
+    /// Readiness on the engine thread: reads at most [`ENGINE_READ_BUDGET`] bytes, then has
+    /// the engine come back after the other connections' events if more may wait.
     pub(crate) fn progress(&self, engine: &Engine) {
         let mut st = self.lock();
-        self.drive(&mut st, engine);
+        self.drive_engine(&mut st, engine);
+    }
+
+    /// [`Endpoint::drive`] on the engine thread, with its read budget.
+    fn drive_engine(&self, st: &mut EndpointState, engine: &Engine) {
+        self.doorbell.clear();
+        let left = self.on_link(st, |link, memory| {
+            // Cleared before the read: an arrival after it sets it again.
+            self.input_hint.store(false, Ordering::SeqCst);
+            link.progress_within(memory, ENGINE_READ_BUDGET)
+                .then_some(link.token)
+        });
+        if let Some(Some(token)) = left {
+            engine.resume(token);
+        }
+        self.dispatch(st, engine);
     }
 
     /// Notes a readable edge (the engine's poll saw new bytes or the end of the stream).
@@ -404,7 +420,7 @@ impl Endpoint {
         let was_left = !link.engine_reads();
         link.set_engine_reads(engine, true);
         if was_left || self.may_have_input() {
-            self.drive(&mut st, engine);
+            self.drive_engine(&mut st, engine);
         }
     }
 

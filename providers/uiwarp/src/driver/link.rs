@@ -23,6 +23,10 @@ const TRANSMIT_CHUNK: usize = 256 * 1024;
 const WRITE_SLICES: usize = 64;
 /// The slices of a short queue (up to two messages' frames, the common case).
 const FEW_SLICES: usize = 8;
+/// Bytes the progress engine reads from one connection per turn, at most: then it turns to
+/// the others' events and comes back (see `Engine::resume`), so a peer that floods frames
+/// as fast as TCP takes them cannot starve the rest of the process's connections.
+pub(crate) const ENGINE_READ_BUDGET: usize = READ_CHUNK;
 /// How long a closed connection may take to flush and see the peer's FIN.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -54,6 +58,9 @@ pub(crate) struct Link {
     interest: Option<Interest>,
     /// Posts held back from TCP (see [`super::doorbell`]).
     pub(crate) held: Held,
+    /// A read budget ran out with bytes perhaps left in the socket (see
+    /// [`Link::progress_within`]).
+    input_left: bool,
 }
 
 impl Link {
@@ -81,6 +88,7 @@ impl Link {
             engine_reads: true,
             interest: None,
             held: Held::default(),
+            input_left: false,
         }
     }
 
@@ -174,21 +182,39 @@ impl Link {
     /// anything moved. `until_short`: stop reading after a read that did not fill the
     /// buffer (for a caller that polls the socket again at once; see `read_input`).
     pub(crate) fn progress(&mut self, memory: &dyn MemoryTable, until_short: bool) -> bool {
+        self.progress_reading(memory, until_short, usize::MAX)
+    }
+
+    /// [`Link::progress`] that reads at most about `budget` bytes (a read more), for the
+    /// engine thread; returns whether bytes may be left in the socket, which no new edge
+    /// will announce: the caller must come back.
+    pub(crate) fn progress_within(&mut self, memory: &dyn MemoryTable, budget: usize) -> bool {
+        self.progress_reading(memory, false, budget);
+        std::mem::take(&mut self.input_left)
+    }
+
+    fn progress_reading(
+        &mut self,
+        memory: &dyn MemoryTable,
+        until_short: bool,
+        budget: usize,
+    ) -> bool {
         if let Some(t) = self.conn.poll_timeout() {
             let now = Instant::now();
             if now >= t {
                 self.conn.handle_timeout(now);
             }
         }
-        let read = self.read_input(memory, until_short);
+        let read = self.read_input(memory, until_short, budget);
         let wrote = self.flush(memory);
         read || wrote
     }
 
-    fn read_input(&mut self, memory: &dyn MemoryTable, until_short: bool) -> bool {
+    fn read_input(&mut self, memory: &dyn MemoryTable, until_short: bool, budget: usize) -> bool {
         if self.read_done {
             return false;
         }
+        let mut taken = 0usize;
         if self.scratch.is_empty() {
             self.scratch.resize(FIRST_READ_CHUNK, 0);
         }
@@ -218,6 +244,11 @@ impl Link {
                     // left closed connections to the linger timer). Unless the caller
                     // polls again at once, which sees it (one read that would block saved).
                     if until_short && !full {
+                        return true;
+                    }
+                    taken += n;
+                    if taken >= budget {
+                        self.input_left = true;
                         return true;
                     }
                 }

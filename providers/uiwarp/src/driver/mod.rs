@@ -74,6 +74,9 @@ pub(crate) struct Engine {
     waker: Waker,
     targets: Mutex<Targets>,
     timers: Mutex<HashMap<usize, Instant>>,
+    /// Connections whose read budget ran out with bytes perhaps left: the engine reads them
+    /// again after the events at hand (see [`Engine::resume`]).
+    resume: Mutex<Vec<Token>>,
     thread: OnceLock<ThreadId>,
 }
 
@@ -103,6 +106,7 @@ fn start() -> io::Result<Arc<Engine>> {
             next: 1,
         }),
         timers: Mutex::new(HashMap::new()),
+        resume: Mutex::new(Vec::new()),
         thread: OnceLock::new(),
     });
     let e = engine.clone();
@@ -194,6 +198,12 @@ impl Engine {
             .or_insert(at);
     }
 
+    /// Has the engine read `token`'s endpoint again once it has handled the events at hand
+    /// (its read budget ran out; no new edge would announce the bytes left).
+    pub(crate) fn resume(&self, token: Token) {
+        self.resume.lock().expect("engine resume").push(token);
+    }
+
     fn target(&self, token: Token) -> Option<Target> {
         self.targets
             .lock()
@@ -239,7 +249,11 @@ impl Engine {
                     .map(|t| t.saturating_duration_since(Instant::now()))
             };
             // Round up so that a timer is not polled a hair early, over and over.
-            let timeout = timeout.map(|t| t + Duration::from_micros(100));
+            let mut timeout = timeout.map(|t| t + Duration::from_micros(100));
+            if !self.resume.lock().expect("engine resume").is_empty() {
+                // Connections to read again: only look for events meanwhile.
+                timeout = Some(Duration::ZERO);
+            }
             if let Err(e) = poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     // Nothing else can move the connections: report once and keep trying.
@@ -248,6 +262,9 @@ impl Engine {
                 }
                 continue;
             }
+            // Those left from the last turn, after this turn's events (those that run out
+            // now wait for the next turn: one budget per connection per turn).
+            let resume = std::mem::take(&mut *self.resume.lock().expect("engine resume"));
             for ev in events.iter() {
                 if ev.token() == WAKER {
                     continue;
@@ -278,6 +295,14 @@ impl Engine {
                     None => {}
                 });
             }
+            for token in resume {
+                let target = self.target(token);
+                self.guarded(token, &target, || {
+                    if let Some(Target::Endpoint(e)) = &target {
+                        e.progress(&self);
+                    }
+                });
+            }
             let now = Instant::now();
             let due: Vec<usize> = {
                 let timers = self.timers.lock().expect("engine timers");
@@ -303,6 +328,8 @@ impl Engine {
                     Some(Target::Endpoint(e)) if hold => e.hold_timer(),
                     Some(Target::Endpoint(e)) => e.progress(&self),
                     Some(Target::Pending(p)) => p.progress(&self),
+                    // A retry after `accept` ran out of fds or memory.
+                    Some(Target::Listener(l)) => l.accept_all(&self),
                     _ => {}
                 });
             }

@@ -33,7 +33,9 @@ static WRITER: OnceLock<Option<Arc<Mutex<Writer>>>> = OnceLock::new();
 fn writer() -> Option<Arc<Mutex<Writer>>> {
     WRITER
         .get_or_init(|| {
-            let path = std::env::var_os(PCAP_ENV)?;
+            // Ignored in a process with elevated privileges: the caller may not choose where
+            // it writes.
+            let path = rdmasock_verbs::environment::path_variable(PCAP_ENV)?;
             let file = match File::create(&path) {
                 Ok(f) => f,
                 Err(e) => {

@@ -7,6 +7,7 @@ use super::link::Link;
 use super::Engine;
 use crate::protocol::{ConnectRequest, Event, MemoryTable, RegionView};
 use rdmasock_verbs::{LocalKey, RemoteKey};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -27,6 +28,8 @@ impl MemoryTable for NoMemory {
 pub(crate) struct Pending {
     pub(crate) link: Mutex<Option<Link>>,
     pub(crate) listener: Weak<ListenerShared>,
+    /// Its MPA request came and was offered to the listener.
+    pub(crate) offered: AtomicBool,
 }
 
 impl Pending {
@@ -46,10 +49,29 @@ impl Pending {
         close_or_watch(&mut guard, engine);
         drop(guard);
         if let Some(r) = request {
+            self.offered.store(true, Ordering::Relaxed);
             match self.listener.upgrade() {
                 Some(l) => l.offer(self.clone(), r, local, peer),
                 None => self.abandon(engine),
             }
+        }
+    }
+
+    /// Whether the connection is still open and its MPA request has not come.
+    pub(crate) fn half_open(&self) -> bool {
+        !self.offered.load(Ordering::Relaxed)
+            && self.link.lock().expect("uiwarp pending lock").is_some()
+    }
+
+    /// Closes a connection whose MPA request has not come, to make room for a newer one
+    /// (unless the request came meanwhile).
+    pub(crate) fn evict(&self, engine: &Engine) {
+        let mut guard = self.link.lock().expect("uiwarp pending lock");
+        if self.offered.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(link) = guard.take() {
+            link.close(engine);
         }
     }
 

@@ -392,7 +392,11 @@ impl Connection {
             opcode,
             placement,
         };
-        let copied = if chunk < COPY_BELOW || msg.kind.small().is_some() {
+        // A READ response's source may be written while it is sent (the responder's
+        // application owes the reader nothing): its bytes are copied into the frame and the
+        // CRC computed over the copy, never over memory that TCP reads again later.
+        let copy_for_crc = self.crc && matches!(msg.kind, TxKind::ReadResponse { .. });
+        let copied = if chunk < COPY_BELOW || msg.kind.small().is_some() || copy_for_crc {
             self.frame_copied(header, &msg, chunk, memory, queue.bytes())
         } else {
             self.frame_in_place(header, &msg, chunk, memory, queue)

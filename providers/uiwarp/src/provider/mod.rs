@@ -215,7 +215,17 @@ impl PdOps for UiwarpPd {
             .regions
             .write()
             .expect("uiwarp regions lock")
-            .register(memory, access);
+            .register(memory, access)
+            .ok_or_else(|| {
+                Error::io(
+                    "registering memory on uiwarp0",
+                    std::io::Error::new(
+                        std::io::ErrorKind::OutOfMemory,
+                        "every STag of uiwarp0 names a live region (8388607 of them): \
+                         deregister regions before registering more",
+                    ),
+                )
+            })?;
         Ok(Box::new(UiwarpMr {
             key,
             regions: self.regions.clone(),
