@@ -39,6 +39,7 @@ mod connect;
 mod cycles;
 mod data;
 mod polling;
+mod vanish;
 mod waits;
 
 // Each binary runs some of the cases: the others' names are unused there.
@@ -52,6 +53,8 @@ pub(crate) use cycles::*;
 pub(crate) use data::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
+#[allow(unused_imports)]
+pub(crate) use vanish::*;
 #[allow(unused_imports)]
 pub(crate) use waits::*;
 
