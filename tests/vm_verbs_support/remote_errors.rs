@@ -321,7 +321,11 @@ pub(crate) fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
         };
         super::opcodes::assert_refused(dut, &p.a, add);
         read_succeeds(&p, &mr, 0, 0);
-        assert_eq!(&mr.as_slice()[..8], &100u64.to_ne_bytes(), "the target changed");
+        assert_eq!(
+            &mr.as_slice()[..8],
+            &100u64.to_ne_bytes(),
+            "the target changed"
+        );
         return p.disconnect();
     }
     mr.write_at(0, &100u64.to_ne_bytes()).unwrap();
