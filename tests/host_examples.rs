@@ -63,10 +63,12 @@ fn pingpong_local_runs_on_the_userspace_provider_without_kernel_rdma() {
         .filter(|l| l.starts_with("200 iters in ") && l.ends_with(" usec/iter"))
         .count();
     assert_eq!((bytes, iters), (2, 2), "both ends' closing lines: {stdout}");
-    if !kernel_has_rdma() {
+    let fallbacks = stderr.matches("using the userspace iWARP provider").count();
+    if kernel_has_rdma() {
+        assert_eq!(fallbacks, 0, "a kernel device serves the run: {stderr}");
+    } else {
         assert_eq!(
-            stderr.matches("using the userspace iWARP provider").count(),
-            1,
+            fallbacks, 1,
             "the fallback to uiwarp is said once on stderr: {stderr}"
         );
     }
@@ -102,9 +104,12 @@ fn the_tcp_program_runs_unchanged_over_rdma() {
         rdma, tcp,
         "over RDMA the same program prints the same exchange"
     );
-    if !kernel_has_rdma() {
+    let says_uiwarp = stderr.contains("using the userspace iWARP provider (uiwarp)");
+    if kernel_has_rdma() {
+        assert!(!says_uiwarp, "a kernel device serves the run: {stderr:?}");
+    } else {
         assert!(
-            stderr.contains("using the userspace iWARP provider (uiwarp)"),
+            says_uiwarp,
             "without kernel RDMA the RDMA run says it uses uiwarp: {stderr:?}"
         );
     }
