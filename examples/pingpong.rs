@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::address::device_address;
+use common::address::{device_address, served_address};
 use common::{c_long, parse_args, OptSpec};
 
 const SPECS: &[OptSpec] = &[
@@ -228,7 +228,11 @@ fn client(c: &Config, addr: SocketAddr) -> Result<(), String> {
 
 fn run(c: Config) -> Result<(), String> {
     if c.local {
-        let ip = device_address(c.device.as_deref())?;
+        let ip = match &c.device {
+            Some(d) => device_address(Some(d))?,
+            // The first device that the provider RDMASOCK_PROVIDER forces (if any) drives.
+            None => served_address()?,
+        };
         let listener = RdmaListener::bind_with(SocketAddr::new(ip, 0), &options(&c))
             .map_err(|e| format!("bind on {ip}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -237,11 +241,13 @@ fn run(c: Config) -> Result<(), String> {
             let c = c.clone();
             std::thread::spawn(move || serve(&c, listener))
         };
-        let r = client(&c, addr);
-        let s = server
+        // A client that fails ends the run with its error at once: the server thread may
+        // wait in accept for a connection that never comes, and it ends with the process.
+        client(&c, addr)?;
+        // The client finished, so the server has its last bytes or failed: it ends too.
+        return server
             .join()
             .map_err(|_| "the server thread panicked".to_string())?;
-        return r.and(s);
     }
     match &c.host {
         Some(host) => {

@@ -260,3 +260,44 @@ fn server_and_client_on_rxe0() {
 fn server_and_client_on_siw0() {
     two_processes("siw0", 18712, &["-e"]);
 }
+
+/// A new user's first try with a provider forced, in a VM with rxe0 (first) and siw0:
+/// `RDMASOCK_PROVIDER=siw pingpong --local` must run on siw0, whose address it must pick
+/// (rxe0's address is one the forced siw provider cannot serve: the client was refused
+/// there, and the process hung with only the server's line printed).
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn forced_siw_local_runs_on_siw0_with_rxe0_listed_first() {
+    let (rxe, siw) = (device_ip("rxe0"), device_ip("siw0"));
+    let mut cmd = Command::new(example("pingpong"));
+    cmd.args(["--local", "-s", "4096", "-n", "200"])
+        .env("RDMASOCK_PROVIDER", "siw");
+    let what = "RDMASOCK_PROVIDER=siw pingpong --local";
+    let out = run_bounded(&mut cmd, what);
+    check_closing_lines(&out, 4096, 200, what);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("local mode: server on {siw}:")),
+        "{what} must listen on siw0's address {siw}, not rxe0's {rxe}: {stderr}"
+    );
+}
+
+/// `RDMASOCK_PROVIDER=rxe pingpong --local` on rxe0's address, and a client that fails
+/// (forced onto siw, which cannot serve rxe0's address) ends the run with its error, non-zero,
+/// instead of leaving the process waiting on the server thread.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn a_failing_client_ends_pingpong_with_its_error() {
+    let rxe = device_ip("rxe0");
+    let mut cmd = Command::new(example("pingpong"));
+    cmd.args(["--local", "-d", "rxe0", "-s", "64", "-n", "10"])
+        .env("RDMASOCK_PROVIDER", "siw");
+    let what = "RDMASOCK_PROVIDER=siw pingpong --local -d rxe0";
+    let out = run_bounded(&mut cmd, what);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what} succeeded: {stderr}");
+    assert!(
+        stderr.contains("pingpong: ") && stderr.contains(&rxe.to_string()),
+        "{what} prints its error: {stderr}"
+    );
+}

@@ -1,23 +1,85 @@
 //! Which address an example uses on this machine: an RDMA device's IPv4 address, or
 //! loopback, where the userspace iWARP provider serves RdmaSocket when the kernel has none.
 
-use rdmasock::verbs::DeviceList;
+use rdmasock::verbs::{DeviceInfo, DeviceList};
+use rdmasock::{ProviderChoice, ProviderKind, PROVIDER_ENV};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The IPv4 address of `device` (or of the first device with one), from its RoCE GIDs. With
 /// no kernel RDMA device (or `-d uiwarp0`), loopback: the userspace iWARP provider serves it
 /// (the socket layer says so on stderr).
 pub(crate) fn device_address(device: Option<&str>) -> Result<IpAddr, String> {
+    address_of(device, |_| true)
+}
+
+/// The address of the first device the provider that `RDMASOCK_PROVIDER` forces can drive
+/// (`rxe` or `siw`: a device of that driver; `uiwarp`: loopback); without a forced kernel
+/// provider, [`device_address`]`(None)`. An error names the provider and the devices there
+/// when none of them is of its kind.
+pub(crate) fn served_address() -> Result<IpAddr, String> {
+    let choice = ProviderChoice::from_env()?;
+    if choice.forces_userspace() {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let drives = |d: &DeviceInfo| match choice.for_device(&d.name) {
+        Some(kind @ (ProviderKind::Rxe | ProviderKind::Siw)) => {
+            d.driver.as_deref() == Some(kind.name())
+        }
+        _ => true,
+    };
+    let list = devices()?;
+    // Device names are never empty: what the choice says for "" is what it says for every
+    // device.
+    let forced_everywhere = choice.for_device("");
+    if list.devices.is_empty() {
+        if let Some(kind @ (ProviderKind::Rxe | ProviderKind::Siw)) = forced_everywhere {
+            return Err(format!(
+                "{PROVIDER_ENV}={kind} forces the {kind} provider, but this machine has no \
+                 RDMA device (create one with `rdma link add {kind}0 type {kind} netdev \
+                 DEV`, or unset {PROVIDER_ENV} to use the userspace provider)"
+            ));
+        }
+    }
+    if !list.devices.is_empty() && !list.devices.iter().any(drives) {
+        let here: Vec<String> = list
+            .devices
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} ({})",
+                    d.name,
+                    d.driver.as_deref().unwrap_or("unknown driver")
+                )
+            })
+            .collect();
+        return Err(format!(
+            "{PROVIDER_ENV} forces a provider that drives none of the RDMA devices here: {}",
+            here.join(", ")
+        ));
+    }
+    address_of(None, drives)
+}
+
+/// The kernel's RDMA devices (none: an empty list).
+fn devices() -> Result<DeviceList, String> {
+    match DeviceList::discover() {
+        Ok(list) => Ok(list),
+        Err(rdmasock::verbs::Error::NoDevice) => Ok(DeviceList::default()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// [`device_address`], among the devices `usable` accepts.
+fn address_of(
+    device: Option<&str>,
+    usable: impl Fn(&DeviceInfo) -> bool,
+) -> Result<IpAddr, String> {
     if device == Some("uiwarp0") {
         return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
-    let list = match DeviceList::discover() {
-        Ok(list) => list,
-        Err(rdmasock::verbs::Error::NoDevice) => DeviceList::default(),
-        Err(e) => return Err(e.to_string()),
-    };
+    let list = devices()?;
     for d in &list.devices {
-        if device.is_some_and(|name| name != d.name) {
+        if device.is_some_and(|name| name != d.name) || !usable(d) {
             continue;
         }
         for port in &d.ports {

@@ -26,6 +26,12 @@ impl StreamEngine {
             self.sqe_avail += p.sqes;
             self.ctrl_in_use -= p.ctrl;
             self.sbuf_avail += p.bytes;
+            // A failed completion retires requests whose success no completion confirmed:
+            // stream data among them (a data slot), or a close message, may not have arrived.
+            let carries_stream = p.sqes > 0 || p.disconnect;
+            if !success && carries_stream {
+                self.sends_lost = true;
+            }
             if p.disconnect {
                 // When a DISCONNECT sent after the peer's SHUTDOWN fails itself, every send
                 // before it was acknowledged: the peer closed first (rsocket answers crossing
@@ -34,6 +40,10 @@ impl StreamEngine {
                 let farewell_refused = !success && self.peer_shutdown && p.seq == wr_id.seq();
                 if success || farewell_refused {
                     self.phase = Phase::Disconnected;
+                }
+                if farewell_refused {
+                    // Every send before it was acknowledged (see above): nothing was lost.
+                    self.sends_lost = false;
                 }
             }
         }
@@ -51,19 +61,44 @@ impl StreamEngine {
 
     /// Waits for every posted send to complete, like `TcpStream`'s flush waiting for the
     /// peer's acknowledgement. `Ok(())` once [`all_sends_done`](Self::all_sends_done) holds
-    /// (or the connection failed: the error shows on the next read or write). Otherwise
-    /// returns [`StreamError::WouldBlock`] after making sure a completion will come: with
+    /// and every send carrying stream data completed successfully, or once the connection
+    /// failed after all of them did. An error when they cannot all have arrived: a send
+    /// carrying data completed with an error, or the connection failed with some still
+    /// outstanding ([`undelivered`](Self::undelivered)). Otherwise returns
+    /// [`StreamError::WouldBlock`] after making sure a completion will come: with
     /// selective signalling the last posted work request may be unsignalled, and then nothing
     /// would ever retire it, so a signalled zero-length RDMA WRITE (invisible to the peer, like
     /// a keepalive) is queued after it, as soon as a control slot is free. Call again after
     /// feeding completions.
     pub fn flush(&mut self) -> Result<(), StreamError> {
+        if let Some(e) = self.undelivered() {
+            return Err(e);
+        }
         if self.all_sends_done() || self.error.is_some() {
             return Ok(());
         }
         self.completion_wanted = true;
         self.signal_last_send();
         Err(StreamError::WouldBlock)
+    }
+
+    /// Why bytes a write accepted (or a close message) may not have reached the peer, if they
+    /// may not have: a send carrying them completed with an error, or the connection failed
+    /// while one was still outstanding. The stream's own error when it has one.
+    pub fn undelivered(&self) -> Option<StreamError> {
+        let outstanding =
+            self.pending.iter().any(|p| p.sqes > 0 || p.disconnect) || self.pending_ctrl.is_some();
+        let lost = self.sends_lost || (self.error.is_some() && outstanding);
+        if !lost {
+            return None;
+        }
+        Some(self.error.clone().unwrap_or_else(|| {
+            StreamError::ConnectionReset(
+                "a send carrying written bytes completed with an error after the connection \
+                 closed: the peer may not have everything that was written"
+                    .into(),
+            )
+        }))
     }
 
     /// When a flush (or the peer's DISCONNECT) waits for every send, queues a signalled

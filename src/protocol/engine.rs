@@ -81,6 +81,9 @@ pub struct StreamEngine {
     pub(crate) disconnect_posted: bool,
     /// The peer's SHUTDOWN arrived: it writes nothing more.
     pub(crate) peer_shutdown: bool,
+    /// A send carrying stream data or a close message completed with an error: the peer may
+    /// lack bytes a write accepted, and no flush or close may report success.
+    pub(crate) sends_lost: bool,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -127,6 +130,7 @@ impl StreamEngine {
             peer_closed: false,
             disconnect_posted: false,
             peer_shutdown: false,
+            sends_lost: false,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,
@@ -275,6 +279,16 @@ impl StreamEngine {
         self.readable = false;
         self.writable = false;
         self.pending_ctrl = None;
+    }
+
+    /// Fails the stream with `e` and drops every queued work request: what they would carry
+    /// can no longer be trusted (the driver could not put a write's bytes in the send ring,
+    /// or take a read's out of the receive ring). The sends they stood for stay outstanding,
+    /// so no flush or close reports them delivered.
+    pub fn abort(&mut self, e: StreamError) {
+        self.fail(e);
+        self.ops.clear();
+        self.queued_receives = 0;
     }
 
     fn sqes_per_message(&self) -> u32 {

@@ -24,6 +24,13 @@ pub enum StreamError {
     /// The peer broke the rsocket protocol.
     #[error("the peer violated the rsocket stream protocol: {0}; the connection is closed")]
     Protocol(String),
+    /// The driver could not copy bytes between the application's buffer and the
+    /// connection's registered memory; the stream is failed, since the bytes are lost.
+    #[error(
+        "copying stream bytes between the application's buffer and the connection's \
+         registered memory failed: {0}; the connection is closed (a bug: please report it)"
+    )]
+    Copy(String),
     /// The peer's hello was refused.
     #[error(transparent)]
     Hello(#[from] HelloError),
@@ -41,6 +48,7 @@ impl From<StreamError> for io::Error {
             StreamError::ConnectionReset(_) => io::ErrorKind::ConnectionReset,
             StreamError::Protocol(_) | StreamError::Hello(_) => io::ErrorKind::InvalidData,
             StreamError::Config(_) => io::ErrorKind::InvalidInput,
+            StreamError::Copy(_) => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)
     }

@@ -192,6 +192,9 @@ pub enum Received {
     /// A SEND arrived (write+send mode): the 4 bytes of its message slot, as they lie in memory
     /// (in our announced byte order).
     Message([u8; 4]),
+    /// A SEND arrived (write+send mode) carrying fewer bytes than a message (its length):
+    /// the peer broke the protocol, and its message slot holds a stale word.
+    ShortMessage(u32),
 }
 
 /// The addresses and keys of our registered areas that the peer must know.

@@ -43,6 +43,12 @@ impl StreamEngine {
         let word = match received {
             Received::Immediate(imm) => imm,
             Received::Message(bytes) => self.cfg.byte_order.word_from(bytes),
+            Received::ShortMessage(len) => {
+                self.fail(StreamError::Protocol(format!(
+                    "a SEND of {len} bytes arrived where a 4-byte message was expected"
+                )));
+                return;
+            }
         };
         if self.phase == Phase::Connected && self.error.is_none() {
             self.post_recv();

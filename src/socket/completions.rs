@@ -8,6 +8,9 @@ use crate::protocol::{Received, WrId, RECV_DEFER_MAX};
 use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
 use std::io;
 
+/// The length of a message SEND in write+send mode (one word).
+const MESSAGE_LEN: usize = 4;
+
 /// Completions taken from the queue per poll.
 const POLL_BATCH: usize = 32;
 
@@ -62,6 +65,9 @@ impl Connection {
             }
             let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
                 Received::Immediate(wc.imm_data)
+            } else if (wc.byte_len as usize) < MESSAGE_LEN {
+                // The slot holds whatever an earlier message left there: not a message.
+                Received::ShortMessage(wc.byte_len)
             } else {
                 let mut word = [0u8; 4];
                 if let Some(mr) = &self.res.message_mr {

@@ -26,24 +26,47 @@ impl Connection {
         }
         if !self.lends(buf.len()) {
             let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
-            return self.engine.write(buf.len(), |s| {
+            let mut copied = Ok(());
+            let written = self.engine.write(buf.len(), |s| {
                 warm(warmer, mr, s.ring_offset + s.len);
-                copy_to_ring(mr, buf, s)
+                keep_first_error(&mut copied, copy_to_ring(mr, buf, s));
             });
+            return self.copied(written, copied);
         }
         // Lend: the ring space is reserved but not written; the messages are posted now,
         // while `buf` is borrowed (see `lend`).
         let mut spans = std::mem::take(&mut self.lent_spans);
         spans.clear();
         let written = self.engine.write(buf.len(), |s| spans.push(s));
+        let mut copied = Ok(());
         if written.is_ok() && self.post_ops_with(Lend::new(buf, &spans)).is_err() {
             // The engine has failed; anything still queued must find its bytes in the ring.
             for &s in &spans {
-                copy_to_ring(&self.res.send_mr, buf, s);
+                keep_first_error(&mut copied, copy_to_ring(&self.res.send_mr, buf, s));
             }
         }
         self.lent_spans = spans;
-        written
+        self.copied(written, copied)
+    }
+
+    /// The result of a call whose bytes went through the rings: `result` when every copy
+    /// succeeded; otherwise the stream is aborted (what was queued would carry the wrong
+    /// bytes, or a read's bytes left the ring without reaching the caller) and the call
+    /// fails with the copy's error.
+    #[inline(always)]
+    fn copied<T>(
+        &mut self,
+        result: Result<T, StreamError>,
+        copied: Result<(), crate::verbs::Error>,
+    ) -> Result<T, StreamError> {
+        match copied {
+            Ok(()) => result,
+            Err(e) => {
+                let error = StreamError::Copy(e.to_string());
+                self.engine.abort(error.clone());
+                Err(error)
+            }
+        }
     }
 
     /// Whether a write of `len` bytes is lent (see `lend`): on a kernel device (whose queue
@@ -71,10 +94,12 @@ impl Connection {
         }
         let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
         let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        self.engine.write(total, |s| {
+        let mut copied = Ok(());
+        let written = self.engine.write(total, |s| {
             warm(warmer, mr, s.ring_offset + s.len);
-            vectored::gather_to_ring(mr, bufs, s)
-        })
+            keep_first_error(&mut copied, vectored::gather_to_ring(mr, bufs, s));
+        });
+        self.copied(written, copied)
     }
 
     /// A scattering read into `bufs` in order.
@@ -84,9 +109,11 @@ impl Connection {
     ) -> Result<usize, StreamError> {
         let mr = &self.res.recv_mr;
         let total = vectored::total_len(bufs.iter().map(|b| b.len()));
-        let result = self
-            .engine
-            .read(total, |s| vectored::scatter_from_ring(mr, bufs, s));
+        let mut copied = Ok(());
+        let result = self.engine.read(total, |s| {
+            keep_first_error(&mut copied, vectored::scatter_from_ring(mr, bufs, s));
+        });
+        let result = self.copied(result, copied);
         self.last_read = *result.as_ref().unwrap_or(&0);
         result
     }
@@ -96,33 +123,54 @@ impl Connection {
     pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
         let mr = &self.res.recv_mr;
         let len = buf.len();
-        // In range by the engine's arithmetic. Two closures, so that each has one caller.
+        // In range by the engine's arithmetic; a failure (a bug) aborts the stream. Two
+        // closures, so that each has one caller.
+        let mut copied = Ok(());
         let result = if peek {
-            self.engine.peek(len, |s| copy_from_ring(mr, buf, s))
+            self.engine.peek(len, |s| {
+                keep_first_error(&mut copied, copy_from_ring(mr, buf, s))
+            })
         } else {
-            self.engine.read(len, |s| copy_from_ring(mr, buf, s))
+            self.engine.read(len, |s| {
+                keep_first_error(&mut copied, copy_from_ring(mr, buf, s))
+            })
         };
+        let result = self.copied(result, copied);
         self.last_read = *result.as_ref().unwrap_or(&0);
         result
+    }
+}
+
+/// Keeps the first copy error of a call in `first` (a call's copies go on, but its result
+/// is that error).
+#[inline(always)]
+pub(crate) fn keep_first_error(
+    first: &mut Result<(), crate::verbs::Error>,
+    copy: Result<(), crate::verbs::Error>,
+) {
+    if first.is_ok() {
+        *first = copy;
     }
 }
 
 /// Copies the piece `span` of the receive ring to its place in `buf` (inlined into the
 /// read, where it is the only work per message besides the engine's counters).
 #[inline(always)]
-fn copy_from_ring(mr: &MemoryRegion, buf: &mut [u8], span: CopySpan) {
-    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-    let _ = mr.read_at(
+fn copy_from_ring(
+    mr: &MemoryRegion,
+    buf: &mut [u8],
+    span: CopySpan,
+) -> Result<(), crate::verbs::Error> {
+    mr.read_at(
         span.ring_offset,
         &mut buf[span.data_offset..span.data_offset + span.len],
-    );
+    )
 }
 
 /// Copies the piece `span` of `buf` to its place in the send ring.
-fn copy_to_ring(mr: &MemoryRegion, buf: &[u8], span: CopySpan) {
-    // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-    let _ = mr.write_at(
+fn copy_to_ring(mr: &MemoryRegion, buf: &[u8], span: CopySpan) -> Result<(), crate::verbs::Error> {
+    mr.write_at(
         span.ring_offset,
         &buf[span.data_offset..span.data_offset + span.len],
-    );
+    )
 }

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 ///
 /// Where it differs from `TcpStream`:
 /// * dropping the last handle waits (up to the close timeout, 2 s by default) until the
-///   peer has the queued bytes, where a TCP socket leaves that to the kernel; on an iWARP
+///   peer has the queued bytes, where a TCP socket leaves that to the kernel, and gives up
+///   telling whether it got there: [`close`](Self::close) closes the same way and returns
+///   what went wrong (a failed connection, bytes lost, the timeout); on an iWARP
 ///   device (siw) until the peer has closed too, because there a completion means only that
 ///   the device's TCP took the bytes, and disconnecting earlier lets the peer's late
 ///   segments reset the TCP connection and lose what it still held (so a thread that
@@ -133,6 +135,17 @@ impl RdmaSocket {
         drop(g);
         self.shared.notify();
         r.map(|_| ())
+    }
+
+    /// Closes the connection gracefully, as dropping the last handle does (end-of-stream
+    /// after the queued data, then the disconnect handshake, bounded by the options' close
+    /// timeout), and says how it went, which a drop cannot: `Ok` once the close finished
+    /// with every written byte in the peer's memory; an error when the connection had
+    /// failed, bytes written may not have arrived, or the close timed out (the connection
+    /// is then torn down without the handshake). The connection closes for the clones too:
+    /// their reads see end-of-stream or the error, their writes fail.
+    pub fn close(self) -> io::Result<()> {
+        self.shared.close()
     }
 
     /// Moves the socket into or out of nonblocking mode (shared with clones).

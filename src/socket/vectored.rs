@@ -4,6 +4,7 @@
 //! one message goes out as one message, as `writev(2)` makes one TCP segment.
 #![forbid(unsafe_code)]
 
+use super::data_path::keep_first_error;
 use crate::protocol::CopySpan;
 use crate::verbs::MemoryRegion;
 use std::io::{IoSlice, IoSliceMut};
@@ -61,29 +62,38 @@ fn ring_pieces<T>(
     );
 }
 
-/// Copies the bytes `span` names from `bufs` into the send ring `mr`.
-pub(crate) fn gather_to_ring(mr: &MemoryRegion, bufs: &[IoSlice<'_>], span: CopySpan) {
+/// Copies the bytes `span` names from `bufs` into the send ring `mr`; the first failure
+/// (out of range: a bug in the engine's arithmetic) is the result.
+pub(crate) fn gather_to_ring(
+    mr: &MemoryRegion,
+    bufs: &[IoSlice<'_>],
+    span: CopySpan,
+) -> Result<(), crate::verbs::Error> {
+    let mut copied = Ok(());
     ring_pieces(
         bufs,
         |b| b.len(),
         span,
-        |b, range, ring_at| {
-            // In range by the engine's arithmetic; a failure would be a bug caught by tests.
-            let _ = mr.write_at(ring_at, &b[range]);
-        },
+        |b, range, ring_at| keep_first_error(&mut copied, mr.write_at(ring_at, &b[range])),
     );
+    copied
 }
 
-/// Copies the bytes `span` names from the receive ring `mr` into `bufs`.
-pub(crate) fn scatter_from_ring(mr: &MemoryRegion, bufs: &mut [IoSliceMut<'_>], span: CopySpan) {
+/// Copies the bytes `span` names from the receive ring `mr` into `bufs`; the first failure
+/// is the result.
+pub(crate) fn scatter_from_ring(
+    mr: &MemoryRegion,
+    bufs: &mut [IoSliceMut<'_>],
+    span: CopySpan,
+) -> Result<(), crate::verbs::Error> {
+    let mut copied = Ok(());
     ring_pieces(
         bufs,
         |b| b.len(),
         span,
-        |b, range, ring_at| {
-            let _ = mr.read_at(ring_at, &mut b[range]);
-        },
+        |b, range, ring_at| keep_first_error(&mut copied, mr.read_at(ring_at, &mut b[range])),
     );
+    copied
 }
 
 #[cfg(test)]

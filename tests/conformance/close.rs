@@ -1,6 +1,6 @@
 //! Each direction's end: half-close from either side, `shutdown(Read)` and `shutdown(Both)`
-//! as `TcpStream` has them, both ends shut down and dropped by one thread, and a peer that
-//! vanishes.
+//! as `TcpStream` has them, and both ends shut down and dropped by one thread (a peer that
+//! vanishes is in `vanish.rs`).
 
 use super::socket_support;
 use super::Fixture;
@@ -201,48 +201,4 @@ pub(crate) fn one_thread_shuts_down_both_ends_then_drops_them_without_waiting(f:
         took < Duration::from_secs(15),
         "dropping both took {took:?}: a drop waited out the close timeout"
     );
-}
-
-/// The environment variable that makes [`peer_vanishes_reads_end_within_keepalive_time`]'s
-/// child process the vanishing peer: the listener's address.
-const VANISH_ADDR: &str = "RDMASOCK_VANISH_ADDR";
-
-/// A peer process killed mid-connection: with keepalive on, our blocked read ends (end of
-/// stream or an error) within 30 s, and a write then fails. The peer is this test binary run
-/// again for this one test, as a child that connects, says hello and hangs until killed.
-pub(crate) fn peer_vanishes_reads_end_within_keepalive_time(f: &Fixture) {
-    if let Ok(addr) = std::env::var(VANISH_ADDR) {
-        vanishing_peer(&addr);
-    }
-    let (l, addr) = f.listener();
-    let name = f.test_name("peer_vanishes_reads_end_within_keepalive_time");
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--include-ignored", "--exact", &name, "--nocapture"])
-        .env(VANISH_ADDR, addr.to_string())
-        .spawn()
-        .expect("spawn the child");
-    let (mut s, _) = l.accept().expect("accept the child");
-    s.set_keepalive(Some(Duration::from_millis(500))).unwrap();
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let start = Instant::now();
-    let r = s.read(&mut b);
-    let waited = start.elapsed();
-    eprintln!("after the peer was killed: {r:?} within {waited:?}");
-    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
-    assert!(waited < Duration::from_secs(30), "{waited:?}");
-    let w = s.write(b"more").and_then(|_| s.flush());
-    eprintln!("write after the peer vanished: {w:?}");
-    assert!(w.is_err(), "writes fail once the peer is gone");
-}
-
-/// The child of [`peer_vanishes_reads_end_within_keepalive_time`]: connects to `addr`, says
-/// hello and waits to be killed; it never returns, so it never counts as a test passed.
-fn vanishing_peer(addr: &str) -> ! {
-    let mut c = RdmaSocket::connect(addr).expect("the child connects");
-    c.write_all(b"h").unwrap();
-    thread::sleep(Duration::from_secs(600));
-    panic!("the vanishing peer was not killed within 600 s");
 }

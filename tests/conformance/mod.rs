@@ -40,6 +40,7 @@ mod cycles;
 mod data;
 mod fd;
 mod polling;
+mod vanish;
 mod waits;
 
 // Each binary runs some of the cases: the others' names are unused there.
@@ -55,6 +56,8 @@ pub(crate) use data::*;
 pub(crate) use fd::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
+#[allow(unused_imports)]
+pub(crate) use vanish::*;
 #[allow(unused_imports)]
 pub(crate) use waits::*;
 

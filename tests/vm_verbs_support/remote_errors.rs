@@ -306,16 +306,28 @@ pub(crate) fn region_without_remote_read_refuses_a_read(dut: &Dut) {
 
 /// A region registered without REMOTE_ATOMIC serves a READ under its rkey but refuses a
 /// fetch-and-add: a remote access error at the requester, the target keeps its value and
-/// the requester's result buffer its bytes.
+/// the requester's result buffer its bytes. iWARP (RFC 5040) has no atomics: there (siw,
+/// uiwarp) the fetch-and-add towards the region is refused at post time, so no responder
+/// ever sees one, and the region keeps its value.
 pub(crate) fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
-    if !dut.atomics {
-        // iWARP (RFC 5040) has no atomics: siw and uiwarp refuse them at post time (see
-        // atomic_compare_swap_and_fetch_add), so no responder ever sees one to refuse.
-        println!("{} has no atomics: nothing to refuse", dut.device);
-        return;
-    }
     let p = dut.pair();
     let mr = region_without(dut, &p, AccessFlags::REMOTE_ATOMIC);
+    if !dut.atomics {
+        mr.write_at(0, &100u64.to_ne_bytes()).unwrap();
+        let add = SendOp::AtomicFetchAdd {
+            remote_addr: mr.addr(),
+            rkey: mr.rkey(),
+            add: 1,
+        };
+        super::opcodes::assert_refused(dut, &p.a, add);
+        read_succeeds(&p, &mr, 0, 0);
+        assert_eq!(
+            &mr.as_slice()[..8],
+            &100u64.to_ne_bytes(),
+            "the target changed"
+        );
+        return p.disconnect();
+    }
     mr.write_at(0, &100u64.to_ne_bytes()).unwrap();
     read_succeeds(&p, &mr, 0, 0);
     let before = mr.as_slice().to_vec();
