@@ -144,6 +144,9 @@ pub use rdmasock_verbs as verbs;
 pub mod protocol;
 mod registry;
 pub mod socket;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod tokio;
 
 pub use registry::{
     connection_manager, connection_manager_for, default_registry, device_list, listed_devices,
