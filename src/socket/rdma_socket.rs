@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::conn::{Connection, Resources};
+use super::connecting::Connecting;
 use super::handshake::rsocket_parameters;
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
@@ -104,6 +105,22 @@ impl RdmaSocket {
             }
         }
         Err(last.expect("the loop tries at least one address"))
+    }
+
+    /// Starts connecting to `addr` with `opts` without blocking (through the connection
+    /// manager the registry picks, as [`connect_with`](Self::connect_with)); the returned
+    /// [`Connecting`] finishes it. One address only: trying each of several is the caller's.
+    pub fn connect_start(addr: SocketAddr, opts: &SocketOptions) -> io::Result<Connecting> {
+        Self::connect_start_via(crate::registry::connection_manager(), addr, opts)
+    }
+
+    /// [`connect_start`](Self::connect_start) through the connection manager `cm`.
+    pub fn connect_start_via(
+        cm: &dyn ConnectionManager,
+        addr: SocketAddr,
+        opts: &SocketOptions,
+    ) -> io::Result<Connecting> {
+        Connecting::start(cm, addr, opts)
     }
 
     /// The peer's address.
