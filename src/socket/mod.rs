@@ -39,7 +39,9 @@ mod vectored;
 mod wait;
 mod warm;
 
-pub use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest};
+pub use crate::cm::{
+    CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving,
+};
 pub use connecting::Connecting;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
