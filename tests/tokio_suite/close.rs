@@ -236,13 +236,12 @@ pub(crate) fn cancelled_connects_leave_nothing_behind(f: &Fixture) {
         let mut rng = socket_support::Rng(5);
         let (mut finished, mut cancelled) = (0, 0);
         for _ in 0..50 {
-            let wait = Duration::from_micros(rng.below(20_000) as u64);
-            match tokio::time::timeout(wait, RdmaStream::connect(addr)).await {
-                Ok(s) => {
+            match super::cancellable(&mut rng, RdmaStream::connect(addr)).await {
+                Some(s) => {
                     drop(s.expect("connect"));
                     finished += 1;
                 }
-                Err(_) => cancelled += 1,
+                None => cancelled += 1,
             }
         }
         eprintln!("{finished} connects finished, {cancelled} were cancelled");

@@ -15,8 +15,13 @@ use tokio_util::codec::{Framed, LinesCodec};
 /// writes its own message, the server echoes it, the client reads it back.
 pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fixture) {
     let connections = f.concurrent_connections();
+    // Every connect starts at once: the listen backlog holds them all.
+    let opts = rdmasock::SocketOptions::builder()
+        .backlog(2 * connections as u32)
+        .build()
+        .unwrap();
     current_thread(async {
-        let (l, addr) = f.listener().await;
+        let (l, addr) = f.listener_with(&opts).await;
         let server = tokio::spawn(async move {
             let mut echoes = Vec::new();
             for _ in 0..connections {
@@ -268,7 +273,7 @@ pub(crate) fn cancelled_reads_and_writes_lose_no_byte(f: &Fixture) {
                 super::fill(&mut data, &mut buf[..n]);
                 // Not written when cancelled: the same bytes are not sent again (the next
                 // piece is new data), so a lost or doubled byte shows in the comparison.
-                match cancellable(&mut rng, client.write(&buf[..n])).await {
+                match super::cancellable(&mut rng, client.write(&buf[..n])).await {
                     Some(r) => {
                         let n = r.expect("write");
                         sent.extend_from_slice(&buf[..n]);
@@ -290,7 +295,7 @@ pub(crate) fn cancelled_reads_and_writes_lose_no_byte(f: &Fixture) {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             let want = 1 + rng.below(buf.len());
-            match cancellable(&mut rng, server.read(&mut buf[..want])).await {
+            match super::cancellable(&mut rng, server.read(&mut buf[..want])).await {
                 Some(r) => {
                     let n = r.expect("read");
                     if n == 0 {
@@ -320,27 +325,4 @@ pub(crate) fn cancelled_reads_and_writes_lose_no_byte(f: &Fixture) {
             "the bytes read are the bytes written, in order"
         );
     });
-}
-
-/// Runs `call` to its end, or cancels it (drops it) at a random point: after its first poll
-/// when that did not finish it, or when a timeout of up to 2 ms runs out. `None`: cancelled
-/// (and the task yields, so that the peer's task runs).
-async fn cancellable<T>(
-    rng: &mut super::socket_support::Rng,
-    call: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    let mut call = std::pin::pin!(call);
-    let finished = if rng.below(2) == 0 {
-        match futures::poll!(call.as_mut()) {
-            std::task::Poll::Ready(v) => Some(v),
-            std::task::Poll::Pending => None,
-        }
-    } else {
-        let wait = Duration::from_micros(rng.below(2000) as u64);
-        tokio::time::timeout(wait, call).await.ok()
-    };
-    if finished.is_none() {
-        tokio::task::yield_now().await;
-    }
-    finished
 }

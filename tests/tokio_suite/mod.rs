@@ -276,3 +276,26 @@ pub(crate) async fn fds_settle(at_most: usize, within: Duration) -> usize {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Runs `call` to its end, or cancels it (drops it) at a random point: after its first poll
+/// when that did not finish it, or when a timeout of up to 2 ms runs out. `None`: cancelled
+/// (and the task yields, so that the peer's task runs).
+pub(crate) async fn cancellable<T>(
+    rng: &mut Rng,
+    call: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let mut call = std::pin::pin!(call);
+    let finished = if rng.below(2) == 0 {
+        match futures::poll!(call.as_mut()) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
+    } else {
+        let wait = Duration::from_micros(rng.below(2000) as u64);
+        tokio::time::timeout(wait, call).await.ok()
+    };
+    if finished.is_none() {
+        tokio::task::yield_now().await;
+    }
+    finished
+}
