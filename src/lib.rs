@@ -145,7 +145,6 @@ pub mod protocol;
 mod registry;
 pub mod socket;
 #[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 
 pub use registry::{

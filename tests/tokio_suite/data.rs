@@ -22,6 +22,7 @@ pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fi
         .unwrap();
     current_thread(async {
         let (l, addr) = f.listener_with(&opts).await;
+        let threads_before = threads();
         let server = tokio::spawn(async move {
             let mut echoes = Vec::new();
             for _ in 0..connections {
@@ -38,6 +39,15 @@ pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fi
                     s.shutdown().await.expect("server shutdown");
                 }));
             }
+            // Every connection is open now (the clients wait for their echoes): no thread
+            // per stream. The threads there are: this runtime's one, the readiness thread,
+            // and blocking-pool threads running closes of streams done already.
+            let threads_open = threads();
+            eprintln!("threads: {threads_before} before, {threads_open} with {connections} streams");
+            assert!(
+                threads_open < threads_before + connections / 4,
+                "{threads_open} threads with {connections} streams (before: {threads_before})"
+            );
             for e in echoes {
                 e.await.expect("echo task");
             }
@@ -325,4 +335,9 @@ pub(crate) fn cancelled_reads_and_writes_lose_no_byte(f: &Fixture) {
             "the bytes read are the bytes written, in order"
         );
     });
+}
+
+/// This process's threads.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
 }
