@@ -15,9 +15,12 @@ use tokio_util::codec::{Framed, LinesCodec};
 /// writes its own message, the server echoes it, the client reads it back.
 pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fixture) {
     let connections = f.concurrent_connections();
-    // Every connect starts at once: the listen backlog holds them all.
+    // Every connect starts at once: the listen backlog holds them all, and the connect
+    // timeout leaves room for one thread setting up both ends of them all (under the VM's
+    // emulation each end's queue pair and rings take tens of milliseconds).
     let opts = rdmasock::SocketOptions::builder()
         .backlog(2 * connections as u32)
+        .connect_timeout(Duration::from_secs(120))
         .build()
         .unwrap();
     current_thread(async {
@@ -43,7 +46,9 @@ pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fi
             // per stream. The threads there are: this runtime's one, the readiness thread,
             // and blocking-pool threads running closes of streams done already.
             let threads_open = threads();
-            eprintln!("threads: {threads_before} before, {threads_open} with {connections} streams");
+            eprintln!(
+                "threads: {threads_before} before, {threads_open} with {connections} streams"
+            );
             assert!(
                 threads_open < threads_before + connections / 4,
                 "{threads_open} threads with {connections} streams (before: {threads_before})"
@@ -54,8 +59,11 @@ pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fi
         });
         let clients: Vec<_> = (0..connections)
             .map(|i| {
+                let opts = opts.clone();
                 tokio::spawn(async move {
-                    let mut c = RdmaStream::connect(addr).await.expect("connect");
+                    let mut c = RdmaStream::connect_with(addr, &opts)
+                        .await
+                        .expect("connect");
                     let message = format!("message {i} of many, {}", "x".repeat(i * 7));
                     c.write_all(message.as_bytes()).await.expect("client write");
                     c.shutdown().await.expect("client shutdown");
