@@ -172,9 +172,11 @@ pub use rdmasock_verbs as verbs;
 pub mod protocol;
 mod registry;
 pub mod socket;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 pub use registry::{
     connection_manager, connection_manager_for, default_registry, device_list, listed_devices,
     open_device, registry_for, ProviderChoice, ProviderKind, PROVIDER_ENV,
 };
-pub use socket::{RdmaListener, RdmaSocket, SocketOptions};
+pub use socket::{Connecting, RdmaListener, RdmaSocket, SocketOptions};

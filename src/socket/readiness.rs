@@ -58,6 +58,9 @@ pub(crate) struct ReadyFds {
     enroll_error: Mutex<Option<io::Error>>,
     /// Which of `read` and `write` are registered with mio.
     mio: Mutex<(bool, bool)>,
+    /// A nonblocking flush waits until every posted send completed (the async adapter's
+    /// `poll_flush`); it shares the write fd with writes.
+    flush_waiting: AtomicBool,
     /// The hub's token for this socket, once registered.
     hub_id: Mutex<Option<usize>>,
 }
@@ -93,6 +96,7 @@ impl ReadyFds {
             enroll_failed: AtomicBool::new(false),
             enroll_error: Mutex::new(None),
             mio: Mutex::new((false, false)),
+            flush_waiting: AtomicBool::new(false),
             hub_id: Mutex::new(None),
         })
     }
@@ -142,21 +146,34 @@ impl ReadyFds {
         }
     }
 
+    /// A nonblocking flush found sends still in flight: the write fd stops being writable
+    /// until they have all completed (or a write that returned `WouldBlock` can go on).
+    pub(crate) fn flush_blocked(&self) {
+        // EAGAIN means it was at FULL already.
+        let _ = self.write.write(FULL);
+        self.flush_waiting.store(true, Ordering::SeqCst);
+    }
+
     /// Whether a direction waits for its edge (only after a `WouldBlock` or a registration):
     /// when none does, there is nothing to report and the readiness need not be computed.
     pub(crate) fn waiting(&self) -> bool {
         self.read_waiting.load(Ordering::SeqCst)
             || self.write_waiting.load(Ordering::SeqCst)
             || self.notice_waiting.load(Ordering::SeqCst)
+            || self.flush_waiting.load(Ordering::SeqCst)
     }
 
-    /// Raises the fd of each waited-for direction that `readable`/`writable` now allow.
-    pub(crate) fn update(&self, readable: bool, writable: bool) {
+    /// Raises the fd of each waited-for direction that `readable`/`writable` now allow; the
+    /// write fd also when a flush waits and `flushed` (every posted send completed) holds.
+    pub(crate) fn update(&self, readable: bool, writable: bool, flushed: bool) {
         if readable && self.read_waiting.swap(false, Ordering::SeqCst) {
             self.raise_read();
         }
-        if writable && self.write_waiting.swap(false, Ordering::SeqCst) {
-            // Back to zero: writable, one edge.
+        let write_edge = writable && self.write_waiting.swap(false, Ordering::SeqCst);
+        let flush_edge = flushed && self.flush_waiting.swap(false, Ordering::SeqCst);
+        if write_edge || flush_edge {
+            // Back to zero: writable, one edge (a flush waiter that was not done yet looks
+            // again and blocks anew).
             let _ = self.write.read();
         }
         if writable && self.notice_waiting.swap(false, Ordering::SeqCst) {
@@ -191,13 +208,14 @@ impl ReadyFds {
 
     /// The eventfd that turns readable when a read that returned `WouldBlock` can go on
     /// (edge: reading it back to zero is the socket's business, on the next `WouldBlock`).
-    #[allow(dead_code)]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn read_fd(&self) -> BorrowedFd<'_> {
         self.read.as_fd()
     }
 
-    /// The eventfd that turns writable when a write that returned `WouldBlock` can go on.
-    #[allow(dead_code)]
+    /// The eventfd that turns writable when a write that returned `WouldBlock` can go on, or
+    /// a flush that found sends in flight can ([`ReadyFds::flush_blocked`]).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn write_fd(&self) -> BorrowedFd<'_> {
         self.write.as_fd()
     }

@@ -286,7 +286,8 @@ impl Shared {
             return;
         }
         let r = g.readiness();
-        self.ready.update(r.readable, r.writable);
+        let flushed = r.error || g.engine.all_sends_done();
+        self.ready.update(r.readable, r.writable, flushed);
     }
 
     /// A nonblocking call must wait: reports what is possible, marks its direction as
@@ -301,6 +302,33 @@ impl Shared {
         io::ErrorKind::WouldBlock.into()
     }
 
+    /// One nonblocking look at a flush, for the async adapter: `true` once every written byte
+    /// was placed in the peer's memory (or the connection failed: the next read or write
+    /// says so, as after a blocking flush). Otherwise the queue is armed, the write fd goes
+    /// quiet, and it turns writable when the sends have completed; `false`.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn try_flush(&self) -> io::Result<bool> {
+        let mut g = self.lock();
+        loop {
+            match g.engine.flush() {
+                Ok(()) => {
+                    drop(g);
+                    self.notify();
+                    return Ok(true);
+                }
+                Err(StreamError::WouldBlock) => {}
+                Err(e) => return Err(g.io_error(e)),
+            }
+            if g.progress()? || g.arm()? {
+                continue;
+            }
+            self.ready.flush_blocked();
+            self.report(&g);
+            self.wake_others(&g);
+            return Ok(false);
+        }
+    }
+
     /// The readiness hub saw an event on the completion channel or the rdma_cm fd: drain,
     /// re-arm and drain again, then report.
     pub(crate) fn progress_for_readiness(&self) {
@@ -308,7 +336,7 @@ impl Shared {
         match g.arm() {
             Ok(_) => self.report(&g),
             // The next call fails with it: wake both directions to make it.
-            Err(_) => self.ready.update(true, true),
+            Err(_) => self.ready.update(true, true, true),
         }
         self.wake_others(&g);
     }

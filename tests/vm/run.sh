@@ -109,6 +109,8 @@ if [ $# -eq 0 ]; then
   echo "vm: building the tests and examples ($profile profile)" >&2
   artifacts=$(mktemp)
   trap 'rm -f "$artifacts"' EXIT
+  # with the tokio adapter (tests/vm_tokio.rs needs it), as tests/run.sh builds the host's
+  flags+=(--features rdmasock/tokio)
   cargo test --workspace --no-run "${flags[@]}" --message-format=json-render-diagnostics > "$artifacts" \
     || die "cargo test --no-run failed"
   cargo build --workspace --examples "${flags[@]}" || die "cargo build --examples failed"

@@ -1,0 +1,78 @@
+//! [`RdmaStream`] and [`RdmaListener`] for the [tokio] runtime (cargo feature `tokio`), shaped
+//! like `tokio::net`'s `TcpStream` and `TcpListener`: swap the type names and keep the code.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use rdmasock::tokio::{RdmaListener, RdmaStream};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! let listener = RdmaListener::bind("127.0.0.1:0").await?;
+//! let address = listener.local_addr()?;
+//! let server = tokio::spawn(async move {
+//!     let (mut stream, _peer) = listener.accept().await?;
+//!     let mut request = [0; 4];
+//!     stream.read_exact(&mut request).await?;
+//!     stream.write_all(b"pong").await?;
+//!     stream.shutdown().await
+//! });
+//!
+//! let mut client = RdmaStream::connect(address).await?;
+//! client.write_all(b"ping").await?;
+//! let mut reply = [0; 4];
+//! client.read_exact(&mut reply).await?;
+//! assert_eq!(&reply, b"pong");
+//! server.await.unwrap()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## How readiness reaches the runtime
+//!
+//! A stream hands tokio's reactor (`AsyncFd`) its socket's two readiness eventfds: one
+//! turns readable when a read that returned `WouldBlock` can go on, the other writable when
+//! a write (or a flush) can. The per-process readiness thread (`rdmasock-mio`, the one
+//! [`mio`] registrations use) watches the completion channels and rdma_cm fds of every
+//! stream, makes their progress and raises those eventfds; every call into a stream reports
+//! what its own progress made possible as well. A process with streams therefore has the
+//! runtime's threads, that one readiness thread, and the runtime's blocking pool for the one
+//! thing that must not run on a worker: the graceful close of a dropped stream. No thread
+//! per stream.
+//!
+//! A connect is a [`Connecting`](crate::Connecting) whose fd the reactor watches, with a
+//! timer for its deadline (the runtime needs its time driver, as `enable_all` gives it).
+//!
+//! A listener hands the reactor an epoll instance of its own (a [`mio::Poll`]) watching the
+//! listening rdma_cm fd, the fds of the connections whose handshake still runs and a timer
+//! for their bounds, and accepts nonblocking: a client that stalls its handshake holds up no
+//! other.
+//!
+//! ## Where it differs from `tokio::net`
+//!
+//! * [`poll_flush`](::tokio::io::AsyncWrite::poll_flush) (`flush().await`) completes when
+//!   every byte written was placed in the peer's memory, as the blocking socket's `flush`
+//!   does; `TcpStream`'s completes at once.
+//! * [`poll_shutdown`](::tokio::io::AsyncWrite::poll_shutdown) (`shutdown().await`) is a
+//!   half-close: end-of-stream goes after the data already written, and it completes once
+//!   all of it is in the peer's memory. Reading goes on.
+//! * Dropping a stream never blocks the runtime: the graceful close (end-of-stream, the
+//!   disconnect handshake, bounded by the options' close timeout) runs on the runtime's
+//!   blocking pool (inline when no runtime is current). Call `shutdown().await` to know
+//!   when the peer has the bytes.
+//! * Errors carry the same text as [`RdmaSocket`](crate::RdmaSocket)'s.
+//!
+//! Cancellation safety is as tokio documents for `TcpStream`: `read`, `write`, `readable`,
+//! `writable`, `ready`, `peek` and `accept` may be dropped at any await without losing
+//! bytes or connections (a `write` that did not complete wrote nothing); `connect` dropped
+//! half-way leaves nothing behind.
+#![forbid(unsafe_code)]
+
+mod connect;
+mod events;
+mod listener;
+mod split;
+mod stream;
+
+pub use listener::RdmaListener;
+pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use stream::RdmaStream;
