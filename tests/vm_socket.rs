@@ -19,6 +19,11 @@ mod rxe {
         fixture: crate::conformance::Fixture::rxe();
         attributes: [#[ignore = "needs the VM: run tests/vm/run.sh"]];
         cases: [
+            connect_start_polled_until_connected_then_data_both_ways,
+            connect_start_refused_says_what_connect_says,
+            connect_start_to_a_black_hole_times_out_at_the_deadline,
+            dropping_connect_start_at_each_stage_leaks_nothing,
+            sixty_four_connect_starts_on_one_thread_driven_by_poll,
             connect_accept_echo,
             ipv6_connect_accept_echo_and_stream,
             large_stream_each_way_at_once_checked_by_hash,

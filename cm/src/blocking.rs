@@ -128,6 +128,34 @@ impl CmId {
         param: &ConnectionParameters,
         timeout: Duration,
     ) -> Result<ConnectionParameters> {
+        self.start_connect_with(qp, param)?;
+        let event = self.wait_for("CONNECT_RESPONSE", timeout)?;
+        self.finish_connect_with(qp, event)
+    }
+
+    /// CONNECT carrying `qp`'s number, without waiting: the first half of
+    /// [`connect_blocking`](Self::connect_blocking) with a QP;
+    /// [`finish_connect_qp`](Self::finish_connect_qp) takes the id's next event.
+    pub fn start_connect_qp(&self, qp: &QueuePair, param: &ConnectionParameters) -> Result<()> {
+        self.start_connect_with(Some(qp), param)
+    }
+
+    /// The second half of [`connect_blocking`](Self::connect_blocking) with a QP, given the
+    /// id's next event after CONNECT: moves `qp` to RTS and returns the peer's parameters, or
+    /// moves it to ERR and returns the error the event means.
+    pub fn finish_connect_qp(
+        &self,
+        qp: &QueuePair,
+        event: CmEvent,
+    ) -> Result<ConnectionParameters> {
+        self.finish_connect_with(Some(qp), event)
+    }
+
+    fn start_connect_with(
+        &self,
+        qp: Option<&QueuePair>,
+        param: &ConnectionParameters,
+    ) -> Result<()> {
         let param = match qp {
             Some(qp) => ConnectionParameters {
                 qp_num: qp.qp_num(),
@@ -135,8 +163,15 @@ impl CmId {
             },
             None => param.clone(),
         };
-        self.connect(&param)?;
-        match self.wait_for("CONNECT_RESPONSE", timeout)? {
+        self.connect(&param)
+    }
+
+    fn finish_connect_with(
+        &self,
+        qp: Option<&QueuePair>,
+        event: CmEvent,
+    ) -> Result<ConnectionParameters> {
+        match event {
             CmEvent::ConnectResponse { param: peer } => {
                 match qp {
                     Some(qp) => self.establish_qp(qp)?,

@@ -49,4 +49,6 @@ pub use event::{
     ChannelEvent, CmEvent, CmIdToken, ConnectRequest, ConnectionParameters, RejectReason,
 };
 pub use id::{AddressInfo, CmId, RouteInfo};
-pub use manager::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm};
+pub use manager::{
+    CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, KernelCm, Resolving,
+};

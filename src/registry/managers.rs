@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use super::{ProviderChoice, ProviderKind};
-use rdmasock_cm::{CmEndpoint, CmListener, ConnectionManager, KernelCm};
+use rdmasock_cm::{CmEndpoint, CmListener, ConnectionManager, KernelCm, Resolving};
 use rdmasock_uiwarp::UiwarpCm;
 use std::io;
 use std::net::SocketAddr;
@@ -129,11 +129,67 @@ impl ConnectionManager for AutoCm {
         )
     }
 
+    fn start_resolve(
+        &self,
+        dst: SocketAddr,
+        from_free_port: bool,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn Resolving>> {
+        let fallback = forced()?.is_none();
+        self.pick(
+            dst,
+            || {
+                let inner = KernelCm.start_resolve(dst, from_free_port, timeout)?;
+                Ok(Box::new(AutoResolving {
+                    dst,
+                    timeout,
+                    inner,
+                    fallback,
+                }) as Box<dyn Resolving>)
+            },
+            || UiwarpCm.start_resolve(dst, from_free_port, timeout),
+        )
+    }
+
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
         self.pick(
             addr,
             || KernelCm.listen(addr, backlog),
             || UiwarpCm.listen(addr, backlog),
         )
+    }
+}
+
+/// A kernel resolution that falls back to the userspace provider when its address turns out
+/// to be on no kernel RDMA device (unless `RDMASOCK_PROVIDER` forced the kernel path), as
+/// [`AutoCm::resolve`] does.
+#[derive(Debug)]
+struct AutoResolving {
+    dst: SocketAddr,
+    timeout: Duration,
+    inner: Box<dyn Resolving>,
+    /// The userspace provider may still take over.
+    fallback: bool,
+}
+
+impl Resolving for AutoResolving {
+    fn event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.event_fd()
+    }
+
+    fn poll(&mut self) -> io::Result<Option<Box<dyn CmEndpoint>>> {
+        match self.inner.poll() {
+            Err(e) if self.fallback && no_kernel_device(&e) => {
+                announce(self.dst);
+                self.fallback = false;
+                self.inner = UiwarpCm.start_resolve(self.dst, false, self.timeout)?;
+                self.inner.poll()
+            }
+            r => r,
+        }
+    }
+
+    fn retry_from_free_port(&self, timeout: Duration) -> io::Result<Box<dyn Resolving>> {
+        self.inner.retry_from_free_port(timeout)
     }
 }

@@ -23,6 +23,7 @@
 mod call_wait;
 mod completions;
 mod conn;
+mod connecting;
 mod data_path;
 mod handshake;
 mod lend;
@@ -38,7 +39,10 @@ mod vectored;
 mod wait;
 mod warm;
 
-pub use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest};
+pub use crate::cm::{
+    CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving,
+};
+pub use connecting::Connecting;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
 pub use rdma_socket::RdmaSocket;

@@ -2,12 +2,12 @@
 #![forbid(unsafe_code)]
 
 use super::conn::{Connection, Resources};
-use super::handshake::rsocket_parameters;
+use super::connecting::Connecting;
 use super::options::SocketOptions;
 use super::shared::{Direction, Shared};
 use super::wait::WaitStats;
 use crate::cm::{CmEndpoint, ConnectionManager};
-use crate::protocol::{Hello, StreamError};
+use crate::protocol::StreamError;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
@@ -104,6 +104,22 @@ impl RdmaSocket {
             }
         }
         Err(last.expect("the loop tries at least one address"))
+    }
+
+    /// Starts connecting to `addr` with `opts` without blocking (through the connection
+    /// manager the registry picks, as [`connect_with`](Self::connect_with)); the returned
+    /// [`Connecting`] finishes it. One address only: trying each of several is the caller's.
+    pub fn connect_start(addr: SocketAddr, opts: &SocketOptions) -> io::Result<Connecting> {
+        Self::connect_start_via(crate::registry::connection_manager(), addr, opts)
+    }
+
+    /// [`connect_start`](Self::connect_start) through the connection manager `cm`.
+    pub fn connect_start_via(
+        cm: &dyn ConnectionManager,
+        addr: SocketAddr,
+        opts: &SocketOptions,
+    ) -> io::Result<Connecting> {
+        Connecting::start(cm, addr, opts)
     }
 
     /// The peer's address.
@@ -336,87 +352,51 @@ pub(crate) fn prepare(
     Connection::new(res, Arc::from(endpoint), opts)
 }
 
+/// A connect to one address: [`Connecting`]'s steps, with poll(2) on its fd between them.
 fn connect_one(
     cm: &dyn ConnectionManager,
     dst: SocketAddr,
     opts: &SocketOptions,
 ) -> io::Result<RdmaSocket> {
-    // Resolution and the handshake share the timeout.
-    let deadline = Instant::now() + opts.connect_timeout;
-    let mut result = connect_attempt(cm, dst, opts, deadline, false);
-    for _ in 0..PORT_RETRIES {
-        match &result {
-            Err(e) if port_taken(e) && Instant::now() < deadline => {
-                result = connect_attempt(cm, dst, opts, deadline, true);
-            }
-            _ => break,
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut connecting = Connecting::start(cm, dst, opts)?;
+    loop {
+        if let Some(socket) = connecting.poll_connect()? {
+            return Ok(socket);
+        }
+        // Rounded up, so that the wait does not end just before the deadline.
+        let left = connecting
+            .deadline()
+            .saturating_duration_since(Instant::now())
+            .as_nanos()
+            .div_ceil(1_000_000);
+        let mut fds = [PollFd::new(connecting.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(
+            &mut fds,
+            PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::other(format!("poll on the connect's fd: {e}"))),
         }
     }
-    result
 }
 
 /// How many times a connect whose source port TCP holds is tried again (see
 /// [`ConnectionManager::resolve_from_free_port`]).
-const PORT_RETRIES: usize = 3;
+pub(crate) const PORT_RETRIES: usize = 3;
 
 /// Whether a connect failed because its source port is taken in TCP's table.
-fn port_taken(e: &io::Error) -> bool {
+pub(crate) fn port_taken(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable
     )
 }
 
-/// One try of [`connect_one`]; `free_port`: from a port TCP has free (a retry).
-fn connect_attempt(
-    cm: &dyn ConnectionManager,
-    dst: SocketAddr,
-    opts: &SocketOptions,
-    deadline: Instant,
-    free_port: bool,
-) -> io::Result<RdmaSocket> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    let endpoint = if free_port {
-        cm.resolve_from_free_port(dst, left)?
-    } else {
-        cm.resolve(dst, left)?
-    };
-    let mut conn = prepare(endpoint, opts)?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!(
-                "connecting to {dst}: resolving its address and route took the whole \
-                 connect timeout ({:?})",
-                opts.connect_timeout
-            ),
-        ));
-    }
-    let peer_data = conn
-        .endpoint
-        .connect(&conn.res.qp, &rsocket_parameters(&conn.hello_bytes()), left)
-        .map_err(explain_reject)?;
-    let hello = match Hello::parse(&peer_data) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = conn.endpoint.disconnect(&conn.res.qp);
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{dst} answered with an unusable hello: {e}"),
-            ));
-        }
-    };
-    conn.connected(&hello)?;
-    conn.pump()?;
-    Ok(RdmaSocket {
-        shared: Arc::new(Shared::new(conn)?),
-    })
-}
-
 /// A rejection whose private data is a reason in text (an rdmasock listener refusing our
 /// hello, say) gets that text in its message.
-fn explain_reject(e: io::Error) -> io::Error {
+pub(crate) fn explain_reject(e: io::Error) -> io::Error {
     let reason = match e
         .get_ref()
         .and_then(|r| r.downcast_ref::<crate::cm::Error>())

@@ -35,9 +35,12 @@
 //! [`mio`] registrations use) watches the completion channels and rdma_cm fds of every
 //! stream, makes their progress and raises those eventfds; every call into a stream reports
 //! what its own progress made possible as well. A process with streams therefore has the
-//! runtime's threads, that one readiness thread, and the runtime's blocking pool for what
-//! must not run on a worker (the graceful close of a dropped stream, and the connect). No
-//! thread per stream.
+//! runtime's threads, that one readiness thread, and the runtime's blocking pool for the one
+//! thing that must not run on a worker: the graceful close of a dropped stream. No thread
+//! per stream.
+//!
+//! A connect is a [`Connecting`](crate::Connecting) whose fd the reactor watches, with a
+//! timer for its deadline (the runtime needs its time driver, as `enable_all` gives it).
 //!
 //! A listener hands the reactor an epoll instance of its own (a [`mio::Poll`]) watching the
 //! listening rdma_cm fd, the fds of the connections whose handshake still runs and a timer

@@ -36,6 +36,7 @@ pub(crate) mod vm_support;
 
 mod close;
 mod connect;
+mod connect_start;
 mod cycles;
 mod data;
 mod polling;
@@ -46,6 +47,8 @@ mod waits;
 pub(crate) use close::*;
 #[allow(unused_imports)]
 pub(crate) use connect::*;
+#[allow(unused_imports)]
+pub(crate) use connect_start::*;
 #[allow(unused_imports)]
 pub(crate) use cycles::*;
 #[allow(unused_imports)]

@@ -1,13 +1,14 @@
 //! The kernel's rdma_cm as a [`ConnectionManager`]: one event channel per connection.
 #![forbid(unsafe_code)]
 
-use super::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest};
+use super::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving};
 use crate::{CmEvent, CmId, ConnectionParameters, EventChannel};
 use rdmasock_verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair, Transport};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// The kernel's rdma_cm (`/dev/infiniband/rdma_cm`), one event channel per connection.
@@ -25,6 +26,28 @@ impl ConnectionManager for KernelCm {
         timeout: Duration,
     ) -> io::Result<Box<dyn CmEndpoint>> {
         kernel_resolve(Some(free_tcp_port_toward(dst)?), dst, timeout)
+    }
+
+    fn start_resolve(
+        &self,
+        dst: SocketAddr,
+        from_free_port: bool,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn Resolving>> {
+        let src = match from_free_port {
+            true => Some(free_tcp_port_toward(dst)?),
+            false => None,
+        };
+        let channel = EventChannel::open()?;
+        let id = CmId::new(&channel)?;
+        id.resolve_addr(src, dst, timeout)?;
+        Ok(Box::new(KernelResolving {
+            channel,
+            id: Some(id),
+            dst,
+            route_started: false,
+            timeout,
+        }))
     }
 
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
@@ -59,6 +82,55 @@ fn kernel_resolve(
     Ok(Box::new(KernelEndpoint::new(id, true)))
 }
 
+/// A kernel rdma_cm id whose address, then route, is being resolved.
+#[derive(Debug)]
+struct KernelResolving {
+    channel: EventChannel,
+    /// Handed over to the endpoint once resolved.
+    id: Option<CmId>,
+    dst: SocketAddr,
+    /// RESOLVE_ROUTE was sent (ADDR_RESOLVED came).
+    route_started: bool,
+    timeout: Duration,
+}
+
+impl Resolving for KernelResolving {
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        self.channel.as_fd()
+    }
+
+    fn poll(&mut self) -> io::Result<Option<Box<dyn CmEndpoint>>> {
+        let Some(id) = &self.id else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the resolution was handed over already",
+            ));
+        };
+        while let Some(ev) = id.channel().try_get_event()? {
+            if ev.id != id.token() {
+                continue;
+            }
+            match (self.route_started, ev.event) {
+                (false, CmEvent::AddrResolved) => {
+                    id.resolve_route(self.timeout)?;
+                    self.route_started = true;
+                }
+                (true, CmEvent::RouteResolved) => {
+                    let id = self.id.take().expect("checked above");
+                    return Ok(Some(Box::new(KernelEndpoint::new(id, true))));
+                }
+                (false, other) => return Err(id.event_error("ADDR_RESOLVED", other).into()),
+                (true, other) => return Err(id.event_error("ROUTE_RESOLVED", other).into()),
+            }
+        }
+        Ok(None)
+    }
+
+    fn retry_from_free_port(&self, timeout: Duration) -> io::Result<Box<dyn Resolving>> {
+        KernelCm.start_resolve(self.dst, true, timeout)
+    }
+}
+
 /// The local address the kernel routes `dst` from, with a port that TCP's table has free
 /// now: the routing is asked with an unsent UDP `connect`, the port by binding a TCP socket
 /// (without `SO_REUSEADDR`, so no port any socket holds) and closing it again.
@@ -87,6 +159,8 @@ struct KernelEndpoint {
     peer: Option<SocketAddr>,
     /// The active side (made by resolving, not by a request).
     initiator: bool,
+    /// What [`CmEndpoint::start_connect`] was given in all, for its timeout error.
+    connect_timeout: Mutex<Duration>,
 }
 
 impl KernelEndpoint {
@@ -100,6 +174,7 @@ impl KernelEndpoint {
             local,
             peer,
             initiator,
+            connect_timeout: Mutex::new(Duration::ZERO),
         }
     }
 }
@@ -118,14 +193,40 @@ impl CmEndpoint for KernelEndpoint {
         Ok(self.id.init_qp(qp)?)
     }
 
-    fn connect(
+    fn start_connect(
         &self,
         qp: &QueuePair,
         parameters: &ConnectionParameters,
         timeout: Duration,
-    ) -> io::Result<Vec<u8>> {
-        let peer = self.id.connect_blocking(Some(qp), parameters, timeout)?;
-        Ok(peer.private_data)
+    ) -> io::Result<()> {
+        *self
+            .connect_timeout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = timeout;
+        Ok(self.id.start_connect_qp(qp, parameters)?)
+    }
+
+    fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
+        while let Some(ev) = self.id.channel().try_get_event()? {
+            if ev.id != self.id.token() {
+                continue;
+            }
+            return Ok(Some(self.id.finish_connect_qp(qp, ev.event)?.private_data));
+        }
+        Ok(None)
+    }
+
+    fn connect_timed_out(&self, _qp: &QueuePair) -> io::Error {
+        let timeout = *self
+            .connect_timeout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        crate::Error::TimedOut {
+            operation: "CONNECT_RESPONSE",
+            target: self.id.describe(),
+            timeout,
+        }
+        .into()
     }
 
     fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {

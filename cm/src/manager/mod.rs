@@ -7,6 +7,11 @@
 //! between them. Callers supply what is theirs to decide: the provider registry that opens a
 //! verbs context ([`CmEndpoint::open_context`]) and the connection parameters a protocol wants
 //! ([`CmEndpoint::connect`], [`CmEndpoint::start_accept`]).
+//!
+//! The active side runs in steps that never block, for event loops: [`ConnectionManager::
+//! start_resolve`] and [`Resolving::poll`], then [`CmEndpoint::start_connect`] and
+//! [`CmEndpoint::poll_connect`], each waiting on an fd that turns readable when the next poll
+//! may get further. The blocking [`CmEndpoint::connect`] is those steps with poll(2) between.
 #![forbid(unsafe_code)]
 
 pub mod kernel;
@@ -19,7 +24,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a connection's endpoint reports after it is established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +56,31 @@ pub trait ConnectionManager: Send + Sync + fmt::Debug {
     ) -> io::Result<Box<dyn CmEndpoint>> {
         self.resolve(dst, timeout)
     }
+    /// Starts resolving `dst` (as [`resolve`](Self::resolve), or as
+    /// [`resolve_from_free_port`](Self::resolve_from_free_port) when `from_free_port`) without
+    /// blocking; the returned [`Resolving`] finishes it. The manager's own bounds use `timeout`;
+    /// the caller enforces its deadline (dropping the [`Resolving`] abandons the resolution).
+    fn start_resolve(
+        &self,
+        dst: SocketAddr,
+        from_free_port: bool,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn Resolving>>;
     /// Binds to `addr` and listens with `backlog`.
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>>;
+}
+
+/// A resolution in progress ([`ConnectionManager::start_resolve`]). Dropping it releases what
+/// it holds at once.
+pub trait Resolving: Send + Sync + fmt::Debug {
+    /// An fd that turns readable when [`poll`](Self::poll) may get further (level-triggered).
+    fn event_fd(&self) -> BorrowedFd<'_>;
+    /// Moves the resolution on without blocking: `Ok(Some(endpoint))` once resolved (once
+    /// only), `Ok(None)` while it runs, an error when it failed.
+    fn poll(&mut self) -> io::Result<Option<Box<dyn CmEndpoint>>>;
+    /// A new resolution of the same address by the same manager, from a port TCP has free (see
+    /// [`ConnectionManager::resolve_from_free_port`]), for a connect whose port was taken.
+    fn retry_from_free_port(&self, timeout: Duration) -> io::Result<Box<dyn Resolving>>;
 }
 
 /// One connection's endpoint, bound to a device.
@@ -66,12 +94,51 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     fn init_qp(&self, qp: &QueuePair) -> io::Result<()>;
     /// Active side: connects `qp` with `parameters` (their private data included; a manager
     /// uses the fields its transport has); returns the peer's private data once `qp` can send.
+    /// The steps [`start_connect`](Self::start_connect) and
+    /// [`poll_connect`](Self::poll_connect), with poll(2) on
+    /// [`connect_fd`](Self::connect_fd) between them, bounded by `timeout`.
     fn connect(
         &self,
         qp: &QueuePair,
         parameters: &ConnectionParameters,
         timeout: Duration,
-    ) -> io::Result<Vec<u8>>;
+    ) -> io::Result<Vec<u8>> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.start_connect(qp, parameters, timeout)?;
+        loop {
+            if let Some(peer) = self.poll_connect(qp)? {
+                return Ok(peer);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(self.connect_timed_out(qp));
+            }
+            wait_readable(self.connect_fd(), left)?;
+        }
+    }
+    /// Active side, without blocking: starts connecting `qp` with `parameters` (as
+    /// [`connect`](Self::connect)); [`poll_connect`](Self::poll_connect) finishes it.
+    /// `timeout` is what the connect is given in all (for the manager's own bounds and its
+    /// timeout error); the caller enforces it.
+    fn start_connect(
+        &self,
+        qp: &QueuePair,
+        parameters: &ConnectionParameters,
+        timeout: Duration,
+    ) -> io::Result<()>;
+    /// Active side, after [`start_connect`](Self::start_connect): `Ok(Some(private_data))`
+    /// with the peer's private data once `qp` can send, `Ok(None)` while the connect runs
+    /// ([`connect_fd`](Self::connect_fd) turns readable when that may have changed), an error
+    /// when it failed. Does not block.
+    fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>>;
+    /// The error of a connect whose time ran out before [`poll_connect`](Self::poll_connect)
+    /// finished it (the manager's own words, naming the peer); also stops the attempt.
+    fn connect_timed_out(&self, qp: &QueuePair) -> io::Error;
+    /// An fd that turns readable when [`poll_connect`](Self::poll_connect) may get further
+    /// (level-triggered). By default the [`event_fd`](Self::event_fd).
+    fn connect_fd(&self) -> BorrowedFd<'_> {
+        self.event_fd()
+    }
     /// Passive side: readies `qp` and accepts with `parameters`, without waiting; then
     /// [`poll_accept`](Self::poll_accept) tells when the connection is established.
     fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()>;
@@ -141,4 +208,25 @@ pub trait CmListener: Send + Sync + fmt::Debug {
     fn event_fd(&self) -> BorrowedFd<'_>;
     /// The bound address (with the chosen port).
     fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// Waits until `fd` is readable or `timeout` (`None`: forever) passes; an interrupted wait
+/// returns early too (the caller polls again).
+fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let ms = match timeout {
+        None => PollTimeout::NONE,
+        // Rounded up, so that the wait does not end just before the deadline.
+        Some(t) => {
+            PollTimeout::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match nix::poll::poll(&mut fds, ms) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(io::Error::new(
+            io::ErrorKind::Other,
+            format!("poll on the connection manager's fd: {e}"),
+        )),
+    }
 }

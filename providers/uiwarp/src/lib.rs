@@ -35,6 +35,9 @@ pub mod protocol;
 pub mod provider;
 pub mod wire;
 
-pub use driver::{accepted, connect, disconnect, Notice, Rejected, UiwarpListener, UiwarpRequest};
+pub use driver::{
+    accepted, connect, dial_watcher, disconnect, Dial, Notice, Rejected, UiwarpListener,
+    UiwarpRequest,
+};
 pub use manager::UiwarpCm;
 pub use provider::{device_info, UiwarpProvider, DEVICE_NAME, DRIVER_NAME};

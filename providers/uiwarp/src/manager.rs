@@ -7,10 +7,12 @@
 #![forbid(unsafe_code)]
 
 use crate::driver::Endpoint;
-use crate::{Notice, Rejected, UiwarpListener, UiwarpProvider, UiwarpRequest};
+use crate::{Dial, Notice, Rejected, UiwarpListener, UiwarpProvider, UiwarpRequest};
+use nix::sys::epoll::Epoll;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_cm::{
     CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters, IncomingRequest,
+    Resolving,
 };
 use rdmasock_verbs::provider::Provider;
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes};
@@ -30,10 +32,51 @@ impl ConnectionManager for UiwarpCm {
         Ok(Box::new(UiwarpEndpoint::new(Some(dst), None, None)?))
     }
 
+    fn start_resolve(
+        &self,
+        dst: SocketAddr,
+        _from_free_port: bool,
+        _timeout: Duration,
+    ) -> io::Result<Box<dyn Resolving>> {
+        Ok(Box::new(UiwarpResolving {
+            dst,
+            endpoint: Some(Box::new(UiwarpEndpoint::new(Some(dst), None, None)?)),
+            ready: EventFd::from_value_and_flags(
+                1,
+                EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+            )?,
+        }))
+    }
+
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
         Ok(Box::new(UiwarpCmListener {
             listener: UiwarpListener::bind(addr, backlog)?,
         }))
+    }
+}
+
+/// A resolution on uiwarp0, which has nothing to resolve: done at once (TCP finds the route
+/// when it connects).
+#[derive(Debug)]
+struct UiwarpResolving {
+    dst: SocketAddr,
+    endpoint: Option<Box<dyn CmEndpoint>>,
+    /// Readable while the endpoint waits to be taken.
+    ready: EventFd,
+}
+
+impl Resolving for UiwarpResolving {
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        self.ready.as_fd()
+    }
+
+    fn poll(&mut self) -> io::Result<Option<Box<dyn CmEndpoint>>> {
+        let _ = self.ready.read();
+        Ok(self.endpoint.take())
+    }
+
+    fn retry_from_free_port(&self, timeout: Duration) -> io::Result<Box<dyn Resolving>> {
+        UiwarpCm.start_resolve(self.dst, true, timeout)
     }
 }
 
@@ -46,6 +89,10 @@ struct UiwarpEndpoint {
     qp: OnceLock<Arc<Endpoint>>,
     /// Stands in for the QP's notice fd until the QP exists; never readable.
     idle: EventFd,
+    /// The active side's connect while it runs.
+    dial: Mutex<Option<Dial>>,
+    /// What the active side's connect waits for (see [`crate::dial_watcher`]), once it started.
+    dial_watcher: OnceLock<Epoll>,
 }
 
 impl UiwarpEndpoint {
@@ -60,6 +107,8 @@ impl UiwarpEndpoint {
             request: Mutex::new(request),
             qp: OnceLock::new(),
             idle: EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?,
+            dial: Mutex::new(None),
+            dial_watcher: OnceLock::new(),
         })
     }
 
@@ -125,19 +174,53 @@ impl CmEndpoint for UiwarpEndpoint {
         Ok(())
     }
 
-    fn connect(
+    fn start_connect(
         &self,
         qp: &QueuePair,
         parameters: &ConnectionParameters,
         timeout: Duration,
-    ) -> io::Result<Vec<u8>> {
+    ) -> io::Result<()> {
         let dst = self.peer.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a passive endpoint cannot connect",
             )
         })?;
-        crate::connect(qp, dst, &parameters.private_data, timeout).map_err(explain)
+        if self.dial_watcher.get().is_none() {
+            let _ = self.dial_watcher.set(crate::dial_watcher()?);
+        }
+        let watcher = self.dial_watcher.get().expect("set above");
+        let dial = Dial::start(qp, dst, &parameters.private_data, timeout, watcher)?;
+        *self.dial.lock().expect("uiwarp dial lock") = Some(dial);
+        Ok(())
+    }
+
+    fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
+        let mut dial = self.dial.lock().expect("uiwarp dial lock");
+        let (Some(watcher), Some(dial)) = (self.dial_watcher.get(), dial.as_mut()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no connect runs on this endpoint (start_connect first)",
+            ));
+        };
+        dial.poll(qp, watcher).map_err(explain)
+    }
+
+    fn connect_timed_out(&self, qp: &QueuePair) -> io::Error {
+        match self.dial.lock().expect("uiwarp dial lock").take() {
+            Some(dial) => dial.timed_out(qp),
+            None => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no connect runs on this endpoint (start_connect first)",
+            ),
+        }
+    }
+
+    fn connect_fd(&self) -> BorrowedFd<'_> {
+        match self.dial_watcher.get() {
+            Some(w) => w.0.as_fd(),
+            None => self.event_fd(),
+        }
     }
 
     fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {

@@ -40,7 +40,7 @@ impl fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-fn core_error(e: ProtocolError) -> io::Error {
+pub(super) fn core_error(e: ProtocolError) -> io::Error {
     let kind = match e {
         ProtocolError::PrivateDataTooLong { .. } => io::ErrorKind::InvalidInput,
         _ => io::ErrorKind::Other,
@@ -53,7 +53,7 @@ pub fn endpoint(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
     endpoint_of(qp)
 }
 
-fn endpoint_of(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
+pub(super) fn endpoint_of(qp: &QueuePair) -> io::Result<Arc<Endpoint>> {
     qp.ops()
         .as_any()
         .downcast_ref::<Arc<Endpoint>>()
@@ -79,7 +79,7 @@ fn crc_wanted() -> bool {
     std::env::var("RDMASOCK_UIWARP_CRC").map_or(true, |v| v != "0")
 }
 
-fn config_for(socket: &std::net::TcpStream) -> Config {
+pub(super) fn config_for(socket: &std::net::TcpStream) -> Config {
     let mss = socket2::SockRef::from(socket).mss().unwrap_or(1460) as usize;
     Config {
         mulpdu: Config::mulpdu_for_mss(mss),
@@ -137,98 +137,8 @@ pub fn accepted(qp: &QueuePair) -> io::Result<bool> {
     }
 }
 
-fn deadline_of(timeout: Duration) -> Option<Instant> {
+pub(super) fn deadline_of(timeout: Duration) -> Option<Instant> {
     Instant::now().checked_add(timeout)
-}
-
-/// Connects `qp` (on uiwarp0, in INIT or RESET) to the iWARP listener at `dst`: TCP connect,
-/// MPA request with `private_data`, reply, RTR. Returns the peer's private data once `qp` is
-/// in RTS. Receives posted before are kept.
-pub fn connect(
-    qp: &QueuePair,
-    dst: SocketAddr,
-    private_data: &[u8],
-    timeout: Duration,
-) -> io::Result<Vec<u8>> {
-    let endpoint = endpoint_of(qp)?;
-    let engine = engine()?;
-    let deadline = deadline_of(timeout);
-    {
-        let st = endpoint.lock();
-        if st.link.is_some() || st.qp_state == QpState::Error {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "QP {} is already connected or in error: use a new QP",
-                    endpoint.qpn
-                ),
-            ));
-        }
-    }
-    let stream = std::net::TcpStream::connect_timeout(&dst, timeout).map_err(|e| {
-        let hint = if e.kind() == io::ErrorKind::ConnectionRefused {
-            ": nothing listens on that TCP port (start the server first)"
-        } else {
-            ""
-        };
-        io::Error::new(e.kind(), format!("TCP connect to {dst} failed: {e}{hint}"))
-    })?;
-    stream.set_nodelay(true)?;
-    stream.set_nonblocking(true)?;
-    let mut config = config_for(&stream);
-    config.qp_number = endpoint.qpn;
-    config.max_send_requests = endpoint.caps.max_send_wr as usize;
-    config.max_recv_requests = endpoint.caps.max_recv_wr as usize;
-    let mut conn =
-        Connection::initiator(config, private_data, Instant::now()).map_err(core_error)?;
-    let mut st = endpoint.lock();
-    for r in st.early_recvs.drain(..) {
-        conn.post_recv(r).map_err(core_error)?;
-    }
-    if st.user_timeout.is_some() {
-        super::link::set_user_timeout(&stream, st.user_timeout)?;
-    }
-    let token = engine.add(Target::Endpoint(endpoint.clone()));
-    let mut link = Link::new(conn, mio::net::TcpStream::from_std(stream), token);
-    link.register(engine)?;
-    st.local = link.local;
-    st.peer = link.peer;
-    st.link = Some(link);
-    st.outcome = Outcome::Connecting;
-    endpoint.watch_socket(&st);
-    endpoint.drive(&mut st, engine);
-    drop(st);
-    match wait_outcome(&endpoint, deadline) {
-        Outcome::Established(pd) => {
-            qp.assume_state(QpState::ReadyToSend);
-            Ok(pd)
-        }
-        Outcome::Rejected(pd) => {
-            close_endpoint(&endpoint, engine);
-            Err(io::Error::new(
-                io::ErrorKind::ConnectionRefused,
-                Rejected {
-                    peer: dst,
-                    private_data: pd,
-                },
-            ))
-        }
-        Outcome::Failed(why) => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            format!("iWARP connection to {dst} failed: {why}"),
-        )),
-        Outcome::Connecting | Outcome::Idle => {
-            close_endpoint(&endpoint, engine);
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "iWARP connection to {dst}: no MPA reply within {timeout:?}; the peer took \
-                     the TCP connection but did not answer the MPA request (an overloaded \
-                     listener, or a service there that is not an iWARP listener)"
-                ),
-            ))
-        }
-    }
 }
 
 /// Disconnects `qp`: its outstanding requests are flushed, what was already handed to TCP is

@@ -20,6 +20,7 @@
 
 mod cm;
 pub(crate) mod completion;
+mod dial;
 mod doorbell;
 mod endpoint;
 mod link;
@@ -27,8 +28,9 @@ pub mod pcap;
 mod pending;
 
 pub(crate) use cm::close_endpoint;
-pub use cm::{accepted, connect, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
+pub use cm::{accepted, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
 pub use completion::{UiwarpChannel, UiwarpCq};
+pub use dial::{connect, dial_watcher, Dial};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Endpoint;
 pub use endpoint::Notice;
