@@ -42,10 +42,18 @@ async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Error
     Ok(Response::new(Full::new(body)))
 }
 
-/// Serves every connection `listener` accepts, each in a task of its own.
+/// Serves every connection `listener` accepts, each in a task of its own. A connection that
+/// fails before it is accepted (say, its peer gave up half-way) is reported and the server
+/// goes on.
 async fn serve(listener: Listener) -> Result<(), Error> {
     loop {
-        let connection = listener.accept().await?;
+        let connection = match listener.accept().await {
+            Ok(connection) => connection,
+            Err(e) => {
+                eprintln!("hyper_echo: accept: {e}");
+                continue;
+            }
+        };
         let peer = connection.peer_addr();
         tokio::spawn(async move {
             let served = hyper::server::conn::http1::Builder::new()

@@ -167,8 +167,10 @@ where
 {
     match workload {
         Workload::Latency => {
+            // the client in a task as well: both ends on the runtime's workers
             let (client, server) = pair().await;
-            async_latency(client, server, sizes.iters).await
+            let client = tokio::spawn(async_latency(client, server, sizes.iters));
+            client.await.expect("client task")
         }
         Workload::Requests(connections) => {
             let mut pairs = Vec::with_capacity(connections);
