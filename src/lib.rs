@@ -106,9 +106,37 @@
 //! [`RdmaSocket`] and [`RdmaListener`] implement [`mio::event::Source`]: register them with a
 //! [`mio::Poll`] and drive them nonblocking, as a `mio::net::TcpStream`. Readiness is
 //! edge-triggered, as mio's is: after a call returned `WouldBlock`, an event follows when
-//! that direction can go on. A pollable file descriptor of its own is not offered yet: the
-//! types do not implement `AsFd` or `AsRawFd`, so event loops other than mio cannot watch a
-//! socket directly.
+//! that direction can go on. A registration honours its interests: a socket registered for
+//! `READABLE` alone gets no writable events.
+//!
+//! ## A file descriptor for any event loop
+//!
+//! [`RdmaSocket`] and [`RdmaListener`] implement [`AsFd`](std::os::fd::AsFd) and
+//! [`AsRawFd`](std::os::fd::AsRawFd): one readiness fd per object, created with it, for
+//! poll(2), epoll or any loop that watches fds. It is not the transport (the connection is a
+//! queue pair) but an epoll instance the object owns: wait on it for readability (POLLIN)
+//! only, never read, write or close it. Level-triggered:
+//! * a socket's fd is readable while a read would not block (bytes, end of stream, or an
+//!   error to report), and after a write returned `WouldBlock`, from when writing can go on
+//!   until the next write call. One direction's `WouldBlock` never hides the other's
+//!   readiness. So a loop that polls only POLLIN reads and writes on each wakeup until both
+//!   would block; it must read bytes that wait (left unread, they keep the fd readable);
+//! * a listener's fd is readable while `accept` may go on: a request waits and the backlog
+//!   has room, a handshake moved on, or a handshake's bound passed.
+//!
+//! Readiness can be spurious (a clone took the bytes first): the call returns `WouldBlock`
+//! and the fd goes quiet until that call can go on. With edge-triggered epoll (EPOLLET),
+//! every call that returned `WouldBlock` gets an event once it can go on. Clones share their
+//! original's fd. `examples/poll_echo.rs` serves many clients on one poll(2) loop.
+//!
+//! No thread is started per socket. A process has at most two threads of rdmasock's own:
+//! the readiness thread `rdmasock-mio`, started by the first mio registration or the first
+//! `as_fd` of a socket (a socket whose fd was asked for stays under it until dropped), which
+//! waits on those sockets' completion channels and connection-manager fds, makes their
+//! progress and sends their keepalives; and `uiwarp-engine`, the userspace provider's
+//! progress thread, started when that provider is first used. Blocking calls wait on the
+//! caller's thread; the kernel devices (rxe, siw) and the rdma-core bridge add no thread of
+//! rdmasock's. A listener's fd needs neither thread.
 //!
 //! ```
 //! use mio::{Events, Interest, Poll, Token};
@@ -145,7 +173,6 @@ pub mod protocol;
 mod registry;
 pub mod socket;
 #[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 
 pub use registry::{

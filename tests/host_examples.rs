@@ -6,7 +6,8 @@
 //! * `tcp_swap` (a program written for TcpStream runs with RdmaSocket after swapping the
 //!   type names): the same program text over TCP and over RDMA must print the
 //!   same exchange;
-//! * `mio_echo local`: a mio event loop serving several clients.
+//! * `mio_echo local`: a mio event loop serving several clients;
+//! * `poll_echo local`: the same on a plain poll(2) loop over the readiness fds.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,6 +118,17 @@ fn mio_echo_local_serves_its_clients() {
     let (stdout, _) = run_example("mio_echo", &["local", "8", "4096"]);
     assert!(
         stdout.contains("8 clients connected") && stdout.contains("echoed 4096 bytes each"),
+        "{stdout}"
+    );
+}
+
+/// `poll_echo local` (a plain poll(2) loop over the listener's and the connections' fds,
+/// and its clients on another) runs on this host too.
+#[test]
+fn poll_echo_local_serves_its_clients() {
+    let (stdout, _) = run_example("poll_echo", &["local", "8", "100000"]);
+    assert!(
+        stdout.contains("8 clients connected") && stdout.contains("echoed 100000 bytes each"),
         "{stdout}"
     );
 }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/run.sh - rdmasock's one test command: the host suite, then the VM suite.
 #
-#   tests/run.sh             cargo test --workspace --features tokio --no-fail-fast, then the VM suite
+#   tests/run.sh             cargo test --workspace --no-fail-fast, then the VM suite
 #                            (tests/vm/run.sh --both: rxe0 and siw0 in a qemu VM), then
 #                            tests/vm/two-hosts.sh (two such VMs wired together)
 #   tests/run.sh --host      the host suite only (for quick iterations; CI runs both)
@@ -16,6 +16,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 2
 
 run_host=1 run_vm=1 flags=()
+# the optional tokio adapter (rdmasock::tokio, tests/tokio_uiwarp.rs) is built, linted and
+# tested with the rest; tests/vm/run.sh builds the VM tests with it too
+features=(--features rdmasock/tokio)
 for arg in "$@"; do
   case $arg in
     --host) run_vm=0 ;;
@@ -30,14 +33,12 @@ host_status=skipped vm_status=skipped vm_line=
 tests/setup.sh || { echo "tests/run.sh: setup failed"; echo "0 passed, 1 failed"; exit 1; }
 started=$SECONDS
 if [ $run_host = 1 ]; then
-  # --features tokio: rdmasock::tokio, and the examples and tests that need it
-  # (hyper_echo, grpc_echo, bench_tokio, host_tokio_examples)
-  echo "=== host suite: cargo test --workspace --features tokio --no-fail-fast ${flags[*]}"
-  if cargo test --workspace --features tokio --no-fail-fast "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
+  echo "=== host suite: cargo test --workspace --no-fail-fast ${features[*]} ${flags[*]}"
+  if cargo test --workspace --no-fail-fast "${features[@]}" "${flags[@]}"; then host_status=ok; else host_status=FAILED; fi
   echo "=== host suite: cargo fmt --check, clippy -D warnings, rustdoc -D warnings"
   cargo fmt --all -- --check || host_status=FAILED
-  cargo clippy --workspace --all-targets --features tokio "${flags[@]}" -- -D warnings || host_status=FAILED
-  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --features tokio --no-deps "${flags[@]}" || host_status=FAILED
+  cargo clippy --workspace --all-targets "${features[@]}" "${flags[@]}" -- -D warnings || host_status=FAILED
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps "${features[@]}" "${flags[@]}" || host_status=FAILED
   # host tests that need a tool .ci/run installs (tshark): run, never skipped
   echo "=== host suite: tests that need tshark"
   if ! cargo test -p rdmasock-uiwarp --test tshark "${flags[@]}" -- --ignored; then host_status=FAILED; fi

@@ -42,7 +42,9 @@ pub struct Connecting {
     watcher: Epoll,
 }
 
-/// Where a [`Connecting`] stands.
+/// Where a [`Connecting`] stands. (One per connect in flight, moved only between steps: the
+/// handshake's connection is kept inline.)
+#[allow(clippy::large_enum_variant)]
 enum Stage {
     /// The connection manager resolves the address and the route.
     Resolving(Box<dyn Resolving>),

@@ -16,12 +16,13 @@ use mio::event::Source as _;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::Mutex;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long an iWARP accept waits for the initiator's first frame before it lets its own
@@ -51,13 +52,24 @@ enum Stage {
     FirstFrame(Instant),
 }
 
+/// Which of a handshake's fds tells of its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    /// The connection manager's (waiting for ESTABLISHED).
+    Endpoint,
+    /// The completion channel (waiting for the first frame).
+    Channel,
+}
+
 /// One answered request.
 pub(crate) struct Handshake {
     conn: Connection,
     peer: Option<SocketAddr>,
     stage: Stage,
     /// The fd registered with mio for this handshake, if any.
-    watched: Option<RawFd>,
+    watched: Option<Watched>,
+    /// The fd in the listener's own epoll (its handed-out fd), if any.
+    owned: Option<Watched>,
 }
 
 /// What [`Handshake::advance`] found.
@@ -75,6 +87,7 @@ impl Handshake {
             peer,
             stage: Stage::Established(Instant::now() + timeout),
             watched: None,
+            owned: None,
         }
     }
 
@@ -121,9 +134,21 @@ impl Handshake {
 
     /// The fd that turns readable when [`advance`](Self::advance) may get further.
     fn fd(&self) -> BorrowedFd<'_> {
+        self.fd_of(self.watch_now())
+    }
+
+    /// Which fd [`fd`](Self::fd) is.
+    fn watch_now(&self) -> Watched {
         match self.stage {
-            Stage::Established(_) => self.conn.endpoint.event_fd(),
-            Stage::FirstFrame(_) => self.conn.res.cq_channel.as_fd(),
+            Stage::Established(_) => Watched::Endpoint,
+            Stage::FirstFrame(_) => Watched::Channel,
+        }
+    }
+
+    fn fd_of(&self, which: Watched) -> BorrowedFd<'_> {
+        match which {
+            Watched::Endpoint => self.conn.endpoint.event_fd(),
+            Watched::Channel => self.conn.res.cq_channel.as_fd(),
         }
     }
 
@@ -150,20 +175,85 @@ pub(crate) fn accept_failure(
 }
 
 /// A listener's answered requests, shared by its clones.
-#[derive(Default)]
 pub(crate) struct Backlog {
     handshakes: Vec<Handshake>,
     /// The mio registry and token the listener is registered with, and the timer that wakes
     /// it at the nearest bound.
     watch: Option<(Registry, Token, TimerFd)>,
+    /// The listener's handed-out fd: an epoll instance over its connection manager's fd
+    /// (while the backlog has room), every handshake's fd and `own_timer`; level-triggered.
+    own: Arc<Epoll>,
+    own_timer: TimerFd,
+    /// Whether `own` watches the connection manager's fd.
+    own_listens: bool,
+}
+
+fn timer() -> io::Result<TimerFd> {
+    TimerFd::new(
+        ClockId::CLOCK_MONOTONIC,
+        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+    )
+    .map_err(|e| io::Error::other(format!("creating the listener's timer: {e}")))
+}
+
+fn own_error(e: nix::Error) -> io::Error {
+    io::Error::other(format!(
+        "watching the listener's fds in its readiness fd: {e}"
+    ))
 }
 
 impl Backlog {
+    /// An empty backlog whose own epoll watches `listener_fd`, the connection manager's.
+    pub(crate) fn new(listener_fd: BorrowedFd<'_>) -> io::Result<Backlog> {
+        let own = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(own_error)?;
+        let own_timer = timer()?;
+        own.add(&own_timer, EpollEvent::new(EpollFlags::EPOLLIN, 0))
+            .map_err(own_error)?;
+        own.add(listener_fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
+            .map_err(own_error)?;
+        Ok(Backlog {
+            handshakes: Vec::new(),
+            watch: None,
+            own: Arc::new(own),
+            own_timer,
+            own_listens: true,
+        })
+    }
+
+    /// The listener's handed-out fd (see [`Backlog::own`]).
+    pub(crate) fn own(&self) -> Arc<Epoll> {
+        Arc::clone(&self.own)
+    }
+
+    /// Whether the handed-out fd watches the connection manager's fd: not while the backlog
+    /// holds `most` handshakes, as `accept` takes no request then (the fd would stay readable
+    /// for nothing).
+    pub(crate) fn own_listen(
+        &mut self,
+        listener_fd: BorrowedFd<'_>,
+        most: usize,
+    ) -> io::Result<()> {
+        let room = self.handshakes.len() < most;
+        if room == self.own_listens {
+            return Ok(());
+        }
+        if room {
+            self.own
+                .add(listener_fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
+                .map_err(own_error)?;
+        } else {
+            self.own.delete(listener_fd).map_err(own_error)?;
+        }
+        self.own_listens = room;
+        Ok(())
+    }
+
     /// Adds an answered request.
     pub(crate) fn push(&mut self, mut h: Handshake) -> io::Result<()> {
         if let Some((registry, token, _)) = &self.watch {
             watch(registry, *token, &mut h)?;
         }
+        own_watch(&self.own, &mut h)?;
         self.handshakes.push(h);
         Ok(())
     }
@@ -180,10 +270,11 @@ impl Backlog {
             let step = self.handshakes[i].advance(first_frame_bound);
             match step {
                 Step::Waiting => {
+                    // The stage may have changed, and with it the fd.
                     if let Some((registry, token, _)) = &self.watch {
-                        // The stage may have changed, and with it the fd.
                         watch(registry, *token, &mut self.handshakes[i])?;
                     }
+                    own_watch(&self.own, &mut self.handshakes[i])?;
                     i += 1;
                 }
                 Step::Ready | Step::Failed(_) => {
@@ -191,6 +282,7 @@ impl Backlog {
                     if let Some((registry, _, _)) = &self.watch {
                         unwatch(registry, &mut h);
                     }
+                    own_unwatch(&self.own, &mut h);
                     match step {
                         Step::Ready => return Ok(Some(h)),
                         Step::Failed(e) => {
@@ -204,11 +296,17 @@ impl Backlog {
         Ok(None)
     }
 
-    /// Sets the mio timer to the nearest bound (after `accept` returned `WouldBlock`).
+    /// Sets the timers (the handed-out fd's, and mio's when registered) to the nearest bound
+    /// (after `accept` returned `WouldBlock`).
     pub(crate) fn arm_timer(&self) -> io::Result<()> {
-        let Some((_, _, timer)) = &self.watch else {
-            return Ok(());
-        };
+        self.arm(&self.own_timer)?;
+        match &self.watch {
+            Some((_, _, timer)) => self.arm(timer),
+            None => Ok(()),
+        }
+    }
+
+    fn arm(&self, timer: &TimerFd) -> io::Result<()> {
         let result = match self.nearest() {
             None => timer.unset(),
             Some(t) => {
@@ -263,11 +361,7 @@ impl Backlog {
     /// Watches every handshake's fd and a timer under `token` too (mio `register`).
     pub(crate) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
         self.deregister(registry);
-        let timer = TimerFd::new(
-            ClockId::CLOCK_MONOTONIC,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )
-        .map_err(|e| io::Error::other(format!("creating the listener's timer: {e}")))?;
+        let timer = timer()?;
         SourceFd(&timer.as_fd().as_raw_fd()).register(registry, token, Interest::READABLE)?;
         for h in &mut self.handshakes {
             watch(registry, token, h)?;
@@ -289,19 +383,38 @@ impl Backlog {
 
 /// Registers `h`'s current fd under `token`, replacing the one registered before.
 fn watch(registry: &Registry, token: Token, h: &mut Handshake) -> io::Result<()> {
-    let fd = h.fd().as_raw_fd();
-    if h.watched == Some(fd) {
+    let now = h.watch_now();
+    if h.watched == Some(now) {
         return Ok(());
     }
     unwatch(registry, h);
-    SourceFd(&fd).register(registry, token, Interest::READABLE)?;
-    h.watched = Some(fd);
+    SourceFd(&h.fd_of(now).as_raw_fd()).register(registry, token, Interest::READABLE)?;
+    h.watched = Some(now);
     Ok(())
 }
 
 fn unwatch(registry: &Registry, h: &mut Handshake) {
-    if let Some(fd) = h.watched.take() {
-        let _ = SourceFd(&fd).deregister(registry);
+    if let Some(which) = h.watched.take() {
+        let _ = SourceFd(&h.fd_of(which).as_raw_fd()).deregister(registry);
+    }
+}
+
+/// Puts `h`'s current fd in the listener's own epoll, replacing the one there before.
+fn own_watch(own: &Epoll, h: &mut Handshake) -> io::Result<()> {
+    let now = h.watch_now();
+    if h.owned == Some(now) {
+        return Ok(());
+    }
+    own_unwatch(own, h);
+    own.add(h.fd_of(now), EpollEvent::new(EpollFlags::EPOLLIN, 0))
+        .map_err(own_error)?;
+    h.owned = Some(now);
+    Ok(())
+}
+
+fn own_unwatch(own: &Epoll, h: &mut Handshake) {
+    if let Some(which) = h.owned.take() {
+        let _ = own.delete(h.fd_of(which));
     }
 }
 

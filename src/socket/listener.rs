@@ -8,6 +8,7 @@ use super::rdma_socket::{prepare, RdmaSocket};
 use super::shared::Shared;
 use crate::cm::{CmListener, ConnectionManager, IncomingRequest};
 use crate::protocol::Hello;
+use nix::sys::epoll::Epoll;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -32,6 +33,8 @@ pub struct RdmaListener {
     /// The last handshake that failed (see [`take_error`](Self::take_error)); shared by
     /// clones, and apart from the backlog, which a blocking `accept` holds while it waits.
     failed: Arc<Mutex<Option<io::Error>>>,
+    /// The handed-out fd (the backlog's own epoll), shared by clones.
+    pub(crate) fd: Arc<Epoll>,
 }
 
 impl fmt::Debug for RdmaListener {
@@ -65,13 +68,15 @@ impl RdmaListener {
         for a in addr.to_socket_addrs()? {
             match cm.listen(a, opts.backlog) {
                 Ok(l) => {
+                    let backlog = Backlog::new(l.event_fd())?;
                     return Ok(RdmaListener {
                         cm: Arc::from(l),
                         opts: opts.clone(),
                         nonblocking: Arc::new(AtomicBool::new(false)),
-                        backlog: Arc::default(),
+                        fd: backlog.own(),
+                        backlog: Arc::new(Mutex::new(backlog)),
                         failed: Arc::default(),
-                    })
+                    });
                 }
                 Err(e) => last = Some(e),
             }
@@ -106,6 +111,7 @@ impl RdmaListener {
             nonblocking: Arc::clone(&self.nonblocking),
             backlog: Arc::clone(&self.backlog),
             failed: Arc::clone(&self.failed),
+            fd: Arc::clone(&self.fd),
         })
     }
 
@@ -141,10 +147,12 @@ impl RdmaListener {
                 }
             }
             if let Some(h) = backlog.take_ready(first_frame_bound, &self.failed)? {
+                backlog.own_listen(self.cm.event_fd(), most)?;
                 drop(backlog);
                 return finish(h);
             }
             if self.nonblocking.load(Ordering::Relaxed) {
+                backlog.own_listen(self.cm.event_fd(), most)?;
                 backlog.arm_timer()?;
                 return Err(io::ErrorKind::WouldBlock.into());
             }

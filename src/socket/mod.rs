@@ -18,6 +18,12 @@
 //! reports what is possible already). A listener registers its rdma_cm fd, the fds of the
 //! connections whose handshake still runs and a timer for their bounds: a readable event
 //! means `accept` may go on.
+//!
+//! For other event loops each socket and listener has one readiness fd (`AsFd`), an epoll
+//! instance over those same pieces: a socket's read eventfd and a write notice (raised when a
+//! write that returned `WouldBlock` can go on, lowered by the next write call), a listener's
+//! rdma_cm fd, handshake fds and a timer of its own; see the crate's documentation for what
+//! readable means.
 #![forbid(unsafe_code)]
 
 mod call_wait;
@@ -25,6 +31,7 @@ mod completions;
 mod conn;
 mod connecting;
 mod data_path;
+mod fd;
 mod handshake;
 mod lend;
 mod listener;

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 /// A connected RDMA stream (rsocket's wire protocol over an RC queue pair), used like
 /// [`std::net::TcpStream`]: `Read`/`Write` on the socket and on `&RdmaSocket`, half-close,
-/// timeouts, nonblocking mode and [`mio`] readiness. Clones ([`try_clone`](Self::try_clone))
+/// timeouts, nonblocking mode, [`mio`] readiness and a readiness fd for other event loops
+/// ([`AsFd`](std::os::fd::AsFd): see the crate's documentation). Clones ([`try_clone`](Self::try_clone))
 /// share the connection; the last one to drop closes it gracefully: end-of-stream after the
 /// queued data, then the disconnect handshake, bounded by the options' close timeout.
 ///
@@ -32,8 +33,9 @@ use std::time::{Duration, Instant};
 ///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s);
 /// * [`connect`](Self::connect) gives up after the options' connect timeout (10 s by
 ///   default), not the kernel's TCP retry limit;
-/// * there is no file descriptor to hand out (`AsFd`, `AsRawFd`): the connection is a queue
-///   pair, not a socket. Readiness comes through [`mio::event::Source`] instead;
+/// * its fd (`AsFd`, `AsRawFd`) is a readiness fd, not the transport (the connection is a
+///   queue pair): it is only waited on, readable while a call may go on (see the crate's
+///   documentation), and `read(2)`/`write(2)` on it do not move stream bytes;
 /// * `set_ttl`/`ttl` do not exist (rdma_cm chooses the route), and
 ///   [`set_nodelay`](Self::set_nodelay) matters only on the userspace provider, which
 ///   may hold a write for a few microseconds to send it with the next ones (never past a

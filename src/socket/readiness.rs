@@ -20,6 +20,7 @@ use super::shared::Shared;
 use mio::event::Source;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::HashMap;
 use std::io;
@@ -37,8 +38,26 @@ const FULL: u64 = u64::MAX - 1;
 pub(crate) struct ReadyFds {
     read: EventFd,
     write: EventFd,
+    /// The handed-out fd's write half: readable from when a write that returned `WouldBlock`
+    /// can go on until the next write call.
+    write_notice: EventFd,
+    /// The fd handed out ([`AsFd`] on the socket): an epoll instance over `read` and
+    /// `write_notice`, readable while either is.
+    poller: Epoll,
     read_waiting: AtomicBool,
     write_waiting: AtomicBool,
+    notice_waiting: AtomicBool,
+    /// `read` holds a count (it is drained only then).
+    read_raised: AtomicBool,
+    /// `write_notice` holds a count.
+    notice_raised: AtomicBool,
+    /// The fd was handed out: the socket stays under the hub until it is dropped.
+    handed_out: AtomicBool,
+    /// Putting the socket under the hub for its fd failed: the next call returns the error.
+    enroll_failed: AtomicBool,
+    enroll_error: Mutex<Option<io::Error>>,
+    /// Which of `read` and `write` are registered with mio.
+    mio: Mutex<(bool, bool)>,
     /// A nonblocking flush waits until every posted send completed (the async adapter's
     /// `poll_flush`); it shares the write fd with writes.
     flush_waiting: AtomicBool,
@@ -54,29 +73,77 @@ impl ReadyFds {
     pub(crate) fn new() -> io::Result<ReadyFds> {
         let write = eventfd()?;
         write.write(FULL).map_err(io::Error::from)?;
+        let read = eventfd()?;
+        let write_notice = eventfd()?;
+        let poller = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .and_then(|p| {
+                p.add(&read, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+                p.add(&write_notice, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+                Ok(p)
+            })
+            .map_err(|e| io::Error::other(format!("creating the socket's readiness fd: {e}")))?;
         Ok(ReadyFds {
-            read: eventfd()?,
+            read,
             write,
+            write_notice,
+            poller,
             read_waiting: AtomicBool::new(false),
             write_waiting: AtomicBool::new(false),
+            notice_waiting: AtomicBool::new(false),
+            read_raised: AtomicBool::new(false),
+            notice_raised: AtomicBool::new(false),
+            handed_out: AtomicBool::new(false),
+            enroll_failed: AtomicBool::new(false),
+            enroll_error: Mutex::new(None),
+            mio: Mutex::new((false, false)),
             flush_waiting: AtomicBool::new(false),
             hub_id: Mutex::new(None),
         })
     }
 
-    /// A read returned `WouldBlock`: the read fd goes quiet until reading can go on.
+    /// A read returned `WouldBlock` (or left nothing to read): the read fd goes quiet until
+    /// reading can go on.
     pub(crate) fn read_blocked(&self) {
-        // EAGAIN means it was quiet already.
-        let _ = self.read.read();
+        if self.read_raised.swap(false, Ordering::SeqCst) {
+            // EAGAIN means it was quiet already.
+            let _ = self.read.read();
+        }
         self.read_waiting.store(true, Ordering::SeqCst);
     }
 
-    /// A write returned `WouldBlock`: the write fd stops being writable until writing can go
-    /// on.
+    /// A read went through: when it left nothing more to read (`readable()` is false) while
+    /// the read fd is raised, the fd goes quiet until reading can go on, so that it stays
+    /// readable only while a read would not block.
+    #[inline(always)]
+    pub(crate) fn read_done(&self, readable: impl FnOnce() -> bool) {
+        if self.read_raised.load(Ordering::Relaxed) && !readable() {
+            self.read_blocked();
+        }
+    }
+
+    /// A write returned `WouldBlock`: the write fd stops being writable, and the handed-out
+    /// fd's write half waits, until writing can go on.
     pub(crate) fn write_blocked(&self) {
+        self.write_waits();
+        self.notice_waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// The write fd stops being writable until writing can go on (a `WouldBlock` or a
+    /// registration).
+    fn write_waits(&self) {
         // EAGAIN means it was at FULL already.
         let _ = self.write.write(FULL);
         self.write_waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// A write call begins: the handed-out fd's write half, if raised, goes quiet (it told
+    /// of one `WouldBlock` that is over).
+    #[inline(always)]
+    pub(crate) fn write_called(&self) {
+        if self.notice_raised.load(Ordering::Relaxed) {
+            self.notice_raised.store(false, Ordering::SeqCst);
+            let _ = self.write_notice.read();
+        }
     }
 
     /// A nonblocking flush found sends still in flight: the write fd stops being writable
@@ -92,6 +159,7 @@ impl ReadyFds {
     pub(crate) fn waiting(&self) -> bool {
         self.read_waiting.load(Ordering::SeqCst)
             || self.write_waiting.load(Ordering::SeqCst)
+            || self.notice_waiting.load(Ordering::SeqCst)
             || self.flush_waiting.load(Ordering::SeqCst)
     }
 
@@ -99,8 +167,7 @@ impl ReadyFds {
     /// write fd also when a flush waits and `flushed` (every posted send completed) holds.
     pub(crate) fn update(&self, readable: bool, writable: bool, flushed: bool) {
         if readable && self.read_waiting.swap(false, Ordering::SeqCst) {
-            // Overflow is impossible: the count is 0 or small.
-            let _ = self.read.write(1);
+            self.raise_read();
         }
         let write_edge = writable && self.write_waiting.swap(false, Ordering::SeqCst);
         let flush_edge = flushed && self.flush_waiting.swap(false, Ordering::SeqCst);
@@ -109,6 +176,34 @@ impl ReadyFds {
             // again and blocks anew).
             let _ = self.write.read();
         }
+        if writable && self.notice_waiting.swap(false, Ordering::SeqCst) {
+            self.notice_raised.store(true, Ordering::SeqCst);
+            let _ = self.write_notice.write(1);
+        }
+    }
+
+    fn raise_read(&self) {
+        self.read_raised.store(true, Ordering::SeqCst);
+        // Overflow is impossible: the count is 0 or small.
+        let _ = self.read.write(1);
+    }
+
+    /// The fd handed out by `AsFd`: readable while either half is raised.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.poller.0.as_fd()
+    }
+
+    /// Takes the error of a failed enrollment for the fd, once.
+    #[inline(always)]
+    pub(crate) fn take_enroll_error(&self) -> Option<io::Error> {
+        if !self.enroll_failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.enroll_failed.store(false, Ordering::SeqCst);
+        self.enroll_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// The eventfd that turns readable when a read that returned `WouldBlock` can go on
@@ -125,21 +220,47 @@ impl ReadyFds {
         self.write.as_fd()
     }
 
-    fn register_fds(&self, registry: &Registry, token: Token, again: bool) -> io::Result<()> {
-        let r = self.read.as_fd().as_raw_fd();
-        let w = self.write.as_fd().as_raw_fd();
-        if again {
-            SourceFd(&r).reregister(registry, token, Interest::READABLE)?;
-            SourceFd(&w).reregister(registry, token, Interest::WRITABLE)
-        } else {
-            SourceFd(&r).register(registry, token, Interest::READABLE)?;
-            SourceFd(&w).register(registry, token, Interest::WRITABLE)
+    /// Registers the read fd when `interests` is readable and the write fd when it is
+    /// writable (again: changes the registration to that).
+    fn register_fds(
+        &self,
+        registry: &Registry,
+        token: Token,
+        interests: Interest,
+        again: bool,
+    ) -> io::Result<()> {
+        let mut registered = self.mio.lock().unwrap_or_else(|p| p.into_inner());
+        if !again {
+            *registered = (false, false);
         }
+        let want = (interests.is_readable(), interests.is_writable());
+        let fds = [
+            (&self.read, Interest::READABLE, registered.0, want.0),
+            (&self.write, Interest::WRITABLE, registered.1, want.1),
+        ];
+        for (fd, interest, was, wanted) in fds {
+            let fd = fd.as_fd().as_raw_fd();
+            match (was, wanted) {
+                (true, true) => SourceFd(&fd).reregister(registry, token, interest)?,
+                (false, true) => SourceFd(&fd).register(registry, token, interest)?,
+                (true, false) => SourceFd(&fd).deregister(registry)?,
+                (false, false) => {}
+            }
+        }
+        *registered = want;
+        Ok(())
     }
 
     fn deregister_fds(&self, registry: &Registry) -> io::Result<()> {
-        SourceFd(&self.read.as_fd().as_raw_fd()).deregister(registry)?;
-        SourceFd(&self.write.as_fd().as_raw_fd()).deregister(registry)
+        let mut registered = self.mio.lock().unwrap_or_else(|p| p.into_inner());
+        let (r, w) = std::mem::take(&mut *registered);
+        if r {
+            SourceFd(&self.read.as_fd().as_raw_fd()).deregister(registry)?;
+        }
+        if w {
+            SourceFd(&self.write.as_fd().as_raw_fd()).deregister(registry)?;
+        }
+        Ok(())
     }
 }
 
@@ -240,15 +361,16 @@ fn run(mut poll: Poll, hub: &Hub) {
 }
 
 impl Shared {
-    /// Registers the socket's readiness fds with `registry` and its channel fds with the hub,
-    /// then reports what is possible already.
+    /// Registers the socket's readiness fds for `interests` with `registry` and its channel
+    /// fds with the hub, then reports what is possible already.
     pub(crate) fn register_ready(
         self: &Arc<Self>,
         registry: &Registry,
         token: Token,
+        interests: Interest,
         again: bool,
     ) -> io::Result<()> {
-        self.ready.register_fds(registry, token, again)?;
+        self.ready.register_fds(registry, token, interests, again)?;
         self.enroll()
     }
 
@@ -276,9 +398,35 @@ impl Shared {
         drop(id);
         let _ = hub.waker.wake();
         self.ready.read_blocked();
-        self.ready.write_blocked();
+        self.ready.write_waits();
         self.progress_for_readiness();
         Ok(())
+    }
+
+    /// Puts the socket under the hub for its handed-out fd, once and for as long as the
+    /// socket lives. A failure raises the fd and is returned by the next call (the one
+    /// after it tries again).
+    #[inline]
+    pub(crate) fn enroll_for_fd(self: &Arc<Self>) {
+        // A plain load first: `as_fd` is called on every turn of an event loop.
+        if self.ready.handed_out.load(Ordering::Relaxed)
+            || self.ready.handed_out.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        if let Err(e) = self.enroll() {
+            *self
+                .ready
+                .enroll_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(io::Error::new(
+                e.kind(),
+                format!("watching the socket's readiness fd: {e}"),
+            ));
+            self.ready.enroll_failed.store(true, Ordering::SeqCst);
+            self.ready.handed_out.store(false, Ordering::SeqCst);
+            self.ready.raise_read();
+        }
     }
 
     /// Forgets the socket in the hub (it is being dropped; its fds close with it).
@@ -305,8 +453,12 @@ impl Shared {
         r
     }
 
-    /// Takes the socket's channel fds out of the hub (the undoing of [`Shared::enroll`]).
+    /// Takes the socket's channel fds out of the hub (the undoing of [`Shared::enroll`]),
+    /// unless its fd was handed out: that one is raised for as long as the socket lives.
     pub(crate) fn withdraw(&self) {
+        if self.ready.handed_out.load(Ordering::SeqCst) {
+            return;
+        }
         let Ok(hub) = hub() else {
             return;
         };

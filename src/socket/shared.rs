@@ -47,7 +47,7 @@ pub(crate) struct Shared {
     endpoint: Arc<dyn CmEndpoint>,
     /// Wakes a blocking caller sleeping in poll(2).
     pub(crate) waker: EventFd,
-    /// What a mio registration sees.
+    /// What a mio registration and the handed-out fd see.
     pub(crate) ready: ReadyFds,
     /// Callers blocked on `conn`'s lock right now.
     contenders: AtomicU32,
@@ -113,6 +113,12 @@ impl Shared {
         mut attempt: impl FnMut(&mut Connection) -> Result<T, StreamError>,
     ) -> io::Result<T> {
         let mut g = self.lock();
+        if let Some(e) = self.ready.take_enroll_error() {
+            return Err(e);
+        }
+        if matches!(dir, Direction::Write) {
+            self.ready.write_called();
+        }
         let mut call = self.call_wait(&g, dir);
         loop {
             let took = call.take_woke() && g.take_events_after_wake()?;
@@ -187,6 +193,9 @@ impl Shared {
         };
         self.wake_others(&g);
         self.report(&g);
+        if matches!(dir, Direction::Read) {
+            self.ready.read_done(|| g.readiness().readable);
+        }
         let value = result.map_err(|e| g.io_error(e))?;
         pumped?;
         Ok(value)

@@ -9,16 +9,28 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 impl mio::event::Source for RdmaSocket {
-    /// Registers the socket's readiness fds: a readable event when a read that returned
-    /// `WouldBlock` can go on, a writable one when a write can (whatever `interests` says;
-    /// an event for a direction not asked for is harmless). The first event after
-    /// registration reports what is possible already.
-    fn register(&mut self, registry: &Registry, token: Token, _: Interest) -> io::Result<()> {
-        self.shared.register_ready(registry, token, false)
+    /// Registers the socket's readiness fds for `interests`: a readable event when a read
+    /// that returned `WouldBlock` can go on, a writable one when a write can. The first event
+    /// after registration reports what is possible already.
+    fn register(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        interests: Interest,
+    ) -> io::Result<()> {
+        self.shared
+            .register_ready(registry, token, interests, false)
     }
 
-    fn reregister(&mut self, registry: &Registry, token: Token, _: Interest) -> io::Result<()> {
-        self.shared.register_ready(registry, token, true)
+    /// Changes the registration to `interests` (mio's `tcp_server` example drops `WRITABLE`
+    /// once it has written: no writable events follow then).
+    fn reregister(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        interests: Interest,
+    ) -> io::Result<()> {
+        self.shared.register_ready(registry, token, interests, true)
     }
 
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {

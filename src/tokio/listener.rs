@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Mutex;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -156,6 +156,21 @@ impl RdmaListener {
     /// [`crate::RdmaListener::take_error`]).
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
         self.listener.take_error()
+    }
+}
+
+impl AsFd for RdmaListener {
+    /// The listener's readiness fd ([`crate::RdmaListener`]'s `AsFd`): readable while
+    /// `accept` may go on.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+}
+
+impl AsRawFd for RdmaListener {
+    /// The raw form of [`as_fd`](AsFd::as_fd).
+    fn as_raw_fd(&self) -> RawFd {
+        self.listener.as_raw_fd()
     }
 }
 

@@ -10,6 +10,7 @@ use std::fmt;
 use std::future::poll_fn;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -360,6 +361,21 @@ impl AsyncWrite for RdmaStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_shutdown_priv(cx)
+    }
+}
+
+impl AsFd for RdmaStream {
+    /// The socket's readiness fd ([`RdmaSocket`]'s `AsFd`), for code that watches fds
+    /// itself; the stream's own readiness does not depend on it.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket().as_fd()
+    }
+}
+
+impl AsRawFd for RdmaStream {
+    /// The raw form of [`as_fd`](AsFd::as_fd).
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket().as_raw_fd()
     }
 }
 

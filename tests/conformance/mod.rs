@@ -39,6 +39,7 @@ mod connect;
 mod connect_start;
 mod cycles;
 mod data;
+mod fd;
 mod polling;
 mod waits;
 
@@ -53,6 +54,8 @@ pub(crate) use connect_start::*;
 pub(crate) use cycles::*;
 #[allow(unused_imports)]
 pub(crate) use data::*;
+#[allow(unused_imports)]
+pub(crate) use fd::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
 #[allow(unused_imports)]

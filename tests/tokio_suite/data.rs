@@ -7,21 +7,27 @@ use rdmasock::tokio::RdmaStream;
 use rdmasock::{RdmaListener as BlockingListener, RdmaSocket};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::sync::Barrier;
 use tokio_util::codec::{Framed, LinesCodec};
 
 /// An echo server and 256 clients, all at once on one current-thread runtime: each client
 /// writes its own message, the server echoes it, the client reads it back.
 pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fixture) {
     let connections = f.concurrent_connections();
-    // Every connect starts at once: the listen backlog holds them all.
+    // Every connect starts at once: the listen backlog holds them all, and the connect
+    // timeout leaves room for one thread setting up both ends of them all (under the VM's
+    // emulation each end's queue pair and rings take tens of milliseconds).
     let opts = rdmasock::SocketOptions::builder()
         .backlog(2 * connections as u32)
+        .connect_timeout(Duration::from_secs(120))
         .build()
         .unwrap();
     current_thread(async {
         let (l, addr) = f.listener_with(&opts).await;
+        let threads_before = threads();
         let server = tokio::spawn(async move {
             let mut echoes = Vec::new();
             for _ in 0..connections {
@@ -42,10 +48,20 @@ pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fi
                 e.await.expect("echo task");
             }
         });
+        // The clients start their exchanges once all are connected, so that the threads
+        // are counted with every stream open and none closing.
+        let connected = Arc::new(Barrier::new(connections + 1));
+        let go = Arc::new(Barrier::new(connections + 1));
         let clients: Vec<_> = (0..connections)
             .map(|i| {
+                let opts = opts.clone();
+                let (connected, go) = (connected.clone(), go.clone());
                 tokio::spawn(async move {
-                    let mut c = RdmaStream::connect(addr).await.expect("connect");
+                    let mut c = RdmaStream::connect_with(addr, &opts)
+                        .await
+                        .expect("connect");
+                    connected.wait().await;
+                    go.wait().await;
                     let message = format!("message {i} of many, {}", "x".repeat(i * 7));
                     c.write_all(message.as_bytes()).await.expect("client write");
                     c.shutdown().await.expect("client shutdown");
@@ -55,6 +71,16 @@ pub(crate) fn echo_256_concurrent_connections_on_a_current_thread_runtime(f: &Fi
                 })
             })
             .collect();
+        connected.wait().await;
+        // No thread per stream: the ones there are this runtime's, the readiness thread
+        // and the provider's own (the userspace provider's engine).
+        let threads_open = threads();
+        eprintln!("threads: {threads_before} before, {threads_open} with {connections} streams");
+        assert!(
+            threads_open <= threads_before + 4,
+            "{threads_open} threads with {connections} streams (before: {threads_before})"
+        );
+        go.wait().await;
         for c in clients {
             c.await.expect("client task");
         }
@@ -325,4 +351,9 @@ pub(crate) fn cancelled_reads_and_writes_lose_no_byte(f: &Fixture) {
             "the bytes read are the bytes written, in order"
         );
     });
+}
+
+/// This process's threads.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
 }

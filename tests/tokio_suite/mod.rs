@@ -162,6 +162,34 @@ impl Fixture {
         }
     }
 
+    /// An address that never answers a connect, and what keeps it so while it lives. Kernel
+    /// devices: an address of the device's subnet that no host has (address resolution gets
+    /// no ARP answer). The userspace provider on loopback: a TCP listener whose accept queue
+    /// is full, so that the kernel drops further SYNs.
+    pub(crate) fn black_hole(&self) -> (SocketAddr, Box<dyn std::any::Any>) {
+        match self.provider {
+            Provider::Rxe => ("10.99.0.78:7314".parse().unwrap(), Box::new(())),
+            Provider::Siw => ("10.99.1.78:7314".parse().unwrap(), Box::new(())),
+            Provider::Uiwarp => {
+                use socket2::{Domain, Socket, Type};
+                let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                listener
+                    .bind(&SocketAddr::new(self.ip, 0).into())
+                    .expect("bind a TCP listener");
+                listener.listen(0).unwrap();
+                let addr = listener.local_addr().unwrap().as_socket().unwrap();
+                // With a backlog of 0 the queue holds one connection; fill it.
+                let filler: Vec<std::net::TcpStream> = (0..2)
+                    .filter_map(|_| {
+                        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()
+                    })
+                    .collect();
+                assert!(!filler.is_empty(), "a connection fills the accept queue");
+                (addr, Box::new((listener, filler)))
+            }
+        }
+    }
+
     /// A listener on the provider's address with `opts`, and the address it got.
     pub(crate) async fn listener_with(&self, opts: &SocketOptions) -> (RdmaListener, SocketAddr) {
         let l = RdmaListener::bind_with(SocketAddr::new(self.ip, 0), opts)

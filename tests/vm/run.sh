@@ -109,10 +109,11 @@ if [ $# -eq 0 ]; then
   echo "vm: building the tests and examples ($profile profile)" >&2
   artifacts=$(mktemp)
   trap 'rm -f "$artifacts"' EXIT
-  # --features tokio: the tests and examples of rdmasock::tokio are built too
-  cargo test --workspace --features tokio --no-run "${flags[@]}" --message-format=json-render-diagnostics > "$artifacts" \
+  # with the tokio adapter (tests/vm_tokio.rs needs it), as tests/run.sh builds the host's
+  flags+=(--features rdmasock/tokio)
+  cargo test --workspace --no-run "${flags[@]}" --message-format=json-render-diagnostics > "$artifacts" \
     || die "cargo test --no-run failed"
-  cargo build --workspace --features tokio --examples "${flags[@]}" || die "cargo build --examples failed"
+  cargo build --workspace --examples "${flags[@]}" || die "cargo build --examples failed"
   # the test binaries of the root crate's tests/vm_*.rs
   mapfile -t tests < <(sed -n 's/.*"src_path":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2/p' "$artifacts" \
     | awk -v dir="$ROOT/tests/" 'index($1, dir) == 1 && substr($1, length(dir) + 1) ~ /^vm_[^\/]*\.rs$/ { print $2 }' \

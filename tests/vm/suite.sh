@@ -8,7 +8,7 @@
 #    loudly: no test may pass because the hardware it needs is absent.
 # 2. Runs each test binary (the root crate's tests/vm_*.rs) with --ignored --test-threads=1 (tests named known_bug_* are skipped: each is a reproduced bug, named in the issue notes)
 #    in the project root, RDMASOCK_VM_TEST_TIMEOUT seconds at most each (default 600).
-#    Then runs vm_verbs, vm_tools, vm_socket, vm_socket_tcp and vm_rsocket again with
+#    Then runs vm_verbs, vm_tools, vm_socket, vm_socket_tcp, vm_rsocket and vm_tokio again with
 #    RDMASOCK_PROVIDER=ibverbs (the rdma-core bridge; their siw0 tests skipped: see below;
 #    RDMASOCK_VM_BRIDGE_SUITES changes the list), reported as NAME[ibverbs].
 # 3. Runs each executable tests/vm/interop/*.sh (rdma-core tools against our examples),
@@ -137,7 +137,7 @@ done
 # 1000: under TCG a cycle through libibverbs takes about 1.3 s (0.5 s pure-Rust; see
 # examples/connect_cycles), and the leak checks (fds, MRs exact) need no more.
 # RDMASOCK_VM_BRIDGE_SUITES overrides the list ("" skips this).
-bridge_suites=${RDMASOCK_VM_BRIDGE_SUITES-vm_verbs vm_tools vm_socket vm_socket_tcp vm_rsocket}
+bridge_suites=${RDMASOCK_VM_BRIDGE_SUITES-vm_verbs vm_tools vm_socket vm_socket_tcp vm_rsocket vm_tokio}
 bridge_cycles=${RDMASOCK_VM_BRIDGE_CYCLES:-100}
 for bin in "$@"; do
   name=$(basename "$bin"); name=${name%-*}

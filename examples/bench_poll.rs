@@ -1,0 +1,344 @@
+//! `bench_poll`: the same nonblocking 64-byte ping-pong driven by plain poll(2) on the
+//! sockets' readiness fds (`AsFd`) and by mio (`mio::event::Source`), over the same provider
+//! in one run. Prints a table with the ratio poll ÷ mio (target: <= 1.1x).
+//!
+//! ```text
+//! bench_poll [--rounds R] [--iters N] [--connections "1 16"] [--device NAME]
+//!            [--markdown FILE]
+//! ```
+//! Build with `--release`. Each row runs `R` rounds (default 5), mio and poll(2) alternating,
+//! each round on fresh connections: `C` connections (each entry of `--connections`, default
+//! 1 and 16) between one client thread and one server thread, every connection `N` round
+//! trips (default 5000) at once, both threads on one event loop of the kind measured (the
+//! server echoes). The time is the client's, from its first write to the last echo, per
+//! round trip of a connection. The table gives each side's median and range, the ratio of
+//! the medians and the median of each round's own ratio ("paired"). The connections use the
+//! address of `--device NAME` (default: the first RDMA device's, or loopback over the
+//! userspace provider where the kernel has none); in the test VM run it there, e.g.
+//! `tests/vm/run.sh --both -- 'target/release/examples/bench_poll --device siw0'`.
+//! `--markdown FILE` also writes the table, with the date and the machine, into the
+//! `bench-poll` section of FILE (between `<!-- bench-poll:begin -->` and
+//! `<!-- bench-poll:end -->`), leaving the rest as it is.
+
+mod common;
+
+use common::address::device_address;
+use common::markdown;
+use mio::{Events, Interest, Token};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use rdmasock::{RdmaListener, RdmaSocket};
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::thread;
+use std::time::Instant;
+
+const MESSAGE: usize = 64;
+
+struct Args {
+    rounds: usize,
+    iters: usize,
+    connections: Vec<usize>,
+    device: Option<String>,
+    markdown: Option<PathBuf>,
+    command_line: String,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        rounds: 5,
+        iters: 5000,
+        connections: vec![1, 16],
+        device: None,
+        markdown: None,
+        command_line: String::new(),
+    };
+    let mut shown = vec!["bench_poll".to_string()];
+    let mut it = std::env::args().skip(1);
+    let usage = |other: &str| -> ! {
+        eprintln!(
+            "usage: bench_poll [--rounds R] [--iters N] [--connections \"1 16\"] [--device NAME] [--markdown FILE] (not {other})"
+        );
+        std::process::exit(2);
+    };
+    while let Some(arg) = it.next() {
+        let value = it
+            .next()
+            .unwrap_or_else(|| usage(&format!("{arg} without a value")));
+        if arg != "--markdown" {
+            shown.push(match value.contains(' ') {
+                true => format!("{arg} \"{value}\""),
+                false => format!("{arg} {value}"),
+            });
+        }
+        let num = |v: &str| -> usize { v.parse().unwrap_or_else(|_| usage(v)) };
+        match arg.as_str() {
+            "--rounds" => a.rounds = num(&value).max(1),
+            "--iters" => a.iters = num(&value).max(1),
+            "--connections" => a.connections = value.split_whitespace().map(num).collect(),
+            "--device" => a.device = Some(value),
+            "--markdown" => a.markdown = Some(PathBuf::from(value)),
+            other => usage(other),
+        }
+    }
+    a.command_line = shown.join(" ");
+    a
+}
+
+/// Which event loop drives the sockets.
+#[derive(Clone, Copy)]
+enum Kind {
+    Mio,
+    Poll,
+}
+
+/// An event loop over a thread's sockets.
+enum Waiter {
+    Mio(mio::Poll, Events),
+    Poll,
+}
+
+impl Waiter {
+    /// Sets `sockets` nonblocking and, for mio, registers them.
+    fn new(kind: Kind, sockets: &mut [RdmaSocket]) -> io::Result<Waiter> {
+        for s in sockets.iter() {
+            s.set_nonblocking(true)?;
+        }
+        match kind {
+            Kind::Poll => Ok(Waiter::Poll),
+            Kind::Mio => {
+                let poll = mio::Poll::new()?;
+                for (i, s) in sockets.iter_mut().enumerate() {
+                    poll.registry().register(
+                        s,
+                        Token(i),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )?;
+                }
+                Ok(Waiter::Mio(poll, Events::with_capacity(256)))
+            }
+        }
+    }
+
+    /// Waits until some sockets may go on; their indices (into `ready`).
+    fn wait(&mut self, sockets: &[RdmaSocket], ready: &mut Vec<usize>) -> io::Result<()> {
+        ready.clear();
+        match self {
+            Waiter::Mio(poll, events) => {
+                poll.poll(events, None)?;
+                ready.extend(events.iter().map(|e| e.token().0));
+            }
+            Waiter::Poll => {
+                let mut fds: Vec<PollFd<'_>> = sockets
+                    .iter()
+                    .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
+                    .collect();
+                match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(io::Error::other(format!("poll: {e}"))),
+                }
+                ready.extend(
+                    fds.iter()
+                        .enumerate()
+                        .filter(|(_, fd)| fd.revents().is_some_and(|r| !r.is_empty()))
+                        .map(|(i, _)| i),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads what `s` has into `into` until `WouldBlock`; false at end of stream.
+fn read_all(mut s: &RdmaSocket, into: &mut Vec<u8>) -> io::Result<bool> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Ok(false),
+            Ok(n) => into.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes what it can of `pending`.
+fn write_some(mut s: &RdmaSocket, pending: &mut Vec<u8>) -> io::Result<()> {
+    while !pending.is_empty() {
+        match s.write(pending) {
+            Ok(n) => drop(pending.drain(..n)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The server: echoes on every socket until each has ended its stream.
+fn echo(kind: Kind, mut sockets: Vec<RdmaSocket>) -> io::Result<()> {
+    let mut waiter = Waiter::new(kind, &mut sockets)?;
+    let n = sockets.len();
+    let mut pending = vec![Vec::new(); n];
+    let mut open = vec![true; n];
+    let mut ready = Vec::new();
+    while open.iter().any(|&o| o) {
+        waiter.wait(&sockets, &mut ready)?;
+        for &i in &ready {
+            if open[i] {
+                open[i] = read_all(&sockets[i], &mut pending[i])?;
+            }
+            write_some(&sockets[i], &mut pending[i])?;
+        }
+    }
+    Ok(())
+}
+
+/// The client: `iters` round trips on every socket at once; microseconds per round trip.
+fn client(kind: Kind, mut sockets: Vec<RdmaSocket>, iters: usize) -> io::Result<f64> {
+    let mut waiter = Waiter::new(kind, &mut sockets)?;
+    let n = sockets.len();
+    let message = [0x2au8; MESSAGE];
+    let mut got = vec![Vec::new(); n];
+    let mut outgoing = vec![Vec::new(); n];
+    let mut done = vec![0usize; n];
+    let mut ready = Vec::new();
+    let start = Instant::now();
+    for i in 0..n {
+        outgoing[i].extend_from_slice(&message);
+        write_some(&sockets[i], &mut outgoing[i])?;
+    }
+    while done.iter().any(|&d| d < iters) {
+        waiter.wait(&sockets, &mut ready)?;
+        for &i in &ready {
+            if !read_all(&sockets[i], &mut got[i])? {
+                return Err(io::Error::other("the echo server ended a stream early"));
+            }
+            while got[i].len() >= MESSAGE && done[i] < iters {
+                got[i].drain(..MESSAGE);
+                done[i] += 1;
+                if done[i] < iters {
+                    outgoing[i].extend_from_slice(&message);
+                }
+            }
+            write_some(&sockets[i], &mut outgoing[i])?;
+        }
+    }
+    let micros = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    for s in &sockets {
+        s.shutdown(Shutdown::Write)?;
+    }
+    Ok(micros)
+}
+
+/// One round: `connections` fresh connections, both ends driven by `kind`.
+fn round(kind: Kind, addr: SocketAddr, connections: usize, iters: usize) -> io::Result<f64> {
+    let listener = RdmaListener::bind(addr)?;
+    let addr = listener.local_addr()?;
+    let accepting = thread::spawn(move || -> io::Result<Vec<RdmaSocket>> {
+        (0..connections)
+            .map(|_| listener.accept().map(|(s, _)| s))
+            .collect()
+    });
+    let clients = (0..connections)
+        .map(|_| RdmaSocket::connect(addr))
+        .collect::<io::Result<Vec<_>>>()?;
+    let servers = accepting
+        .join()
+        .map_err(|_| io::Error::other("the accepting thread panicked"))??;
+    let server = thread::spawn(move || echo(kind, servers));
+    let micros = client(kind, clients, iters)?;
+    server
+        .join()
+        .map_err(|_| io::Error::other("the echo thread panicked"))??;
+    Ok(micros)
+}
+
+/// The median and range of one side's rounds.
+struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Summary {
+    fn of(mut v: Vec<f64>) -> Summary {
+        v.sort_by(f64::total_cmp);
+        Summary {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    fn text(&self) -> String {
+        format!("{:.1} [{:.1}-{:.1}]", self.median, self.min, self.max)
+    }
+}
+
+fn main() {
+    let a = args();
+    let ip = device_address(a.device.as_deref()).unwrap_or_else(|e| {
+        eprintln!("bench_poll: {e}");
+        std::process::exit(1);
+    });
+    let addr = SocketAddr::new(ip, 0);
+    let fail = |what: &str, e: io::Error| -> ! {
+        eprintln!("bench_poll: {what}: {e}");
+        std::process::exit(1);
+    };
+    let mut rows = Vec::new();
+    for &c in &a.connections {
+        let (mut m, mut p) = (Vec::new(), Vec::new());
+        for _ in 0..a.rounds {
+            m.push(round(Kind::Mio, addr, c, a.iters).unwrap_or_else(|e| fail("mio round", e)));
+            p.push(round(Kind::Poll, addr, c, a.iters).unwrap_or_else(|e| fail("poll round", e)));
+        }
+        let paired = Summary::of(p.iter().zip(&m).map(|(p, m)| p / m).collect()).median;
+        rows.push((c, Summary::of(m), Summary::of(p), paired));
+    }
+    let description = format!(
+        "nonblocking {MESSAGE}-byte ping-pong on {ip}, poll(2) on the readiness fds vs mio; {} rounds of {} round trips per connection",
+        a.rounds, a.iters
+    );
+    println!("{description}");
+    println!(
+        "{:<36} {:>22} {:>22} {:>8} {:>8} {:>8}",
+        "us per round trip (median [min-max])", "mio", "poll(2)", "ratio", "paired", "target"
+    );
+    let mut table = String::from(
+        "| connections | mio, µs per round trip, median [min-max] | poll(2), µs per round trip, median [min-max] | ratio | paired | target |\n\
+         |---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (c, mio, poll, paired) in rows {
+        let ratio = poll.median / mio.median;
+        let name = format!("{c} connection{}", if c == 1 { "" } else { "s" });
+        println!(
+            "{name:<36} {:>22} {:>22} {ratio:>8.2} {paired:>8.2} {:>8}",
+            mio.text(),
+            poll.text(),
+            "<= 1.10"
+        );
+        table.push_str(&format!(
+            "| {c} | {} | {} | {ratio:.2} | {paired:.2} | ≤ 1.10 |\n",
+            mio.text(),
+            poll.text()
+        ));
+    }
+    if let Some(file) = &a.markdown {
+        let body = format!(
+            "Latest run: {}, `{}`, {}. {description}; ratio = poll(2) ÷ mio of the medians, \
+             paired = the median of each round's own ratio.\n\n{table}",
+            markdown::now_utc(),
+            a.command_line,
+            markdown::machine(),
+        );
+        match markdown::replace_section(file, "bench-poll", &body) {
+            Ok(()) => eprintln!(
+                "bench_poll: wrote the bench-poll section of {}",
+                file.display()
+            ),
+            Err(e) => fail(&format!("cannot write {}", file.display()), e),
+        }
+    }
+}
