@@ -1,0 +1,250 @@
+//! `bench_tokio`: `rdmasock::tokio::RdmaStream` against its baselines, in one run, printing
+//! one table with the ratios.
+//!
+//! ```text
+//! bench_tokio [--rounds R] [--iters N] [--requests N] [--megabytes M] [--markdown FILE]
+//! bench_tokio --vm [IP] [same options]
+//! ```
+//! Build with `--release --features tokio`. On the host (the default): RdmaStream over the
+//! userspace iWARP provider against tokio's TcpStream, both on loopback: 64 B
+//! request/response latency (targets: ≤ 1.25x), requests/s of 64 B requests on 1 and on 64
+//! connections at once (≥ 0.8x), and a 1 MiB stream (1 MiB writes, ≥ 0.8x).
+//! With `--vm` (in the test VM, through `tests/vm/bench-tokio.sh`; IP defaults to rxe0's
+//! address): RdmaStream against the blocking RdmaSocket in event mode and in its default
+//! adaptive wait (64 B latency, 1 MiB stream), and tonic's requests/s over RdmaStream
+//! against tonic over TcpStream on the same address, with the process's CPU time
+//! (getrusage: user + system, client and server together) per request.
+//! Each row runs `R` rounds (default 5), baseline and RdmaStream back to back, each round
+//! on fresh connections; the table gives each side's median and range, the ratio of the
+//! medians, and the median of each round's own ratio ("paired"). `--markdown FILE` also
+//! writes the table, with the date and the machine, into FILE's `bench-tokio` (host) or
+//! `bench-tokio-vm` (`--vm`) section, leaving the rest as it is.
+
+#[path = "../async_net/mod.rs"]
+mod async_net;
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../grpc_echo/echo.rs"]
+mod echo;
+mod workloads;
+
+use common::markdown;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use workloads::Side;
+
+/// The command line.
+struct Args {
+    /// In the VM: this IP (rxe0's by default).
+    vm: Option<IpAddr>,
+    rounds: usize,
+    iters: usize,
+    requests: usize,
+    megabytes: usize,
+    markdown: Option<PathBuf>,
+    /// The options given, for the markdown section (without `--markdown FILE`).
+    command_line: String,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        vm: None,
+        rounds: 5,
+        iters: 20_000,
+        requests: 20_000,
+        megabytes: 256,
+        markdown: None,
+        command_line: String::new(),
+    };
+    let mut shown = vec!["bench_tokio".to_string()];
+    let mut it = std::env::args().skip(1).peekable();
+    while let Some(arg) = it.next() {
+        let mut number = |name: &str| -> Result<usize, String> {
+            let text = it.next().ok_or(format!("{name} needs a number"))?;
+            text.parse().map_err(|e| format!("{name} {text}: {e}"))
+        };
+        let value = match arg.as_str() {
+            "--rounds" => {
+                a.rounds = number("--rounds")?.max(1);
+                a.rounds
+            }
+            "--iters" => {
+                a.iters = number("--iters")?.max(1);
+                a.iters
+            }
+            "--requests" => {
+                a.requests = number("--requests")?.max(64);
+                a.requests
+            }
+            "--megabytes" => {
+                a.megabytes = number("--megabytes")?.max(1);
+                a.megabytes
+            }
+            "--markdown" => {
+                a.markdown = Some(it.next().ok_or("--markdown needs a file")?.into());
+                continue;
+            }
+            "--vm" => {
+                let given = it.next_if(|next| !next.starts_with("--"));
+                let ip = match given {
+                    Some(text) => text.parse().map_err(|e| format!("--vm {text}: {e}"))?,
+                    None => rxe_address()?,
+                };
+                a.vm = Some(ip);
+                shown.push(arg);
+                continue;
+            }
+            other => return Err(format!("unknown option {other}")),
+        };
+        shown.push(format!("{arg} {value}"));
+    }
+    a.command_line = shown.join(" ");
+    Ok(a)
+}
+
+/// rxe0's address: `RDMA_VM_RXE_IP` (set in the VM by tests/vm/run.sh), else the device's.
+fn rxe_address() -> Result<IpAddr, String> {
+    match std::env::var("RDMA_VM_RXE_IP") {
+        Ok(text) => text
+            .parse()
+            .map_err(|e| format!("RDMA_VM_RXE_IP {text}: {e}")),
+        Err(_) => common::address::device_address(Some("rxe0")),
+    }
+}
+
+/// The median and range of one side's rounds.
+struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Summary {
+    fn of(mut v: Vec<f64>) -> Summary {
+        v.sort_by(f64::total_cmp);
+        Summary {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    fn text(&self) -> String {
+        format!("{:.1} [{:.1}-{:.1}]", self.median, self.min, self.max)
+    }
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!(
+                "bench_tokio: {e}\nusage: bench_tokio [--vm [IP]] [--rounds R] [--iters N] \
+                 [--requests N] [--megabytes M] [--markdown FILE]"
+            );
+            std::process::exit(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime");
+    let ip = a.vm.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let rows = if a.vm.is_some() {
+        workloads::vm_rows()
+    } else {
+        workloads::host_rows()
+    };
+    let sizes = workloads::Sizes {
+        iters: a.iters,
+        requests: a.requests,
+        bytes: a.megabytes << 20,
+    };
+    let mut table = String::from(
+        "| workload | against | against, median [min-max] | RdmaStream, median [min-max] | \
+         ratio | paired | target |\n|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    println!(
+        "{:<34} {:<22} {:>24} {:>24} {:>6} {:>6} {:>7}",
+        "workload",
+        "against",
+        "against [min-max]",
+        "RdmaStream [min-max]",
+        "ratio",
+        "paired",
+        "target"
+    );
+    for row in rows {
+        let (mut base, mut ours) = (Vec::new(), Vec::new());
+        for _ in 0..a.rounds {
+            base.push(workloads::measure(
+                &runtime,
+                ip,
+                row.workload,
+                row.against,
+                &sizes,
+            ));
+            ours.push(workloads::measure(
+                &runtime,
+                ip,
+                row.workload,
+                Side::Stream,
+                &sizes,
+            ));
+        }
+        let paired = Summary::of(ours.iter().zip(&base).map(|(o, b)| o / b).collect()).median;
+        let (base, ours) = (Summary::of(base), Summary::of(ours));
+        let ratio = ours.median / base.median;
+        let name = row.workload.name();
+        let against = row.against.name();
+        println!(
+            "{name:<34} {against:<22} {:>24} {:>24} {ratio:>6.2} {paired:>6.2} {:>7}",
+            base.text(),
+            ours.text(),
+            row.target
+        );
+        table.push_str(&format!(
+            "| {name} | {against} | {} | {} | {ratio:.2} | {paired:.2} | {} |\n",
+            base.text(),
+            ours.text(),
+            row.target.replace("<=", "≤").replace(">=", "≥")
+        ));
+    }
+    let description = format!(
+        "{}; {} rounds of {} ping-pongs, {} requests, {} MiB per stream",
+        if a.vm.is_some() {
+            format!("RdmaStream on {ip} (rxe0) against the blocking RdmaSocket and tonic over TCP")
+        } else {
+            "RdmaStream over uiwarp against tokio's TcpStream (TCP_NODELAY), loopback".to_string()
+        },
+        a.rounds,
+        a.iters,
+        a.requests,
+        a.megabytes
+    );
+    println!("{description}");
+    if let Some(file) = &a.markdown {
+        let section = if a.vm.is_some() {
+            "bench-tokio-vm"
+        } else {
+            "bench-tokio"
+        };
+        let body = format!(
+            "Latest run: {}, `{}`, {}. {description}; ratio = RdmaStream ÷ the other of the \
+             medians, paired = the median of each round's own ratio.\n\n{table}",
+            markdown::now_utc(),
+            a.command_line,
+            markdown::machine(),
+        );
+        match markdown::replace_section(file, section, &body) {
+            Ok(()) => eprintln!(
+                "bench_tokio: wrote the {section} section of {}",
+                file.display()
+            ),
+            Err(e) => {
+                eprintln!("bench_tokio: cannot write {}: {e}", file.display());
+                std::process::exit(1);
+            }
+        }
+    }
+}
