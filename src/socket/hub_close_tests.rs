@@ -9,7 +9,9 @@
 
 use super::{RdmaListener, RdmaSocket, SocketOptions};
 use crate::cm::IncomingRequest;
-use crate::cm::{CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters};
+use crate::cm::{
+    CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters, Resolving,
+};
 use crate::verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair};
 use mio::{Events, Interest, Poll, Token};
 use rdmasock_uiwarp::UiwarpCm;
@@ -39,6 +41,14 @@ impl ConnectionManager for WaitingCm {
         timeout: Duration,
     ) -> io::Result<Box<dyn CmEndpoint>> {
         UiwarpCm.resolve_from_free_port(dst, timeout)
+    }
+    fn start_resolve(
+        &self,
+        dst: SocketAddr,
+        from_free_port: bool,
+        timeout: Duration,
+    ) -> io::Result<Box<dyn Resolving>> {
+        UiwarpCm.start_resolve(dst, from_free_port, timeout)
     }
     fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
         Ok(Box::new(WaitingListener(UiwarpCm.listen(addr, backlog)?)))
@@ -77,6 +87,23 @@ impl CmEndpoint for WaitingEndpoint {
         timeout: Duration,
     ) -> io::Result<Vec<u8>> {
         self.0.connect(qp, parameters, timeout)
+    }
+    fn start_connect(
+        &self,
+        qp: &QueuePair,
+        parameters: &ConnectionParameters,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        self.0.start_connect(qp, parameters, timeout)
+    }
+    fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
+        self.0.poll_connect(qp)
+    }
+    fn connect_timed_out(&self, qp: &QueuePair) -> io::Error {
+        self.0.connect_timed_out(qp)
+    }
+    fn connect_fd(&self) -> BorrowedFd<'_> {
+        self.0.connect_fd()
     }
     fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {
         self.0.start_accept(qp, parameters)
