@@ -181,19 +181,20 @@ pub(crate) fn dropping_connect_start_at_each_stage_leaks_nothing(f: &Fixture) {
     // A whole connection first: whatever the provider starts once (its engine) is counted.
     good_client(addr, 1);
     let before = settled_holdings(f);
-    let mut slowest = Duration::ZERO;
-    let mut timed_drop = |c: Connecting| {
+    // The slowest drop of each stage: right after the start, after one poll, in the handshake.
+    let mut slowest = [Duration::ZERO; 3];
+    let mut timed_drop = |stage: usize, c: Connecting| {
         let t = Instant::now();
         drop(c);
-        slowest = slowest.max(t.elapsed());
+        slowest[stage] = slowest[stage].max(t.elapsed());
     };
     let start = || RdmaSocket::connect_start(addr, &SocketOptions::default()).expect("start");
     let mut handshakes = 0;
     for _ in 0..DROPS {
-        timed_drop(start());
+        timed_drop(0, start());
         let mut c = start();
         let _ = c.poll_connect().expect("first poll");
-        timed_drop(c);
+        timed_drop(1, c);
         let mut c = start();
         loop {
             if format!("{c:?}").contains("handshake") {
@@ -206,16 +207,24 @@ pub(crate) fn dropping_connect_start_at_each_stage_leaks_nothing(f: &Fixture) {
                 Ok(Some(_)) | Err(_) => break,
             }
         }
-        timed_drop(c);
+        timed_drop(2, c);
     }
-    eprintln!("{handshakes} of {DROPS} dropped during the handshake; slowest drop {slowest:?}");
+    eprintln!(
+        "{handshakes} of {DROPS} dropped during the handshake; slowest drops (started, \
+         polled once, handshake): {slowest:?}"
+    );
     assert!(
         handshakes > DROPS / 2,
         "only {handshakes} reached the handshake stage"
     );
+    // No drop waits for the peer (a disconnect handshake takes a round trip to a peer that is
+    // busy elsewhere, a whole close timeout when it does not answer). Destroying the kernel's
+    // objects takes CPU time, much of it under the VM's emulation (siw0 there: up to about
+    // 0.8 s now and then).
+    let worst = slowest.iter().max().unwrap();
     assert!(
-        slowest < Duration::from_millis(500),
-        "a drop took {slowest:?}"
+        *worst < Duration::from_millis(1500),
+        "a drop took {worst:?}"
     );
     good_client(addr, 2);
     // The server drops what the drops left (handshakes bounded by its connect timeout, the

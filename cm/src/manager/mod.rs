@@ -224,9 +224,8 @@ fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()
     let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
     match nix::poll::poll(&mut fds, ms) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-        Err(e) => Err(io::Error::new(
-            io::ErrorKind::Other,
-            format!("poll on the connection manager's fd: {e}"),
-        )),
+        Err(e) => Err(io::Error::other(format!(
+            "poll on the connection manager's fd: {e}"
+        ))),
     }
 }
