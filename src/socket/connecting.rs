@@ -49,7 +49,7 @@ enum Stage {
     /// The connection manager's connect runs, carrying our hello; the resolution is kept for
     /// a retry from a free port.
     Handshake {
-        conn: Connection,
+        conn: Box<Connection>,
         resolution: Box<dyn Resolving>,
     },
     /// `poll_connect` returned the socket or an error.
@@ -197,7 +197,10 @@ impl Connecting {
                 else {
                     unreachable!("matched above");
                 };
-                self.stage = Stage::Handshake { conn, resolution };
+                self.stage = Stage::Handshake {
+                    conn: Box::new(conn),
+                    resolution,
+                };
                 Ok(Step::Again)
             }
             Stage::Handshake { conn, .. } => {
@@ -212,7 +215,7 @@ impl Connecting {
                 else {
                     unreachable!("matched above");
                 };
-                finish(conn, self.peer, &peer_data).map(Step::Connected)
+                finish(*conn, self.peer, &peer_data).map(Step::Connected)
             }
             Stage::Over => Err(io::Error::new(
                 io::ErrorKind::NotConnected,

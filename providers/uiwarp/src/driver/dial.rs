@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// A connect of a uiwarp queue pair in progress: [`Dial::start`] begins it, [`Dial::poll`]
 /// moves it on. Between polls, wait until the epoll fd given to them (the caller's, see
-/// [`Dial::watcher`]) is readable. Dropped before it finished, it closes its TCP socket; a
+/// [`dial_watcher`]) is readable. Dropped before it finished, it closes its TCP socket; a
 /// queue pair whose MPA exchange runs is closed with the queue pair.
 #[derive(Debug)]
 pub struct Dial {
