@@ -211,6 +211,8 @@ impl Connecting {
                 else {
                     return Ok(Step::Wait);
                 };
+                // The fd lives on in the socket: it no longer wakes this connect's waiters.
+                let _ = self.watcher.delete(conn.endpoint.connect_fd());
                 let Stage::Handshake { conn, .. } = std::mem::replace(&mut self.stage, Stage::Over)
                 else {
                     unreachable!("matched above");

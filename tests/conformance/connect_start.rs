@@ -33,12 +33,18 @@ fn wait(c: &Connecting) {
 }
 
 /// Drives `c` with poll(2) until it is over; the outcome and how many polls said "not yet".
-fn drive(mut c: Connecting) -> (std::io::Result<RdmaSocket>, usize) {
+fn drive(c: Connecting) -> (std::io::Result<RdmaSocket>, usize) {
+    let (result, not_yet, _) = drive_keeping(c);
+    (result, not_yet)
+}
+
+/// [`drive`], giving the `Connecting` back too.
+fn drive_keeping(mut c: Connecting) -> (std::io::Result<RdmaSocket>, usize, Connecting) {
     let mut not_yet = 0;
     loop {
         match c.poll_connect() {
-            Ok(Some(s)) => return (Ok(s), not_yet),
-            Err(e) => return (Err(e), not_yet),
+            Ok(Some(s)) => return (Ok(s), not_yet, c),
+            Err(e) => return (Err(e), not_yet, c),
             Ok(None) => not_yet += 1,
         }
         assert!(
@@ -65,9 +71,13 @@ pub(crate) fn connect_start_polled_until_connected_then_data_both_ways(f: &Fixtu
     assert_eq!(c.peer_addr(), addr);
     let started = Instant::now();
     assert!(c.deadline() > started && c.deadline() <= started + Duration::from_secs(10));
-    let (result, not_yet) = drive(c);
+    let (result, not_yet, mut c) = drive_keeping(c);
     let mut s = result.expect("connected");
     eprintln!("connected after {not_yet} polls that said not yet");
+    let fd_after = c
+        .as_fd()
+        .try_clone_to_owned()
+        .expect("dup the connect's fd");
     assert_eq!(s.peer_addr().unwrap(), addr);
     s.write_all(b"hello").unwrap();
     let mut b = [0u8; 5];
@@ -75,8 +85,23 @@ pub(crate) fn connect_start_polled_until_connected_then_data_both_ways(f: &Fixtu
     assert_eq!(&b, b"world");
     let server_end = server.join().unwrap();
     assert_eq!(server_end.peer_addr().unwrap(), s.local_addr().unwrap());
+    // Over: the fd no longer turns readable, not even when the connection closes (the
+    // connection manager's disconnect event comes within the second it is watched here).
     s.shutdown(std::net::Shutdown::Write).unwrap();
     drop(server_end);
+    let mut fds = [PollFd::new(fd_after.as_fd(), PollFlags::POLLIN)];
+    let ready = nix::poll::poll(&mut fds, PollTimeout::from(1000u16)).expect("poll");
+    assert_eq!(
+        ready, 0,
+        "the connect's fd is readable after the connect was over"
+    );
+    assert_eq!(
+        s.read(&mut b).unwrap(),
+        0,
+        "end of stream after the server's drop"
+    );
+    let again = c.poll_connect().expect_err("the connect is over");
+    assert_eq!(again.kind(), ErrorKind::NotConnected, "{again}");
 }
 
 /// Nothing listens: `poll_connect` fails with `ConnectionRefused`, in the same words as the
