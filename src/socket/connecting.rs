@@ -51,7 +51,7 @@ enum Stage {
     /// The connection manager's connect runs, carrying our hello; the resolution is kept for
     /// a retry from a free port.
     Handshake {
-        conn: Connection,
+        conn: Box<Connection>,
         resolution: Box<dyn Resolving>,
     },
     /// `poll_connect` returned the socket or an error.
@@ -199,7 +199,10 @@ impl Connecting {
                 else {
                     unreachable!("matched above");
                 };
-                self.stage = Stage::Handshake { conn, resolution };
+                self.stage = Stage::Handshake {
+                    conn: Box::new(conn),
+                    resolution,
+                };
                 Ok(Step::Again)
             }
             Stage::Handshake { conn, .. } => {
@@ -210,11 +213,13 @@ impl Connecting {
                 else {
                     return Ok(Step::Wait);
                 };
+                // The fd lives on in the socket: it no longer wakes this connect's waiters.
+                let _ = self.watcher.delete(conn.endpoint.connect_fd());
                 let Stage::Handshake { conn, .. } = std::mem::replace(&mut self.stage, Stage::Over)
                 else {
                     unreachable!("matched above");
                 };
-                finish(conn, self.peer, &peer_data).map(Step::Connected)
+                finish(*conn, self.peer, &peer_data).map(Step::Connected)
             }
             Stage::Over => Err(io::Error::new(
                 io::ErrorKind::NotConnected,

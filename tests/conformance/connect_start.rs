@@ -33,12 +33,18 @@ fn wait(c: &Connecting) {
 }
 
 /// Drives `c` with poll(2) until it is over; the outcome and how many polls said "not yet".
-fn drive(mut c: Connecting) -> (std::io::Result<RdmaSocket>, usize) {
+fn drive(c: Connecting) -> (std::io::Result<RdmaSocket>, usize) {
+    let (result, not_yet, _) = drive_keeping(c);
+    (result, not_yet)
+}
+
+/// [`drive`], giving the `Connecting` back too.
+fn drive_keeping(mut c: Connecting) -> (std::io::Result<RdmaSocket>, usize, Connecting) {
     let mut not_yet = 0;
     loop {
         match c.poll_connect() {
-            Ok(Some(s)) => return (Ok(s), not_yet),
-            Err(e) => return (Err(e), not_yet),
+            Ok(Some(s)) => return (Ok(s), not_yet, c),
+            Err(e) => return (Err(e), not_yet, c),
             Ok(None) => not_yet += 1,
         }
         assert!(
@@ -65,9 +71,13 @@ pub(crate) fn connect_start_polled_until_connected_then_data_both_ways(f: &Fixtu
     assert_eq!(c.peer_addr(), addr);
     let started = Instant::now();
     assert!(c.deadline() > started && c.deadline() <= started + Duration::from_secs(10));
-    let (result, not_yet) = drive(c);
+    let (result, not_yet, mut c) = drive_keeping(c);
     let mut s = result.expect("connected");
     eprintln!("connected after {not_yet} polls that said not yet");
+    let fd_after = c
+        .as_fd()
+        .try_clone_to_owned()
+        .expect("dup the connect's fd");
     assert_eq!(s.peer_addr().unwrap(), addr);
     s.write_all(b"hello").unwrap();
     let mut b = [0u8; 5];
@@ -75,8 +85,23 @@ pub(crate) fn connect_start_polled_until_connected_then_data_both_ways(f: &Fixtu
     assert_eq!(&b, b"world");
     let server_end = server.join().unwrap();
     assert_eq!(server_end.peer_addr().unwrap(), s.local_addr().unwrap());
+    // Over: the fd no longer turns readable, not even when the connection closes (the
+    // connection manager's disconnect event comes within the second it is watched here).
     s.shutdown(std::net::Shutdown::Write).unwrap();
     drop(server_end);
+    let mut fds = [PollFd::new(fd_after.as_fd(), PollFlags::POLLIN)];
+    let ready = nix::poll::poll(&mut fds, PollTimeout::from(1000u16)).expect("poll");
+    assert_eq!(
+        ready, 0,
+        "the connect's fd is readable after the connect was over"
+    );
+    assert_eq!(
+        s.read(&mut b).unwrap(),
+        0,
+        "end of stream after the server's drop"
+    );
+    let again = c.poll_connect().expect_err("the connect is over");
+    assert_eq!(again.kind(), ErrorKind::NotConnected, "{again}");
 }
 
 /// Nothing listens: `poll_connect` fails with `ConnectionRefused`, in the same words as the
@@ -165,11 +190,32 @@ fn settled_holdings(f: &Fixture) -> (usize, usize, usize, usize) {
 /// How many times each stage is dropped.
 const DROPS: usize = 200;
 
+/// The environment variable that makes [`dropping_connect_start_at_each_stage_leaks_nothing`]
+/// run its body: set in the child process it runs the body in.
+const DROPS_CHILD: &str = "RDMASOCK_CONNECT_DROPS_CHILD";
+
 /// A `Connecting` dropped right after `connect_start`, after its first `poll_connect`, and
-/// once its handshake runs, 200 times each: afterwards this process holds no more fds (nor,
+/// once its handshake runs, 200 times each: afterwards the process holds no more fds (nor,
 /// on a kernel device, rdma_cm ids, queue pairs or memory regions) than before, no drop took
-/// long, and the listener serves a good client.
+/// long, and the listener serves a good client. The process's fds are counted, so the body
+/// runs in a child process (this test binary again, for this one test), where no other test
+/// opens any meanwhile.
 pub(crate) fn dropping_connect_start_at_each_stage_leaks_nothing(f: &Fixture) {
+    if std::env::var_os(DROPS_CHILD).is_some() {
+        return drops_leak_nothing(f);
+    }
+    let name = f.test_name("dropping_connect_start_at_each_stage_leaks_nothing");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--include-ignored", "--exact", &name, "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(DROPS_CHILD, "1")
+        .status()
+        .expect("run the child");
+    assert!(status.success(), "the child's drops: {status}");
+}
+
+/// The body of [`dropping_connect_start_at_each_stage_leaks_nothing`], in its child.
+fn drops_leak_nothing(f: &Fixture) {
     // Connections the drops left half-made end soon on the server side.
     let opts = SocketOptions::builder()
         .connect_timeout(Duration::from_secs(1))
@@ -181,19 +227,20 @@ pub(crate) fn dropping_connect_start_at_each_stage_leaks_nothing(f: &Fixture) {
     // A whole connection first: whatever the provider starts once (its engine) is counted.
     good_client(addr, 1);
     let before = settled_holdings(f);
-    let mut slowest = Duration::ZERO;
-    let mut timed_drop = |c: Connecting| {
+    // The slowest drop of each stage: right after the start, after one poll, in the handshake.
+    let mut slowest = [Duration::ZERO; 3];
+    let mut timed_drop = |stage: usize, c: Connecting| {
         let t = Instant::now();
         drop(c);
-        slowest = slowest.max(t.elapsed());
+        slowest[stage] = slowest[stage].max(t.elapsed());
     };
     let start = || RdmaSocket::connect_start(addr, &SocketOptions::default()).expect("start");
     let mut handshakes = 0;
     for _ in 0..DROPS {
-        timed_drop(start());
+        timed_drop(0, start());
         let mut c = start();
         let _ = c.poll_connect().expect("first poll");
-        timed_drop(c);
+        timed_drop(1, c);
         let mut c = start();
         loop {
             if format!("{c:?}").contains("handshake") {
@@ -206,16 +253,24 @@ pub(crate) fn dropping_connect_start_at_each_stage_leaks_nothing(f: &Fixture) {
                 Ok(Some(_)) | Err(_) => break,
             }
         }
-        timed_drop(c);
+        timed_drop(2, c);
     }
-    eprintln!("{handshakes} of {DROPS} dropped during the handshake; slowest drop {slowest:?}");
+    eprintln!(
+        "{handshakes} of {DROPS} dropped during the handshake; slowest drops (started, \
+         polled once, handshake): {slowest:?}"
+    );
     assert!(
         handshakes > DROPS / 2,
         "only {handshakes} reached the handshake stage"
     );
+    // No drop waits for the peer (a disconnect handshake takes a round trip to a peer that is
+    // busy elsewhere, a whole close timeout when it does not answer). Destroying the kernel's
+    // objects takes CPU time, much of it under the VM's emulation (siw0 there: up to about
+    // 0.8 s now and then).
+    let worst = slowest.iter().max().unwrap();
     assert!(
-        slowest < Duration::from_millis(500),
-        "a drop took {slowest:?}"
+        *worst < Duration::from_millis(1500),
+        "a drop took {worst:?}"
     );
     good_client(addr, 2);
     // The server drops what the drops left (handshakes bounded by its connect timeout, the
