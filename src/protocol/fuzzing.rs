@@ -31,10 +31,10 @@ pub fn hello(data: &[u8]) {
 }
 
 /// Reads the fuzzer's bytes front to back; past the end every read gives zeros.
-struct Input<'a>(&'a [u8]);
+pub(crate) struct Input<'a>(pub(crate) &'a [u8]);
 
 impl Input<'_> {
-    fn byte(&mut self) -> u8 {
+    pub(crate) fn byte(&mut self) -> u8 {
         match self.0.split_first() {
             Some((b, rest)) => {
                 self.0 = rest;
@@ -43,19 +43,19 @@ impl Input<'_> {
             None => 0,
         }
     }
-    fn u16(&mut self) -> u16 {
+    pub(crate) fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.byte(), self.byte()])
     }
-    fn bytes4(&mut self) -> [u8; 4] {
+    pub(crate) fn bytes4(&mut self) -> [u8; 4] {
         [self.byte(), self.byte(), self.byte(), self.byte()]
     }
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
 
 /// The configuration picked by one byte: mode, byte order, ring sizes, depths and signalling.
-fn config(pick: u8) -> StreamConfig {
+pub(crate) fn config(pick: u8) -> StreamConfig {
     let ring = [4096usize, 8192, 65536, 131072][usize::from(pick >> 4 & 3)];
     let depth = [16u16, 17, 64, 384][usize::from(pick >> 6)];
     let signal = [1u16, 2, 8][usize::from(pick >> 2 & 3) % 3];
@@ -77,19 +77,19 @@ fn config(pick: u8) -> StreamConfig {
 }
 
 /// What the driver has posted and not yet seen complete.
-struct Driver {
-    cfg: StreamConfig,
+pub(crate) struct Driver {
+    pub(crate) cfg: StreamConfig,
     /// Posted receives, oldest first (RC consumes them in order).
-    receives: VecDeque<WrId>,
+    pub(crate) receives: VecDeque<WrId>,
     /// Posted sends, oldest first, with whether each was signalled.
-    sends: VecDeque<(WrId, bool)>,
+    pub(crate) sends: VecDeque<(WrId, bool)>,
     /// Our target list, which the peer writes.
-    target_list: [u8; TARGET_LIST_LEN],
+    pub(crate) target_list: [u8; TARGET_LIST_LEN],
 }
 
 impl Driver {
     /// Carries out the engine's ops, checking each against the configuration.
-    fn take_ops(&mut self, e: &mut StreamEngine) {
+    pub(crate) fn take_ops(&mut self, e: &mut StreamEngine) {
         while let Some(op) = e.pop_op() {
             match op {
                 Op::PostRecv {
@@ -178,7 +178,7 @@ impl Driver {
 }
 
 /// Checks a copy the engine asks for: inside the ring and inside the caller's `len` bytes.
-fn check_span(span: CopySpan, ring: usize, len: usize, total: &mut usize) {
+pub(crate) fn check_span(span: CopySpan, ring: usize, len: usize, total: &mut usize) {
     assert!(
         span.ring_offset + span.len <= ring,
         "{span:?} in a {ring}-byte ring"

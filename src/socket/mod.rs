@@ -24,6 +24,10 @@ mod call_wait;
 mod completions;
 mod conn;
 mod data_path;
+// The completion feed's fuzz entry point: built only for `cargo fuzz` (which sets
+// `--cfg fuzzing`) and for the seeded smoke test that `tests/run.sh` builds the same way.
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod handshake;
 mod lend;
 mod listener;
