@@ -14,7 +14,6 @@ use super::completions::{feed_engine, CompletionState};
 use crate::protocol::fuzzing::{check_span, config, Driver, Input};
 use crate::protocol::{LocalRegions, StreamEngine, WrId, TARGET_LIST_LEN};
 use crate::verbs::{RegisteredMemory, WcStatus, WorkCompletion};
-use std::collections::VecDeque;
 use std::net::Shutdown;
 
 /// How far one [`completions`] run got: the smoke test checks that its scripts reach deep
@@ -114,12 +113,7 @@ pub fn completions(data: &[u8]) -> Reached {
         .then(|| RegisteredMemory::allocate(cfg.message_area_len()).expect("a small message area"));
     let target_list = RegisteredMemory::allocate(TARGET_LIST_LEN).expect("a target list");
     let mut e = StreamEngine::new(cfg.clone(), local);
-    let mut d = Driver {
-        cfg,
-        receives: VecDeque::new(),
-        sends: VecDeque::new(),
-        target_list: [0; TARGET_LIST_LEN],
-    };
+    let mut d = Driver::new(cfg);
     let mut state = CompletionState::new();
     d.take_ops(&mut e);
     let mut peer = e.hello();
@@ -128,6 +122,7 @@ pub fn completions(data: &[u8]) -> Reached {
     if e.on_connected(&peer).is_err() {
         return reached;
     }
+    d.advertise_hello(&peer);
     d.take_ops(&mut e);
     while !input.is_empty() {
         match input.byte() % 10 {
@@ -136,6 +131,9 @@ pub fn completions(data: &[u8]) -> Reached {
                 let id = WrId(wc.wr_id);
                 retire(&mut d, id);
                 let status = wc.status();
+                let mut list = [0; TARGET_LIST_LEN];
+                target_list.read_at(0, &mut list).expect("the target list");
+                d.advertise_targets(&list);
                 let fed = feed_engine(
                     &mut e,
                     &mut state,
