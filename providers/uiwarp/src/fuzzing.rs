@@ -8,7 +8,7 @@ use crate::protocol::{
     Config, Connection, Event, LocalSegment, MemoryTable, RecvWork, RegionTable, Segments,
 };
 use crate::wire::ddp::{Segment, SegmentRepr};
-use crate::wire::fpdu::Fpdu;
+use crate::wire::fpdu::{self, Fpdu};
 use crate::wire::mpa::{MpaFrame, MpaRepr};
 use crate::wire::rdmap::{ReadRequestRepr, TerminateRepr};
 use rdmasock_verbs::{AccessFlags, LocalKey, QpState, RegisteredMemory};
@@ -106,6 +106,14 @@ fn drive(c: &mut Connection, data: &[u8], cut: usize, table: &dyn MemoryTable, a
 /// The byte every guarded memory of [`established`] starts with.
 const FILL: u8 = 0x5a;
 
+/// Splits off the first byte of `data`: the size of the pieces the rest is fed in.
+fn cut_and_rest(data: &[u8]) -> (usize, &[u8]) {
+    match data.split_first() {
+        Some((c, r)) => (usize::from(*c).max(1), r),
+        None => (1, data),
+    }
+}
+
 /// Feeds `data` (in pieces whose size comes from its first byte) to a responder already in
 /// RTS, as if the initiator had sent it: FPDUs past the handshake, where a frame's contents
 /// decide (CRC is off on both ends, so the fuzzer need not forge checksums). The responder
@@ -113,9 +121,51 @@ const FILL: u8 = 0x5a;
 /// one receive posted inside another; it must never panic, must be in error whenever it
 /// emitted a TERMINATE, and must leave every byte outside the two registrations as it was.
 pub fn established(data: &[u8]) {
+    let (cut, rest) = cut_and_rest(data);
+    established_stream(false, cut, rest);
+}
+
+/// [`established`] with CRC on both ends. After the first byte (the piece size) `data` is a
+/// list of records, each a control byte, a little-endian 16-bit length and that many bytes:
+/// a ULPDU that is framed as an FPDU with its checksum, or with the checksum broken (control
+/// bit 0), or bytes that go on the wire as they are (both low control bits), so that the
+/// fuzzer reaches the data path through valid checksums and still tries invalid ones.
+/// Returns how many work requests the responder completed successfully (the smoke test
+/// checks that valid frames get through).
+pub fn established_crc(data: &[u8]) -> usize {
+    let (cut, mut rest) = cut_and_rest(data);
+    let mut stream = Vec::new();
+    while let Some((&control, tail)) = rest.split_first() {
+        let (len, tail) = match tail {
+            [a, b, tail @ ..] => (usize::from(u16::from_le_bytes([*a, *b])), tail),
+            _ => (tail.len(), &[][..]),
+        };
+        let len = len.min(tail.len()).min(fpdu::MAX_ULPDU);
+        let (body, tail) = tail.split_at(len);
+        rest = tail;
+        if control & 3 == 3 {
+            stream.extend_from_slice(body);
+            continue;
+        }
+        let start = fpdu::begin(&mut stream);
+        stream.extend_from_slice(body);
+        fpdu::finish(&mut stream, start, true);
+        if control & 1 != 0 {
+            let last = stream.len() - 1;
+            stream[last] ^= 0x01;
+        }
+    }
+    established_stream(true, cut, &stream)
+}
+
+/// Brings a responder to RTS (with CRC on both ends when `crc`) and feeds it `stream` in
+/// `cut`-byte pieces; see [`established`] for what it checks. Returns how many work requests
+/// the responder completed successfully.
+fn established_stream(crc: bool, cut: usize, stream: &[u8]) -> usize {
+    let mut completions = 0;
     let now = Instant::now();
     let config = Config {
-        crc: false,
+        crc,
         ..Config::default()
     };
     let initiator_table = RegionTable::new();
@@ -160,11 +210,7 @@ pub fn established(data: &[u8]) {
     }
     assert_eq!(responder.qp_state(), QpState::ReadyToSend, "the handshake");
     assert_eq!(initiator.qp_state(), QpState::ReadyToSend, "the handshake");
-    let (cut, rest) = match data.split_first() {
-        Some((c, r)) => (usize::from(*c).max(1), r),
-        None => (1, data),
-    };
-    for piece in rest.chunks(cut) {
+    for piece in stream.chunks(cut) {
         responder.handle_input(piece, &table);
         while let Some(e) = responder.poll_event() {
             if let Event::Terminated(_) = e {
@@ -173,7 +219,9 @@ pub fn established(data: &[u8]) {
         }
         wire.clear();
         responder.poll_transmit(&table, &mut wire, 1 << 16);
-        while responder.poll_completion().is_some() {}
+        while let Some(c) = responder.poll_completion() {
+            completions += usize::from(c.completion.status().is_success());
+        }
     }
     let mut bytes = vec![0u8; 4096];
     memory.read_at(0, &mut bytes).expect("read back");
@@ -190,4 +238,5 @@ pub fn established(data: &[u8]) {
         bytes[..64].iter().chain(&bytes[192..]).all(|&b| b == FILL),
         "wrote outside the receive"
     );
+    completions
 }
