@@ -15,6 +15,62 @@ use rdmasock_verbs::{AccessFlags, LocalKey, QpState, RegisteredMemory};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod transmit;
+
+pub use transmit::transmit;
+
+/// Reads the fuzzer's bytes front to back; past the end every read gives zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.byte(), self.byte()])
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An initiator and a responder with `config`, brought to RTS by exchanging their handshake
+/// (the responder accepts with empty private data).
+fn connected_pair(
+    config: Config,
+    initiator_table: &dyn MemoryTable,
+    responder_table: &dyn MemoryTable,
+) -> (Connection, Connection) {
+    let now = Instant::now();
+    let mut initiator =
+        Connection::initiator(config.clone(), b"", now).expect("empty private data");
+    let mut responder = Connection::responder(config, now);
+    let mut wire = Vec::new();
+    for _ in 0..8 {
+        wire.clear();
+        initiator.poll_transmit(initiator_table, &mut wire, usize::MAX);
+        responder.handle_input(&wire, responder_table);
+        while let Some(e) = responder.poll_event() {
+            if let Event::ConnectRequest(_) = e {
+                responder.accept(b"", now).expect("accept");
+            }
+        }
+        wire.clear();
+        responder.poll_transmit(responder_table, &mut wire, usize::MAX);
+        initiator.handle_input(&wire, initiator_table);
+        while initiator.poll_event().is_some() {}
+    }
+    assert_eq!(responder.qp_state(), QpState::ReadyToSend, "the handshake");
+    assert_eq!(initiator.qp_state(), QpState::ReadyToSend, "the handshake");
+    (initiator, responder)
+}
+
 /// Parses `data` as an MPA request/reply and as an FPDU; what parses must re-emit to the
 /// same bytes.
 pub fn mpa_frame(data: &[u8]) {
@@ -163,7 +219,6 @@ pub fn established_crc(data: &[u8]) -> usize {
 /// the responder completed successfully.
 fn established_stream(crc: bool, cut: usize, stream: &[u8]) -> usize {
     let mut completions = 0;
-    let now = Instant::now();
     let config = Config {
         crc,
         ..Config::default()
@@ -181,9 +236,7 @@ fn established_stream(crc: bool, cut: usize, stream: &[u8]) -> usize {
     let receive = Arc::new(RegisteredMemory::allocate(256).expect("256 B"));
     receive.write_at(0, &[FILL; 256]).expect("fill");
     let local = table.register_range(receive.clone(), 64, 128, AccessFlags::LOCAL_WRITE);
-    let mut initiator =
-        Connection::initiator(config.clone(), b"", now).expect("empty private data");
-    let mut responder = Connection::responder(config, now);
+    let (_initiator, mut responder) = connected_pair(config, &initiator_table, &table);
     let mut segments = Segments::new();
     segments.push(LocalSegment {
         addr: receive.addr() + 64,
@@ -194,22 +247,6 @@ fn established_stream(crc: bool, cut: usize, stream: &[u8]) -> usize {
         .post_recv(RecvWork { wr_id: 1, segments })
         .expect("one receive");
     let mut wire = Vec::new();
-    for _ in 0..8 {
-        wire.clear();
-        initiator.poll_transmit(&initiator_table, &mut wire, usize::MAX);
-        responder.handle_input(&wire, &table);
-        while let Some(e) = responder.poll_event() {
-            if let Event::ConnectRequest(_) = e {
-                responder.accept(b"", now).expect("accept");
-            }
-        }
-        wire.clear();
-        responder.poll_transmit(&table, &mut wire, usize::MAX);
-        initiator.handle_input(&wire, &initiator_table);
-        while initiator.poll_event().is_some() {}
-    }
-    assert_eq!(responder.qp_state(), QpState::ReadyToSend, "the handshake");
-    assert_eq!(initiator.qp_state(), QpState::ReadyToSend, "the handshake");
     for piece in stream.chunks(cut) {
         responder.handle_input(piece, &table);
         while let Some(e) = responder.poll_event() {

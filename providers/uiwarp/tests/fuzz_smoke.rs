@@ -232,3 +232,45 @@ fn established_crc_smoke() {
         "only {completed} inputs completed a receive"
     );
 }
+
+/// `fuzzing::transmit` scripts: configuration, then posts with lengths, offsets and wire
+/// pieces mostly in range, now and then out of it.
+#[test]
+fn transmit_smoke() {
+    let mut rng = Rng::new(6);
+    let mut checked = 0;
+    for i in 0..400 {
+        let mut input = vec![rng.next() as u8];
+        for _ in 0..rng.below(24) {
+            let mut op = rng.below(4) as u8;
+            if rng.below(16) == 0 {
+                op |= 0xc0;
+            }
+            input.push(op);
+            let len = if rng.below(4) == 0 {
+                rng.below(8193)
+            } else {
+                rng.below(300)
+            };
+            for v in [len, rng.below(8192), rng.below(8192)] {
+                input.extend((v as u16).to_le_bytes());
+            }
+            for _ in 0..2 {
+                let piece = if rng.below(3) == 0 {
+                    rng.below(65536)
+                } else {
+                    1 + rng.below(200)
+                };
+                input.extend((piece as u16).to_le_bytes());
+            }
+        }
+        checked += fuzzing::transmit(&input);
+        if i % 4 == 0 {
+            let mut random = vec![0u8; rng.below(200)];
+            rng.fill(&mut random);
+            fuzzing::transmit(&random);
+        }
+    }
+    // Most scripts stay in range: their requests must be checked against the model.
+    assert!(checked >= 1000, "only {checked} requests checked");
+}
