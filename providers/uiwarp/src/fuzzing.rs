@@ -15,8 +15,10 @@ use rdmasock_verbs::{AccessFlags, LocalKey, QpState, RegisteredMemory};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod chunking;
 mod transmit;
 
+pub use chunking::chunking;
 pub use transmit::transmit;
 
 /// Reads the fuzzer's bytes front to back; past the end every read gives zeros.

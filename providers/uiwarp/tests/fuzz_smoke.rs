@@ -274,3 +274,28 @@ fn transmit_smoke() {
     // Most scripts stay in range: their requests must be checked against the model.
     assert!(checked >= 1000, "only {checked} requests checked");
 }
+
+/// `fuzzing::chunking` inputs: every mode, posts of random lengths, random piece sizes.
+#[test]
+fn chunking_smoke() {
+    let mut rng = Rng::new(7);
+    let mut compared = 0;
+    for i in 0..1_500 {
+        // Undisturbed (mode bits 1..=6 clear) a third of the time.
+        let mode = if i % 3 == 0 {
+            rng.next() as u8 & 0x81
+        } else {
+            rng.next() as u8
+        };
+        let mut input = vec![mode, 1 + rng.below(4) as u8];
+        for _ in 0..4 {
+            input.extend((rng.below(2049) as u16).to_le_bytes());
+            input.push(rng.next() as u8);
+        }
+        let mut pieces = vec![0u8; 40 + rng.below(200)];
+        rng.fill(&mut pieces);
+        input.extend(pieces);
+        compared += usize::from(fuzzing::chunking(&input));
+    }
+    assert!(compared >= 400, "only {compared} chunkings compared");
+}
