@@ -69,8 +69,15 @@ struct Wire {
 
 impl Wire {
     /// Moves up to `budget` bytes (at least one FPDU's worth is made) from `from` into the
-    /// flight, as a partial TCP write would, and checks every whole FPDU in it.
-    fn send(&mut self, from: &mut Connection, table: &RegionTable, budget: usize, crc: bool) {
+    /// flight, as a partial TCP write would, and checks every whole FPDU in it; returns how
+    /// many bytes it moved.
+    fn send(
+        &mut self,
+        from: &mut Connection,
+        table: &RegionTable,
+        budget: usize,
+        crc: bool,
+    ) -> usize {
         from.poll_transmit_queue(table, &mut self.queue, budget);
         let mut slices = [IoSlice::new(&[]); 8];
         let n = self.queue.io_slices(&mut slices);
@@ -100,6 +107,7 @@ impl Wire {
             parsed += len;
         }
         self.unchecked.drain(..parsed);
+        taken
     }
 
     /// Feeds the first `cut` bytes in flight to `to` (all of them when `cut` is 0).
@@ -234,12 +242,15 @@ pub fn transmit(data: &[u8]) -> usize {
         ba.send(&mut b, &b_table, budget, crc);
         ba.deliver(&mut a, &a_table, cut);
     }
-    // Let everything through.
+    // Let everything through, until a round moves nothing.
     for _ in 0..4 * posted + 8 {
-        ab.send(&mut a, &a_table, usize::MAX, crc);
+        let moved = ab.send(&mut a, &a_table, usize::MAX, crc) + ab.flight.len();
         ab.deliver(&mut b, &b_table, 0);
-        ba.send(&mut b, &b_table, usize::MAX, crc);
+        let moved = moved + ba.send(&mut b, &b_table, usize::MAX, crc) + ba.flight.len();
         ba.deliver(&mut a, &a_table, 0);
+        if moved == 0 {
+            break;
+        }
     }
     let (mut completed, mut received) = (0, 0);
     while let Some(c) = a.poll_completion() {
