@@ -70,8 +70,12 @@ impl Responder {
     }
 }
 
-/// Completions as (queue, wr_id, status, byte_len), the fields a chunking cannot change.
-fn completions(conn: &mut Connection) -> Vec<(bool, u64, u32, u32)> {
+/// A completion as (on the send queue, wr_id, status, byte_len): the fields a chunking
+/// cannot change.
+type Done = (bool, u64, u32, u32);
+
+/// The completions `conn` has, as [`Done`]s.
+fn completions(conn: &mut Connection) -> Vec<Done> {
     let mut all = Vec::new();
     while let Some(c) = conn.poll_completion() {
         let wc = c.completion;
@@ -93,7 +97,7 @@ fn reference(
     config: &Config,
     now: Instant,
     memory: &Responder,
-) -> (Vec<u8>, Vec<(bool, u64, u32, u32)>, Vec<u8>) {
+) -> (Vec<u8>, Vec<Done>, Vec<u8>) {
     let mut a_table = RegionTable::new();
     let source = Arc::new(RegisteredMemory::allocate(SIZE).expect("4 KiB"));
     let pattern: Vec<u8> = (0..SIZE).map(|i| (i * 31 + 7) as u8).collect();
