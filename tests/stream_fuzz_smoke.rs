@@ -156,3 +156,62 @@ fn engine_on_scripts_and_random_bytes() {
         assert!(n >= 1000, "only {n} scripts {what}");
     }
 }
+
+/// A script for `socket::fuzzing::completions`: configuration, hello, then `steps` actions,
+/// most of them completions of posted work requests with a plausible message.
+fn completion_script(rng: &mut Rng, steps: usize) -> Vec<u8> {
+    let mut s = vec![byte(rng), byte(rng), 1 + rng.below(100) as u8];
+    for _ in 0..steps {
+        let action = rng.below(10) as u8;
+        s.push(action);
+        match action {
+            0..=3 => {
+                // Which work request, status, opcode, vendor error, length, immediate, flags.
+                let kinds = if rng.below(8) == 0 { 5 } else { 3 };
+                s.push(rng.below(kinds) as u8);
+                s.push(if rng.below(10) == 0 { byte(rng) } else { 0 });
+                s.push(if rng.below(10) == 0 { byte(rng) } else { 0 });
+                s.push(byte(rng));
+                s.extend((rng.below(5000) as u16).to_le_bytes());
+                s.extend(word(rng).to_le_bytes());
+                s.push(byte(rng));
+            }
+            4 => {
+                s.extend((rng.below(2048) as u16 & !3).to_le_bytes());
+                s.extend(word(rng).to_le_bytes());
+            }
+            5 => {
+                let at = rng.below(32) as u8;
+                let n = rng.below(u64::from(32 - at).min(16) + 1) as u8;
+                s.extend([at, n]);
+                s.extend((0..n).map(|_| byte(rng)));
+            }
+            6..=8 => s.extend((rng.below(9000) as u16).to_le_bytes()),
+            _ => s.push(byte(rng)),
+        }
+    }
+    s
+}
+
+#[test]
+fn completions_on_scripts_and_random_bytes() {
+    let mut rng = Rng(0xc0ff_ee01);
+    let (mut received, mut read, mut unreadable) = (0, 0, 0);
+    for _ in 0..3_000 {
+        let steps = rng.below(300) as usize;
+        let r = rdmasock::socket::fuzzing::completions(&completion_script(&mut rng, steps));
+        received += usize::from(r.received > 10);
+        read += usize::from(r.bytes_read > 0);
+        unreadable += r.unreadable;
+        let len = rng.below(400) as usize;
+        let random: Vec<u8> = (0..len).map(|_| byte(&mut rng)).collect();
+        rdmasock::socket::fuzzing::completions(&random);
+    }
+    eprintln!(
+        "of 3000 scripts: {received} fed over 10 receives, {read} read; {unreadable} \
+         completions unreadable"
+    );
+    for (what, n) in [("fed over 10 receives", received), ("read", read)] {
+        assert!(n >= 1000, "only {n} scripts {what}");
+    }
+}

@@ -8,8 +8,8 @@
 #![forbid(unsafe_code)]
 
 use super::{
-    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Received, StreamConfig,
-    StreamEngine, WrId, CONTROL_SLOTS, HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
+    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Received, RemoteSge,
+    StreamConfig, StreamEngine, WrId, CONTROL_SLOTS, HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -31,10 +31,10 @@ pub fn hello(data: &[u8]) {
 }
 
 /// Reads the fuzzer's bytes front to back; past the end every read gives zeros.
-struct Input<'a>(&'a [u8]);
+pub(crate) struct Input<'a>(pub(crate) &'a [u8]);
 
 impl Input<'_> {
-    fn byte(&mut self) -> u8 {
+    pub(crate) fn byte(&mut self) -> u8 {
         match self.0.split_first() {
             Some((b, rest)) => {
                 self.0 = rest;
@@ -43,19 +43,19 @@ impl Input<'_> {
             None => 0,
         }
     }
-    fn u16(&mut self) -> u16 {
+    pub(crate) fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.byte(), self.byte()])
     }
-    fn bytes4(&mut self) -> [u8; 4] {
+    pub(crate) fn bytes4(&mut self) -> [u8; 4] {
         [self.byte(), self.byte(), self.byte(), self.byte()]
     }
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
 
 /// The configuration picked by one byte: mode, byte order, ring sizes, depths and signalling.
-fn config(pick: u8) -> StreamConfig {
+pub(crate) fn config(pick: u8) -> StreamConfig {
     let ring = [4096usize, 8192, 65536, 131072][usize::from(pick >> 4 & 3)];
     let depth = [16u16, 17, 64, 384][usize::from(pick >> 6)];
     let signal = [1u16, 2, 8][usize::from(pick >> 2 & 3) % 3];
@@ -77,19 +77,73 @@ fn config(pick: u8) -> StreamConfig {
 }
 
 /// What the driver has posted and not yet seen complete.
-struct Driver {
-    cfg: StreamConfig,
+pub(crate) struct Driver {
+    pub(crate) cfg: StreamConfig,
     /// Posted receives, oldest first (RC consumes them in order).
-    receives: VecDeque<WrId>,
+    pub(crate) receives: VecDeque<WrId>,
     /// Posted sends, oldest first, with whether each was signalled.
-    sends: VecDeque<(WrId, bool)>,
+    pub(crate) sends: VecDeque<(WrId, bool)>,
     /// Our target list, which the peer writes.
-    target_list: [u8; TARGET_LIST_LEN],
+    pub(crate) target_list: [u8; TARGET_LIST_LEN],
+    /// Every buffer the peer has advertised for our writes: its hello's data buffer, its
+    /// target list (for our ring updates) and each entry it wrote into our target list.
+    advertised: Vec<RemoteSge>,
 }
 
 impl Driver {
+    /// Nothing posted yet, nothing advertised.
+    pub(crate) fn new(cfg: StreamConfig) -> Driver {
+        Driver {
+            cfg,
+            receives: VecDeque::new(),
+            sends: VecDeque::new(),
+            target_list: [0; TARGET_LIST_LEN],
+            advertised: Vec::new(),
+        }
+    }
+
+    /// Notes the buffers of the peer's hello: its data buffer and its target list.
+    pub(crate) fn advertise_hello(&mut self, peer: &Hello) {
+        self.advertised.push(peer.data_buf);
+        let sgl = peer.target_sgl;
+        let len = u64::from(sgl.length) * SGE_LEN as u64;
+        self.advertised.push(RemoteSge::new(
+            sgl.addr,
+            sgl.key,
+            len.min(u64::from(u32::MAX)) as u32,
+        ));
+    }
+
+    /// Notes the entries of our target list (`list`, as the peer wrote it) as advertised.
+    pub(crate) fn advertise_targets(&mut self, list: &[u8; TARGET_LIST_LEN]) {
+        for entry in list.chunks(SGE_LEN) {
+            if let Some(sge) = RemoteSge::decode(entry, self.cfg.byte_order()) {
+                if sge.length != 0 && !self.advertised.contains(&sge) {
+                    self.advertised.push(sge);
+                }
+            }
+        }
+    }
+
+    /// Asserts that `len` bytes written at `addr` with `rkey` land inside one buffer the
+    /// peer advertised.
+    pub(crate) fn check_remote(&self, addr: u64, rkey: u32, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let end = u128::from(addr) + len as u128;
+        assert!(
+            self.advertised.iter().any(|b| b.key == rkey
+                && b.addr <= addr
+                && end <= u128::from(b.addr) + u128::from(b.length)),
+            "a {len}-byte write at {addr:#x} (key {rkey:#x}) is outside every buffer the peer \
+             advertised: {:?}",
+            self.advertised
+        );
+    }
+
     /// Carries out the engine's ops, checking each against the configuration.
-    fn take_ops(&mut self, e: &mut StreamEngine) {
+    pub(crate) fn take_ops(&mut self, e: &mut StreamEngine) {
         while let Some(op) = e.pop_op() {
             match op {
                 Op::PostRecv {
@@ -114,15 +168,28 @@ impl Driver {
                     wr_id,
                     payload,
                     signaled,
+                    remote_addr,
+                    rkey,
                     ..
                 }
                 | Op::Write {
                     wr_id,
                     payload,
                     signaled,
+                    remote_addr,
+                    rkey,
                     ..
+                } => {
+                    assert!(!wr_id.is_receive(), "{op:?}");
+                    self.check_payload(payload);
+                    self.check_remote(remote_addr, rkey, payload.len());
+                    self.sends.push_back((wr_id, signaled));
+                    assert!(
+                        self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
+                        "more sends posted than the send queue holds"
+                    );
                 }
-                | Op::Send {
+                Op::Send {
                     wr_id,
                     payload,
                     signaled,
@@ -178,7 +245,7 @@ impl Driver {
 }
 
 /// Checks a copy the engine asks for: inside the ring and inside the caller's `len` bytes.
-fn check_span(span: CopySpan, ring: usize, len: usize, total: &mut usize) {
+pub(crate) fn check_span(span: CopySpan, ring: usize, len: usize, total: &mut usize) {
     assert!(
         span.ring_offset + span.len <= ring,
         "{span:?} in a {ring}-byte ring"
@@ -220,12 +287,7 @@ pub fn engine(data: &[u8]) -> Reached {
         target_list_rkey: 0x22,
     };
     let mut e = StreamEngine::new(cfg.clone(), local);
-    let mut d = Driver {
-        cfg,
-        receives: VecDeque::new(),
-        sends: VecDeque::new(),
-        target_list: [0; TARGET_LIST_LEN],
-    };
+    let mut d = Driver::new(cfg);
     d.take_ops(&mut e);
     let peer = if input.byte() & 1 == 0 {
         let mut raw = [0u8; HELLO_LEN];
@@ -246,6 +308,7 @@ pub fn engine(data: &[u8]) -> Reached {
         return reached;
     }
     reached.connected = true;
+    d.advertise_hello(&peer);
     assert!(e.on_connected(&peer).is_err(), "a second hello is refused");
     d.take_ops(&mut e);
     let mut buf_len;
@@ -257,6 +320,8 @@ pub fn engine(data: &[u8]) -> Reached {
                     continue;
                 };
                 let word = input.bytes4();
+                let list = d.target_list;
+                d.advertise_targets(&list);
                 let received = if d.cfg.write_with_send() {
                     Received::Message(word)
                 } else {
@@ -307,6 +372,7 @@ pub fn engine(data: &[u8]) -> Reached {
                         "{buf_len} bytes went inline"
                     );
                     assert!(!w.wr_id.is_receive(), "{w:?}");
+                    d.check_remote(w.remote_addr, w.rkey, buf_len);
                     d.sends.push_back((w.wr_id, w.signaled));
                     assert!(
                         d.sends.len() <= usize::from(d.cfg.send_queue_depth()),

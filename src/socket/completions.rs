@@ -4,7 +4,7 @@
 
 use super::conn::Connection;
 use super::warm::warm;
-use crate::protocol::{Received, WrId, RECV_DEFER_MAX};
+use crate::protocol::{Received, StreamEngine, WrId, RECV_DEFER_MAX, TARGET_LIST_LEN};
 use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
 use std::io;
 
@@ -44,51 +44,77 @@ impl CompletionState {
     }
 }
 
+/// Feeds one completion to `engine`: the socket's whole translation from a work completion,
+/// whose every field a device or peer chooses, to the engine's calls. `read_message` reads a
+/// write+send message word at an offset into the message area, `read_targets` the target
+/// list, `end_reason` why the connection ended (asked only when a receive failed). Returns
+/// whether a receive completed successfully; a completion that cannot be read (a message slot
+/// outside the area) is an error for the caller to report.
+pub(crate) fn feed_engine(
+    engine: &mut StreamEngine,
+    state: &mut CompletionState,
+    wc: &WorkCompletion,
+    read_message: impl FnOnce(usize, &mut [u8; 4]) -> io::Result<()>,
+    read_targets: impl FnOnce(&mut [u8; TARGET_LIST_LEN]) -> io::Result<()>,
+    end_reason: impl FnOnce() -> Option<String>,
+) -> io::Result<bool> {
+    let id = WrId(wc.wr_id);
+    let status = wc.status();
+    let ok = status.is_success();
+    if !ok && status != WcStatus::WorkRequestFlushError && state.wc_error.is_none() {
+        state.wc_error = Some(format!(
+            "work request {:#x} completed with status {} ({status}, vendor error {:#x})",
+            wc.wr_id, wc.status, wc.vendor_err
+        ));
+    }
+    if !id.is_receive() {
+        engine.on_send_completion(id, ok);
+        return Ok(false);
+    }
+    if !ok {
+        state.receive_flushed = true;
+        let cause = end_reason();
+        engine.on_receive_failed(id, cause.as_deref());
+        return Ok(false);
+    }
+    let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
+        Received::Immediate(wc.imm_data)
+    } else if (wc.byte_len as usize) < MESSAGE_LEN {
+        // The slot holds whatever an earlier message left there: not a message.
+        Received::ShortMessage(wc.byte_len)
+    } else {
+        let mut word = [0u8; 4];
+        read_message(id.message_slot() as usize * 4, &mut word)?;
+        Received::Message(word)
+    };
+    let mut read = Ok(());
+    engine.on_receive_with(id, received, |list| read = read_targets(list));
+    read?;
+    Ok(true)
+}
+
 impl Connection {
-    /// Feeds one completion to the engine.
+    /// Feeds one completion to the engine (see [`feed_engine`]).
     fn feed(&mut self, wc: &WorkCompletion) -> io::Result<()> {
-        let id = WrId(wc.wr_id);
-        let status = wc.status();
-        let ok = status.is_success();
-        if !ok && status != WcStatus::WorkRequestFlushError && self.completions.wc_error.is_none() {
-            self.completions.wc_error = Some(format!(
-                "work request {:#x} completed with status {} ({status}, vendor error {:#x})",
-                wc.wr_id, wc.status, wc.vendor_err
-            ));
-        }
-        if id.is_receive() {
-            if !ok {
-                self.completions.receive_flushed = true;
-                let cause = self.endpoint.end_reason();
-                self.engine.on_receive_failed(id, cause.as_deref());
-                return Ok(());
+        let message_mr = &self.res.message_mr;
+        let target_mr = &self.res.target_mr;
+        let endpoint = &self.endpoint;
+        let received = feed_engine(
+            &mut self.engine,
+            &mut self.completions,
+            wc,
+            |offset, word| match message_mr {
+                Some(mr) => Ok(mr.read_at(offset, word)?),
+                None => Ok(()),
+            },
+            |list| Ok(target_mr.read_at(0, list)?),
+            || endpoint.end_reason(),
+        )?;
+        if received && !self.completions.first_receive_seen {
+            self.completions.first_receive_seen = true;
+            if self.endpoint.nudge_after_first_receive() {
+                self.engine.keepalive();
             }
-            let received = if wc.opcode() == WcOpcode::RecvRdmaWithImm {
-                Received::Immediate(wc.imm_data)
-            } else if (wc.byte_len as usize) < MESSAGE_LEN {
-                // The slot holds whatever an earlier message left there: not a message.
-                Received::ShortMessage(wc.byte_len)
-            } else {
-                let mut word = [0u8; 4];
-                if let Some(mr) = &self.res.message_mr {
-                    mr.read_at(id.message_slot() as usize * 4, &mut word)?;
-                }
-                Received::Message(word)
-            };
-            let target_mr = &self.res.target_mr;
-            let mut read = Ok(());
-            self.engine.on_receive_with(id, received, |list| {
-                read = target_mr.read_at(0, list);
-            });
-            read?;
-            if !self.completions.first_receive_seen {
-                self.completions.first_receive_seen = true;
-                if self.endpoint.nudge_after_first_receive() {
-                    self.engine.keepalive();
-                }
-            }
-        } else {
-            self.engine.on_send_completion(id, ok);
         }
         Ok(())
     }

@@ -32,6 +32,10 @@ mod conn;
 mod connecting;
 mod data_path;
 mod fd;
+// The completion feed's fuzz entry point: built only for `cargo fuzz` (which sets
+// `--cfg fuzzing`) and for the seeded smoke test that `tests/run.sh` builds the same way.
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod handshake;
 #[cfg(test)]
 mod hub_close_tests;

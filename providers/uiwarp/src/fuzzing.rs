@@ -8,12 +8,70 @@ use crate::protocol::{
     Config, Connection, Event, LocalSegment, MemoryTable, RecvWork, RegionTable, Segments,
 };
 use crate::wire::ddp::{Segment, SegmentRepr};
-use crate::wire::fpdu::Fpdu;
+use crate::wire::fpdu::{self, Fpdu};
 use crate::wire::mpa::{MpaFrame, MpaRepr};
 use crate::wire::rdmap::{ReadRequestRepr, TerminateRepr};
 use rdmasock_verbs::{AccessFlags, LocalKey, QpState, RegisteredMemory};
 use std::sync::Arc;
 use std::time::Instant;
+
+mod chunking;
+mod transmit;
+
+pub use chunking::chunking;
+pub use transmit::transmit;
+
+/// Reads the fuzzer's bytes front to back; past the end every read gives zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.byte(), self.byte()])
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An initiator and a responder with `config`, brought to RTS by exchanging their handshake
+/// (the responder accepts with empty private data).
+fn connected_pair(
+    config: Config,
+    initiator_table: &dyn MemoryTable,
+    responder_table: &dyn MemoryTable,
+) -> (Connection, Connection) {
+    let now = Instant::now();
+    let mut initiator =
+        Connection::initiator(config.clone(), b"", now).expect("empty private data");
+    let mut responder = Connection::responder(config, now);
+    let mut wire = Vec::new();
+    for _ in 0..8 {
+        wire.clear();
+        initiator.poll_transmit(initiator_table, &mut wire, usize::MAX);
+        responder.handle_input(&wire, responder_table);
+        while let Some(e) = responder.poll_event() {
+            if let Event::ConnectRequest(_) = e {
+                responder.accept(b"", now).expect("accept");
+            }
+        }
+        wire.clear();
+        responder.poll_transmit(responder_table, &mut wire, usize::MAX);
+        initiator.handle_input(&wire, initiator_table);
+        while initiator.poll_event().is_some() {}
+    }
+    assert_eq!(responder.qp_state(), QpState::ReadyToSend, "the handshake");
+    assert_eq!(initiator.qp_state(), QpState::ReadyToSend, "the handshake");
+    (initiator, responder)
+}
 
 /// Parses `data` as an MPA request/reply and as an FPDU; what parses must re-emit to the
 /// same bytes.
@@ -106,6 +164,14 @@ fn drive(c: &mut Connection, data: &[u8], cut: usize, table: &dyn MemoryTable, a
 /// The byte every guarded memory of [`established`] starts with.
 const FILL: u8 = 0x5a;
 
+/// Splits off the first byte of `data`: the size of the pieces the rest is fed in.
+fn cut_and_rest(data: &[u8]) -> (usize, &[u8]) {
+    match data.split_first() {
+        Some((c, r)) => (usize::from(*c).max(1), r),
+        None => (1, data),
+    }
+}
+
 /// Feeds `data` (in pieces whose size comes from its first byte) to a responder already in
 /// RTS, as if the initiator had sent it: FPDUs past the handshake, where a frame's contents
 /// decide (CRC is off on both ends, so the fuzzer need not forge checksums). The responder
@@ -113,9 +179,50 @@ const FILL: u8 = 0x5a;
 /// one receive posted inside another; it must never panic, must be in error whenever it
 /// emitted a TERMINATE, and must leave every byte outside the two registrations as it was.
 pub fn established(data: &[u8]) {
-    let now = Instant::now();
+    let (cut, rest) = cut_and_rest(data);
+    established_stream(false, cut, rest);
+}
+
+/// [`established`] with CRC on both ends. After the first byte (the piece size) `data` is a
+/// list of records, each a control byte, a little-endian 16-bit length and that many bytes:
+/// a ULPDU that is framed as an FPDU with its checksum, or with the checksum broken (control
+/// bit 0), or bytes that go on the wire as they are (both low control bits), so that the
+/// fuzzer reaches the data path through valid checksums and still tries invalid ones.
+/// Returns how many work requests the responder completed successfully (the smoke test
+/// checks that valid frames get through).
+pub fn established_crc(data: &[u8]) -> usize {
+    let (cut, mut rest) = cut_and_rest(data);
+    let mut stream = Vec::new();
+    while let Some((&control, tail)) = rest.split_first() {
+        let (len, tail) = match tail {
+            [a, b, tail @ ..] => (usize::from(u16::from_le_bytes([*a, *b])), tail),
+            _ => (tail.len(), &[][..]),
+        };
+        let len = len.min(tail.len()).min(fpdu::MAX_ULPDU);
+        let (body, tail) = tail.split_at(len);
+        rest = tail;
+        if control & 3 == 3 {
+            stream.extend_from_slice(body);
+            continue;
+        }
+        let start = fpdu::begin(&mut stream);
+        stream.extend_from_slice(body);
+        fpdu::finish(&mut stream, start, true);
+        if control & 1 != 0 {
+            let last = stream.len() - 1;
+            stream[last] ^= 0x01;
+        }
+    }
+    established_stream(true, cut, &stream)
+}
+
+/// Brings a responder to RTS (with CRC on both ends when `crc`) and feeds it `stream` in
+/// `cut`-byte pieces; see [`established`] for what it checks. Returns how many work requests
+/// the responder completed successfully.
+fn established_stream(crc: bool, cut: usize, stream: &[u8]) -> usize {
+    let mut completions = 0;
     let config = Config {
-        crc: false,
+        crc,
         ..Config::default()
     };
     let initiator_table = RegionTable::new();
@@ -131,9 +238,7 @@ pub fn established(data: &[u8]) {
     let receive = Arc::new(RegisteredMemory::allocate(256).expect("256 B"));
     receive.write_at(0, &[FILL; 256]).expect("fill");
     let local = table.register_range(receive.clone(), 64, 128, AccessFlags::LOCAL_WRITE);
-    let mut initiator =
-        Connection::initiator(config.clone(), b"", now).expect("empty private data");
-    let mut responder = Connection::responder(config, now);
+    let (_initiator, mut responder) = connected_pair(config, &initiator_table, &table);
     let mut segments = Segments::new();
     segments.push(LocalSegment {
         addr: receive.addr() + 64,
@@ -144,27 +249,7 @@ pub fn established(data: &[u8]) {
         .post_recv(RecvWork { wr_id: 1, segments })
         .expect("one receive");
     let mut wire = Vec::new();
-    for _ in 0..8 {
-        wire.clear();
-        initiator.poll_transmit(&initiator_table, &mut wire, usize::MAX);
-        responder.handle_input(&wire, &table);
-        while let Some(e) = responder.poll_event() {
-            if let Event::ConnectRequest(_) = e {
-                responder.accept(b"", now).expect("accept");
-            }
-        }
-        wire.clear();
-        responder.poll_transmit(&table, &mut wire, usize::MAX);
-        initiator.handle_input(&wire, &initiator_table);
-        while initiator.poll_event().is_some() {}
-    }
-    assert_eq!(responder.qp_state(), QpState::ReadyToSend, "the handshake");
-    assert_eq!(initiator.qp_state(), QpState::ReadyToSend, "the handshake");
-    let (cut, rest) = match data.split_first() {
-        Some((c, r)) => (usize::from(*c).max(1), r),
-        None => (1, data),
-    };
-    for piece in rest.chunks(cut) {
+    for piece in stream.chunks(cut) {
         responder.handle_input(piece, &table);
         while let Some(e) = responder.poll_event() {
             if let Event::Terminated(_) = e {
@@ -173,7 +258,9 @@ pub fn established(data: &[u8]) {
         }
         wire.clear();
         responder.poll_transmit(&table, &mut wire, 1 << 16);
-        while responder.poll_completion().is_some() {}
+        while let Some(c) = responder.poll_completion() {
+            completions += usize::from(c.completion.status().is_success());
+        }
     }
     let mut bytes = vec![0u8; 4096];
     memory.read_at(0, &mut bytes).expect("read back");
@@ -190,4 +277,5 @@ pub fn established(data: &[u8]) {
         bytes[..64].iter().chain(&bytes[192..]).all(|&b| b == FILL),
         "wrote outside the receive"
     );
+    completions
 }
