@@ -465,23 +465,42 @@ pub struct GetEvent {
 }
 
 /// The `param` union of [`EventResp`]: `conn` for RC ids, `ud` for UD ids.
+///
+/// The members are private so that every value has all 304 bytes initialised: it is either
+/// zeroed and then written by the kernel (GET_EVENT writes the whole response), or built by
+/// [`EventParam::from_conn`]/[`EventParam::from_ud`], which zero the whole union before
+/// writing one member. Reading either view is then reading initialised bytes.
 #[derive(Copy, Clone)]
 #[repr(C)]
 pub union EventParam {
-    pub conn: ConnParam,
-    pub ud: UdParam,
+    conn: ConnParam,
+    ud: UdParam,
 }
 
 impl EventParam {
+    /// A union whose `conn` view is `conn` and whose remaining bytes (the `ud` view's tail)
+    /// are zero.
+    pub fn from_conn(conn: ConnParam) -> EventParam {
+        let mut param = EventParam::zeroed();
+        param.conn = conn;
+        param
+    }
+    /// A union whose `ud` view is `ud`.
+    pub fn from_ud(ud: UdParam) -> EventParam {
+        let mut param = EventParam::zeroed();
+        param.ud = ud;
+        param
+    }
     /// The connection view.
     pub fn conn(&self) -> ConnParam {
-        // SAFETY: both members are `Pod` and the union is as large as the larger one, so the
-        // first 272 bytes are always initialised and any bit pattern is a valid ConnParam.
+        // SAFETY: every constructor initialises all bytes of the union (see the type's docs:
+        // `Pod::zeroed` or the kernel write the whole of it, and writing a member keeps the
+        // other bytes), and any bit pattern is a valid ConnParam (Pod).
         unsafe { self.conn }
     }
     /// The datagram view.
     pub fn ud(&self) -> UdParam {
-        // SAFETY: as in `conn`: UdParam is the larger member and `Pod`.
+        // SAFETY: as in `conn`: all 304 bytes are initialised and UdParam is Pod.
         unsafe { self.ud }
     }
 }
