@@ -9,7 +9,7 @@ use crate::wqe::{
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
-use rdmasock_verbs::sys::sge::gather;
+use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{
     Error, QpNumber, QpState, RecvRequest, Result, SendFlags, SendOp, SendRequest,

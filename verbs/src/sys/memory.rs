@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A pointer and a length that stay valid while this value lives.
 #[derive(Debug)]
-pub struct RawMemory {
+pub(crate) struct RawMemory {
     ptr: NonNull<u8>,
     len: usize,
     owned: bool,
@@ -31,7 +31,7 @@ fn page_size() -> usize {
 
 impl RawMemory {
     /// Maps `len` zeroed bytes of anonymous, page-aligned memory.
-    pub fn allocate(len: usize) -> io::Result<RawMemory> {
+    pub(crate) fn allocate(len: usize) -> io::Result<RawMemory> {
         // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
         let p = unsafe {
             libc::mmap(
@@ -61,7 +61,7 @@ impl RawMemory {
     ///
     /// # Safety
     /// `addr..addr+len` must stay valid for reads and writes while the value lives.
-    pub unsafe fn borrowed(addr: *mut u8, len: usize) -> RawMemory {
+    pub(crate) unsafe fn borrowed(addr: *mut u8, len: usize) -> RawMemory {
         RawMemory {
             ptr: NonNull::new(addr).unwrap_or(NonNull::dangling()),
             len: if addr.is_null() { 0 } else { len },
@@ -74,7 +74,7 @@ impl RawMemory {
     ///
     /// # Safety
     /// `bytes` must outlive the value (it keeps no lifetime).
-    pub unsafe fn lent(bytes: &[u8]) -> RawMemory {
+    pub(crate) unsafe fn lent(bytes: &[u8]) -> RawMemory {
         RawMemory {
             // A shared slice's pointer is never written through: `read_only` guards it.
             ptr: NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling()),
@@ -85,23 +85,18 @@ impl RawMemory {
     }
 
     /// Whether the memory is lent for reading only (see [`RawMemory::lent`]).
-    pub fn is_read_only(&self) -> bool {
+    pub(crate) fn is_read_only(&self) -> bool {
         self.read_only
     }
 
     /// The address of the first byte.
-    pub fn addr(&self) -> usize {
+    pub(crate) fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize
     }
 
     /// The length.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// Whether the length is zero.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Panics unless `offset..offset + len` lies inside the memory. The sum is checked, so a
@@ -120,7 +115,7 @@ impl RawMemory {
     /// when the bytes are first written. Contents are unchanged, so the pages may be in use.
     /// Only for memory this value mapped ([`RawMemory::allocate`]); the caller has checked
     /// bounds.
-    pub fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
         if !self.owned {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -152,7 +147,7 @@ impl RawMemory {
 
     /// Copies out; the caller has checked bounds.
     #[inline]
-    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
         self.assert_inside(offset, dst.len());
         // SAFETY: bounds asserted above; the range is valid per the constructor's contract;
         // dst is a distinct Rust buffer so the ranges do not overlap.
@@ -167,7 +162,7 @@ impl RawMemory {
 
     /// Copies in; the caller has checked bounds.
     #[inline]
-    pub fn write(&self, offset: usize, src: &[u8]) {
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
         assert!(!self.read_only, "write into lent read-only memory");
         self.assert_inside(offset, src.len());
         // SAFETY: as in `read`.
@@ -189,12 +184,12 @@ impl RawMemory {
     }
 
     /// Atomic fetch-add.
-    pub fn fetch_add_u64(&self, offset: usize, add: u64) -> u64 {
+    pub(crate) fn fetch_add_u64(&self, offset: usize, add: u64) -> u64 {
         self.atomic_at(offset).fetch_add(add, Ordering::SeqCst)
     }
 
     /// Atomic compare-and-swap; returns the old value.
-    pub fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+    pub(crate) fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> u64 {
         match self.atomic_at(offset).compare_exchange(
             compare,
             swap,
@@ -206,14 +201,14 @@ impl RawMemory {
     }
 
     /// The bytes as a slice.
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: valid range per the constructor; see RegisteredMemory::as_slice for the
         // documented caveat about concurrent device writes.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// The bytes as a mutable slice.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         assert!(!self.read_only, "mutable slice of lent read-only memory");
         // SAFETY: as in as_slice, and &mut self gives exclusive access on the Rust side.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
