@@ -54,7 +54,7 @@ pub use device::{
     DeviceInfo, DeviceList, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport,
 };
 pub use error::{Error, Result};
-pub use memory::{AccessFlags, RegisteredMemory};
+pub use memory::{send_pieces, AccessFlags, RegisteredMemory, SendPiece};
 pub use objects::{
     AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
     ProtectionDomain, QueuePair,

@@ -200,17 +200,20 @@ impl RawMemory {
         }
     }
 
-    /// The bytes as a slice.
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        // SAFETY: valid range per the constructor; see RegisteredMemory::as_slice for the
-        // documented caveat about concurrent device writes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    /// The address of `offset`, after checking that `offset..offset + len` lies inside the
+    /// memory (panics otherwise), for the kernel to read (a gathering send): no Rust reference
+    /// is made to the bytes, which a device or a peer may be writing.
+    pub(crate) fn pointer_at(&self, offset: usize, len: usize) -> *const u8 {
+        self.assert_inside(offset, len);
+        self.ptr.as_ptr().wrapping_add(offset).cast_const()
     }
 
     /// The bytes as a mutable slice.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         assert!(!self.read_only, "mutable slice of lent read-only memory");
-        // SAFETY: as in as_slice, and &mut self gives exclusive access on the Rust side.
+        // SAFETY: valid range per the constructor; `&mut self` gives exclusive access on the
+        // Rust side, and the safe layer above hands it out only for memory no registration
+        // shares (see RegisteredMemory::as_mut_slice).
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -8,5 +8,6 @@ pub(crate) mod ioctl;
 pub(crate) mod memory;
 pub(crate) mod mmap;
 pub(crate) mod pod;
+pub(crate) mod send;
 pub(crate) mod sge;
 pub(crate) mod uverbs;
