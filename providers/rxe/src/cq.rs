@@ -62,7 +62,7 @@ impl RxeCq {
         comp_vector: u32,
     ) -> Result<RxeCq> {
         let mut out = [0u8; 16];
-        let kernel = KernelCq::create(context, depth, channel, comp_vector, &[], &mut out)?;
+        let kernel = KernelCq::create(context, depth, channel, comp_vector, &mut out)?;
         let ring = map_ring(context, MmapInfo::parse(&out, 0), "completion queue")?;
         Ok(RxeCq {
             kernel,

@@ -131,7 +131,7 @@ impl RxeQp {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
         let mut out = [0u8; CreateQpResponse::LEN];
-        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
+        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &mut out)?;
         let rings = CreateQpResponse::parse(&out);
         let rq = map_ring(pd.context(), rings.rq, "receive queue")?;
         let sq = map_ring(pd.context(), rings.sq, "send queue")?;

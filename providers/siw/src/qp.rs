@@ -100,7 +100,7 @@ impl SiwQp {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
         let mut out = [0u8; CREATE_QP_RESPONSE_LEN];
-        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
+        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &mut out)?;
         let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().expect("4 bytes"));
         let key = |at: usize| u64::from_le_bytes(out[at..at + 8].try_into().expect("8 bytes"));
         let (num_sqe, num_rqe) = (word(4), word(8));
