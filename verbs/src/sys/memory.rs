@@ -47,8 +47,12 @@ impl RawMemory {
             return Err(io::Error::last_os_error());
         }
         // Keep the pages in place across fork(): a registered page must not become copy-on-write.
+        // (Miri, which runs the pure parts' tests, has no madvise and no fork.)
+        #[cfg(not(miri))]
         // SAFETY: p..p+len is the mapping just made.
-        unsafe { libc::madvise(p, len, libc::MADV_DONTFORK) };
+        unsafe {
+            libc::madvise(p, len, libc::MADV_DONTFORK)
+        };
         Ok(RawMemory {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
