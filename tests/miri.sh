@@ -26,7 +26,7 @@ miri() {
 miri -p rdmasock --lib -- protocol::
 miri -p rdmasock --test stream_sim --test stream_sim_receives --test stream_sim_close --
 miri -p rdmasock-uiwarp --lib -- wire:: protocol::
-miri -p rdmasock-verbs --lib -- device:: kernel::convert sys::abi sys::extended sys::ioctl \
-  sys::pod sys::sge types:: wc:: qp_attr::
+miri -p rdmasock-verbs --lib -- device::netlink device::sysfs device::fuzzing kernel::convert \
+  sys::abi sys::extended sys::ioctl sys::pod sys::sge types:: wc:: qp_attr::
 miri -p rdmasock-cm --lib -- event:: error:: sys::layout_tests sys::sockaddr
 exit $status

@@ -429,7 +429,10 @@ mod tests {
         ];
         // Only the first two fit the bound.
         assert_eq!(send_pieces::<2>(writer.as_fd(), &pieces, 0).unwrap(), 11);
-        assert_eq!(send_pieces::<4>(writer.as_fd(), &pieces[2..], 0).unwrap(), 5);
+        assert_eq!(
+            send_pieces::<4>(writer.as_fd(), &pieces[2..], 0).unwrap(),
+            5
+        );
         let mut got = [0u8; 16];
         reader.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"head-memory-tail");

@@ -1,19 +1,18 @@
 //! The `#[repr(C)]` structs of the rdma_cm write ABI (`include/uapi/rdma/rdma_user_cm.h`),
 //! as docs/kernel-abi.md#rdma_cm-structures lists them (sizes and offsets are checked by the
 //! layout tests). Field names follow the kernel's.
-#![allow(missing_docs)] // field-for-field mirrors of the uapi header; see docs/kernel-abi.md
-// The whole header is mirrored (and layout-tested), commands the id layer does not send yet
-// included.
-#![allow(dead_code)]
+// Field-for-field mirrors of the uapi header (see docs/kernel-abi.md), the whole header
+// (layout-tested), commands the id layer does not send yet included.
+#![allow(missing_docs, dead_code)]
 
 use super::Pod;
 
+#[cfg(test)]
+pub(crate) use rdmasock_verbs::__private::GlobalRouteDesc as GlobalRoute;
 /// `struct ib_uverbs_global_route`, `struct ib_uverbs_ah_attr` and `struct ib_uverbs_qp_attr`
 /// (INIT_QP_ATTR's response) are uverbs structs: the verbs layer defines them, and its
 /// `kernel::attributes_from_cm` converts the last into `QpAttributes`.
 pub(crate) use rdmasock_verbs::__private::{AhAttrDesc as AhAttr, QpAttrDesc as UverbsQpAttr};
-#[cfg(test)]
-pub(crate) use rdmasock_verbs::__private::GlobalRouteDesc as GlobalRoute;
 
 /// `RDMA_USER_CM_ABI_VERSION`: the only ABI this crate speaks (3 is pre-2.6.2x).
 pub(crate) const ABI_VERSION: u32 = 4;
@@ -596,5 +595,4 @@ pod!(
     EventResp,
     SetOption,
     MigrateId,
-
 );

@@ -296,7 +296,13 @@ impl CmFd {
     }
 
     /// SET_OPTION with the raw option value.
-    pub(crate) fn set_option(&self, id: u32, level: u32, optname: u32, value: &[u8]) -> io::Result<()> {
+    pub(crate) fn set_option(
+        &self,
+        id: u32,
+        level: u32,
+        optname: u32,
+        value: &[u8],
+    ) -> io::Result<()> {
         let p = SetOption {
             optval: value.as_ptr() as usize as u64,
             id,

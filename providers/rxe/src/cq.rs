@@ -3,9 +3,9 @@
 
 use crate::ring::{next_index, queued, Ring};
 use crate::wqe::decode_cqe;
+use rdmasock_verbs::__private::WorkCompletionDesc;
 use rdmasock_verbs::kernel::{KernelContext, KernelCq};
 use rdmasock_verbs::provider::{ChannelOps, CqOps};
-use rdmasock_verbs::__private::WorkCompletionDesc;
 use rdmasock_verbs::{Error, Result, WorkCompletion};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};

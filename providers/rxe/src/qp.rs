@@ -6,10 +6,10 @@ use crate::ring::{next_index, queued, Ring};
 use crate::wqe::{
     encode_recv, encode_send, SendDescriptor, RECV_HEADER_LEN, SEND_HEADER_LEN, SGE_LEN,
 };
+use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
-use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{
     Error, QpNumber, QpState, RecvRequest, Result, SendFlags, SendOp, SendRequest,

@@ -7,10 +7,10 @@ use crate::element::{
     encode_rqe, encode_sqe, flags, SendDescriptor, Sge, MAX_SGE, RQE_LEN, SQE_LEN,
 };
 use crate::ring::ElementRing;
+use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
-use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{Error, QpNumber, QpState, RecvRequest, Result, SendRequest};
 use std::any::Any;

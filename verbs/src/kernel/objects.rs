@@ -258,14 +258,7 @@ impl KernelCq {
             ),
         };
         let cookie = context.next_cookie();
-        let r = context.create_cq_raw(
-            cookie,
-            depth,
-            comp_vector,
-            channel_fd,
-            &[],
-            driver_out,
-        )?;
+        let r = context.create_cq_raw(cookie, depth, comp_vector, channel_fd, &[], driver_out)?;
         Ok(KernelCq {
             context: context.clone(),
             handle: r.cq_handle,

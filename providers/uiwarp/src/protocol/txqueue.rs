@@ -266,7 +266,9 @@ impl TxQueue {
         let mut skip = self.front_written;
         for piece in &self.pieces {
             match piece {
-                Piece::Own { start, end } => out.extend_from_slice(&self.arena[*start + skip..*end]),
+                Piece::Own { start, end } => {
+                    out.extend_from_slice(&self.arena[*start + skip..*end])
+                }
                 Piece::Memory { memory, at, len } => {
                     let from = out.len();
                     out.resize(from + *len - skip, 0);

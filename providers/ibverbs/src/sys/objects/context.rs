@@ -24,7 +24,11 @@ unsafe impl Sync for RawContext {}
 impl RawContext {
     /// Opens the device libibverbs lists as `name`, or else the one whose node GUID is
     /// `guid` (when non-zero). `Ok(None)` when libibverbs lists neither.
-    pub(crate) fn open(lib: &'static Library, name: &str, guid: u64) -> io::Result<Option<RawContext>> {
+    pub(crate) fn open(
+        lib: &'static Library,
+        name: &str,
+        guid: u64,
+    ) -> io::Result<Option<RawContext>> {
         with_device_list(lib, |devices| {
             let found = devices
                 .iter()
