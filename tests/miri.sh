@@ -4,7 +4,8 @@
 # data-race violations):
 #
 #   rdmasock         the stream engine (src/protocol) and its simulations (tests/stream_sim*)
-#   rdmasock-uiwarp  the userspace provider's wire and protocol cores (src/wire, src/protocol)
+#   rdmasock-uiwarp  the userspace provider's wire and protocol cores (src/wire, src/protocol,
+#                    and the sans-IO connection setup tests/handshake.rs)
 #   rdmasock-verbs   the parsers (sysfs, netlink, kernel responses), the ABI structs' byte views
 #                    and the scatter/gather copy
 #   rdmasock-cm      rdma_cm event decoding, the ABI structs (the event union) and sockaddrs
@@ -26,6 +27,7 @@ miri() {
 miri -p rdmasock --lib -- protocol::
 miri -p rdmasock --test stream_sim --test stream_sim_receives --test stream_sim_close --
 miri -p rdmasock-uiwarp --lib -- wire:: protocol::
+miri -p rdmasock-uiwarp --test handshake --
 miri -p rdmasock-verbs --lib -- device::netlink device::sysfs device::fuzzing kernel::convert \
   sys::abi sys::extended sys::ioctl sys::pod sys::sge types:: wc:: qp_attr::
 miri -p rdmasock-cm --lib -- event:: error:: sys::layout_tests sys::sockaddr
