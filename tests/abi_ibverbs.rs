@@ -8,7 +8,7 @@
 //! install.
 #![forbid(unsafe_code)]
 
-use rdmasock_ibverbs::sys::abi::*;
+use rdmasock_ibverbs::__private::abi::*;
 use std::mem::{align_of, offset_of, size_of};
 use std::path::Path;
 use std::process::Command;

@@ -54,6 +54,9 @@ if [ $run_host = 1 ]; then
   done
   echo "=== host suite: fuzz targets (fuzz/smoke.sh 20)"
   fuzz/smoke.sh 20 || host_status=FAILED
+  # miri (nightly; tests/setup.sh installs it) on the pure parts: undefined behaviour fails
+  echo "=== host suite: the pure parts' tests under miri (tests/miri.sh)"
+  tests/miri.sh || host_status=FAILED
   # host tests that need release speed (ignored in a debug build, which cannot show the fault)
   echo "=== host suite: tests that need a release build"
   if ! cargo test --release -p rdmasock --test uiwarp_socket a_stream_does_not_nap_through_its_run; then

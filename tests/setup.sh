@@ -7,6 +7,7 @@
 #                 for siw.ko (Debian's kernels lack CONFIG_RDMA_SIW)
 #   siw.ko:       built by tests/vm/build-siw.sh into the VM cache
 #   cargo fuzz:   Rust nightly (rustup) and cargo-fuzz (cargo install), for fuzz/smoke.sh
+#   miri:         nightly's miri and rust-src components (rustup), for tests/miri.sh
 #
 # Needs root (apt-get) only when something is missing; otherwise it says what is.
 set -euo pipefail
@@ -50,6 +51,15 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
   rustup toolchain install nightly --profile minimal \
     || { echo "setup: could not install Rust nightly (rustup toolchain install nightly --profile minimal), which the fuzz smoke run needs" >&2; exit 1; }
 fi
+# miri (nightly's interpreter that reports undefined behaviour): tests/run.sh runs the pure
+# parts' tests under it (tests/miri.sh)
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+  echo "=== setup: installing miri (rustup component add --toolchain nightly miri rust-src)"
+  rustup component add --toolchain nightly miri rust-src \
+    || { echo "setup: could not add miri to Rust nightly (rustup component add --toolchain nightly miri rust-src), which the miri run needs" >&2; exit 1; }
+fi
+cargo +nightly miri setup >/dev/null \
+  || { echo "setup: cargo +nightly miri setup failed (it builds miri's standard library once)" >&2; exit 1; }
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "=== setup: installing cargo-fuzz (cargo install --locked cargo-fuzz)"
   cargo install --locked cargo-fuzz

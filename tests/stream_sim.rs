@@ -15,6 +15,10 @@ use rdmasock::protocol::{
 };
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "128 MiB through the simulated fabric: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn bulk_64_mib_each_way_with_half_close() {
     let cfg = StreamConfig::builder().build().unwrap();
     let mut f = Fabric::connect([cfg.clone(), cfg], [64 << 20, 64 << 20], 0x5eed_0001);
@@ -22,6 +26,10 @@ fn bulk_64_mib_each_way_with_half_close() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "21 MiB through the simulated fabric: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn bulk_with_big_rings_and_selective_signalling() {
     let cfg = StreamConfig::builder()
         .send_ring(1 << 20)
@@ -35,6 +43,10 @@ fn bulk_with_big_rings_and_selective_signalling() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "24 seeded runs of 0.5 MB each: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn small_rings_many_seeds() {
     for seed in 0..24u64 {
         let a = small_config()
@@ -49,6 +61,10 @@ fn small_rings_many_seeds() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "six runs of 7 MiB each: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn write_plus_send_mode_for_iwarp() {
     for seed in 0..6u64 {
         let mk = |b: StreamConfigBuilder| b.write_with_send(true).build().unwrap();
@@ -66,6 +82,10 @@ fn write_plus_send_mode_for_iwarp() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "two runs of 2 MiB each: an hour under miri; the smaller simulations run the same engine paths"
+)]
 fn peers_of_different_byte_order() {
     let a = small_config().byte_order(ByteOrder::Big).build().unwrap();
     let b = small_config()
@@ -382,7 +402,9 @@ fn random_immediates_never_panic() {
         target_list_rkey: 2,
     };
     let mut rng = Rng(0xdead_beef);
-    for _ in 0..200 {
+    // Under miri, which interprets every instruction, a few engines: the same paths, fewer draws.
+    let engines = if cfg!(miri) { 4 } else { 200 };
+    for _ in 0..engines {
         let mut e = StreamEngine::new(cfg.clone(), local);
         let peer = e.hello();
         e.on_connected(&peer).unwrap();
@@ -464,7 +486,9 @@ fn received_end_follows_the_bytes_round_the_ring() {
     let mut f = pair(small(), small());
     assert_eq!(f.sides[1].engine.received_end(), 0);
     let (mut read, mut wrapped) = (0usize, false);
-    for i in 0..200usize {
+    // Under miri, which interprets every instruction, fewer messages: a few rounds still wrap.
+    let messages = if cfg!(miri) { 24 } else { 200 };
+    for i in 0..messages {
         let n = 1 + (i * 977) % 3000;
         if f.sides[0].app_write(n).is_ok() {
             f.pump();
@@ -485,6 +509,10 @@ fn received_end_follows_the_bytes_round_the_ring() {
 /// down to half (or a write found nothing free). A one-way stream under that policy must
 /// still move every byte, and the writer must leave completions unfed for many writes.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "four runs of 8 MiB each: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn a_writer_that_feeds_completions_only_without_headroom_streams_everything() {
     // (seed, configuration, whether its rings are big enough for writes to skip feeding)
     for (seed, cfg, skips) in [

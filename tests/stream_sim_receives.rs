@@ -74,6 +74,10 @@ fn control_messages_behind_a_full_credit_window_find_a_receive() {
 /// without RNR (iWARP's rule): every byte arrives, in order, and every message finds a
 /// receive.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "24 seeded runs of 0.35 MB each: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn deferred_receive_reposts_on_random_schedules_without_rnr() {
     for seed in 0..24u64 {
         let a = small_config()
@@ -111,6 +115,10 @@ fn deferred_receive_reposts_on_random_schedules_without_rnr() {
 /// each side makes, and no ring byte the short way skipped is ever sent (the fabric would
 /// deliver stale bytes and the check would fail).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "24 seeded runs on random schedules: hours under miri; the smaller simulations run the same engine paths"
+)]
 fn inline_writes_on_random_schedules() {
     for seed in 0..24u64 {
         let cfg = small_config()

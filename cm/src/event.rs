@@ -413,7 +413,7 @@ mod tests {
         let mut conn = ConnParam::zeroed();
         conn.private_data[..4].copy_from_slice(b"nope");
         conn.private_data_len = 148;
-        r.param = crate::sys::abi::EventParam { conn };
+        r.param = crate::sys::abi::EventParam::from_conn(conn);
         match CmEvent::decode(&r, no_id) {
             CmEvent::Rejected {
                 reason,

@@ -41,7 +41,7 @@ pub mod event;
 pub mod id;
 pub mod manager;
 pub mod qp;
-pub mod sys;
+mod sys;
 
 pub use channel::EventChannel;
 pub use error::{Error, Result};

@@ -67,8 +67,8 @@ pub(crate) fn send_gathers_and_scatters_byte_for_byte_both_ways(dut: &Dut) {
         assert_eq!((r.wr_id, r.opcode(), r.byte_len), (7, WcOpcode::Recv, 24));
         assert_eq!((r.imm(), r.qp_num), (None, to.qp.qp_num()));
         let whole = b"hello, conformance world";
-        assert_eq!(&to.mr.as_slice()[..10], &whole[..10]);
-        assert_eq!(&to.mr.as_slice()[1000..1014], &whole[10..]);
+        assert_eq!(&to.mr.to_vec()[..10], &whole[..10]);
+        assert_eq!(&to.mr.to_vec()[1000..1014], &whole[10..]);
         assert_empty(&from.cq);
         assert_empty(&to.cq);
     }
@@ -93,7 +93,7 @@ pub(crate) fn send_with_imm_carries_the_immediate(dut: &Dut) {
     assert_eq!((r.wr_id, r.opcode(), r.byte_len), (2, WcOpcode::Recv, 32));
     assert!(r.flags().contains(WcFlags::WITH_IMM));
     assert_eq!(r.imm(), Some(0x1234_5678));
-    assert_eq!(&p.b.mr.as_slice()[..32], &[0xab; 32]);
+    assert_eq!(&p.b.mr.to_vec()[..32], &[0xab; 32]);
     p.disconnect();
 }
 
@@ -119,7 +119,7 @@ pub(crate) fn rdma_write_lands_without_a_receive(dut: &Dut) {
         assert_eq!((s.wr_id, s.opcode()), (4, WcOpcode::RdmaWrite));
         // iWARP completes a WRITE once it is on the wire: wait for the bytes to land.
         let deadline = Instant::now() + COMPLETION_DEADLINE;
-        while b.mr.as_slice()[at..at + len] != data[..] {
+        while b.mr.to_vec()[at..at + len] != data[..] {
             assert!(Instant::now() < deadline, "the written bytes never landed");
             std::thread::yield_now();
         }
@@ -157,7 +157,7 @@ pub(crate) fn rdma_write_with_imm_consumes_a_receive(dut: &Dut) {
         (9, WcOpcode::RecvRdmaWithImm, 7)
     );
     assert_eq!(r.imm(), Some(0xcafe_f00d));
-    assert_eq!(&p.b.mr.as_slice()[8..15], b"written");
+    assert_eq!(&p.b.mr.to_vec()[8..15], b"written");
     p.disconnect();
 }
 
@@ -177,7 +177,7 @@ pub(crate) fn rdma_read_fetches_remote_bytes(dut: &Dut) {
         (s.wr_id, s.opcode(), s.byte_len),
         (6, WcOpcode::RdmaRead, 20)
     );
-    assert_eq!(&a.mr.as_slice()[64..84], b"remote bytes to read");
+    assert_eq!(&a.mr.to_vec()[64..84], b"remote bytes to read");
     let big = pattern(40_000, 3);
     b.mr.write_at(20_000, &big).unwrap();
     let sg = [a.mr.slice(1000, big.len()).unwrap()];
@@ -188,7 +188,7 @@ pub(crate) fn rdma_read_fetches_remote_bytes(dut: &Dut) {
     a.qp.post_send(&[SendRequest::new(8, op, &sg)]).unwrap();
     let s = poll_ok(&a.cq);
     assert_eq!((s.wr_id, s.byte_len), (8, 40_000));
-    assert_eq!(&a.mr.as_slice()[1000..41_000], &big[..]);
+    assert_eq!(&a.mr.to_vec()[1000..41_000], &big[..]);
     assert_empty(&b.cq);
     p.disconnect();
 }
@@ -220,18 +220,18 @@ pub(crate) fn atomic_compare_swap_and_fetch_add(dut: &Dut) {
     a.qp.post_send(&[SendRequest::new(7, swap, &sg)]).unwrap();
     assert_eq!(poll_ok(&a.cq).opcode(), WcOpcode::CompareSwap);
     let swapped = 0x1122_3344_5566_7788u64.to_ne_bytes();
-    assert_eq!(&a.mr.as_slice()[..8], &100u64.to_ne_bytes(), "old value");
-    assert_eq!(&b.mr.as_slice()[256..264], &swapped);
+    assert_eq!(&a.mr.to_vec()[..8], &100u64.to_ne_bytes(), "old value");
+    assert_eq!(&b.mr.to_vec()[256..264], &swapped);
     // A compare that does not match leaves the target alone.
     a.qp.post_send(&[SendRequest::new(8, swap, &sg)]).unwrap();
     poll_ok(&a.cq);
-    assert_eq!(&a.mr.as_slice()[..8], &swapped);
-    assert_eq!(&b.mr.as_slice()[256..264], &swapped);
+    assert_eq!(&a.mr.to_vec()[..8], &swapped);
+    assert_eq!(&b.mr.to_vec()[256..264], &swapped);
     a.qp.post_send(&[SendRequest::new(9, add, &sg)]).unwrap();
     assert_eq!(poll_ok(&a.cq).opcode(), WcOpcode::FetchAdd);
-    assert_eq!(&a.mr.as_slice()[..8], &swapped);
+    assert_eq!(&a.mr.to_vec()[..8], &swapped);
     assert_eq!(
-        &b.mr.as_slice()[256..264],
+        &b.mr.to_vec()[256..264],
         &0x1122_3344_5566_7799u64.to_ne_bytes()
     );
     p.disconnect();
@@ -276,9 +276,9 @@ pub(crate) fn chained_inline_fence_and_selective_signaling(dut: &Dut) {
         let r = poll_ok(&b.cq);
         assert_eq!(r.wr_id, 100 + i as u64, "in order");
         assert_eq!(r.byte_len as usize, expect.len());
-        assert_eq!(&b.mr.as_slice()[i * 100..i * 100 + expect.len()], *expect);
+        assert_eq!(&b.mr.to_vec()[i * 100..i * 100 + expect.len()], *expect);
     }
-    assert_eq!(&b.mr.as_slice()[5000..5011], b"abcdefghXYZ", "inline WRITE");
+    assert_eq!(&b.mr.to_vec()[5000..5011], b"abcdefghXYZ", "inline WRITE");
     assert_empty(&a.cq);
     p.disconnect();
 }
@@ -316,8 +316,8 @@ pub(crate) fn borrowed_inline_sends_need_no_registration(dut: &Dut) {
     assert_eq!(poll_ok(&a.cq).wr_id, 2);
     let r = poll_ok(&b.cq);
     assert_eq!((r.wr_id, r.byte_len as usize), (7, len));
-    assert_eq!(&b.mr.as_slice()[..len], &expected_first[..]);
-    assert_eq!(&b.mr.as_slice()[3000..3008], b"borrowed");
+    assert_eq!(&b.mr.to_vec()[..len], &expected_first[..]);
+    assert_eq!(&b.mr.to_vec()[3000..3008], b"borrowed");
     let bytes = [1u8; 8];
     let sg = [ScatterGather::borrowed(&bytes)];
     let err =

@@ -212,8 +212,8 @@ fn read_succeeds(p: &Pair, mr: &MemoryRegion, offset: usize, local: usize) {
     wc.ok()
         .unwrap_or_else(|e| panic!("a READ the region allows: {e}"));
     assert_eq!(
-        &p.a.mr.as_slice()[local..local + 16],
-        &mr.as_slice()[offset..offset + 16]
+        &p.a.mr.to_vec()[local..local + 16],
+        &mr.to_vec()[offset..offset + 16]
     );
 }
 
@@ -233,7 +233,7 @@ pub(crate) fn region_without_remote_write_refuses_a_write(dut: &Dut) {
     let mr = region_without(dut, &p, AccessFlags::REMOTE_WRITE);
     post_recv(&p.b, 0x57, &[(0, 64)]);
     read_succeeds(&p, &mr, 64, 0);
-    let before = mr.as_slice().to_vec();
+    let before = mr.to_vec();
     p.a.mr.write_at(0, &[0xa5; 16]).unwrap();
     let op = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 64,
@@ -245,7 +245,7 @@ pub(crate) fn region_without_remote_write_refuses_a_write(dut: &Dut) {
     // On iWARP the TERMINATE comes once the responder has refused the WRITE's bytes.
     assert_terminated(dut, &p, 0x57);
     assert!(
-        mr.as_slice() == &before[..],
+        mr.to_vec() == before,
         "an RDMA WRITE changed a region registered without REMOTE_WRITE"
     );
 }
@@ -268,11 +268,11 @@ pub(crate) fn region_without_remote_read_refuses_a_read(dut: &Dut) {
         .unwrap_or_else(|e| panic!("a WRITE the region allows: {e}"));
     // iWARP completes a WRITE once it is on the wire: wait for the bytes to land.
     let deadline = Instant::now() + COMPLETION_DEADLINE;
-    while &mr.as_slice()[64..80] != b"written, allowed" {
+    while &mr.to_vec()[64..80] != b"written, allowed" {
         assert!(Instant::now() < deadline, "the allowed WRITE never landed");
         std::thread::yield_now();
     }
-    let before = mr.as_slice().to_vec();
+    let before = mr.to_vec();
     p.a.mr.write_at(256, &[0xee; 16]).unwrap();
     let read = SendOp::RdmaRead {
         remote_addr: mr.addr() + 64,
@@ -282,8 +282,8 @@ pub(crate) fn region_without_remote_read_refuses_a_read(dut: &Dut) {
     let text = assert_status(&p, &wc, dut.remote_errors.denied_read, WcOpcode::RdmaRead);
     if dut.remote_errors.denied_read.status == WcStatus::Success {
         // The device does not enforce REMOTE_READ (siw, see its `Dut`): it served the READ.
-        assert_eq!(&p.a.mr.as_slice()[256..272], b"written, allowed");
-        assert!(mr.as_slice() == &before[..], "the region changed");
+        assert_eq!(&p.a.mr.to_vec()[256..272], b"written, allowed");
+        assert!(mr.to_vec() == before, "the region changed");
         println!(
             "{} served a READ from a region without REMOTE_READ",
             dut.device
@@ -297,11 +297,11 @@ pub(crate) fn region_without_remote_read_refuses_a_read(dut: &Dut) {
         p.wait_terminated();
     }
     assert_eq!(
-        &p.a.mr.as_slice()[256..272],
+        &p.a.mr.to_vec()[256..272],
         &[0xee; 16],
         "the refused READ's sink changed"
     );
-    assert!(mr.as_slice() == &before[..], "the region changed");
+    assert!(mr.to_vec() == before, "the region changed");
 }
 
 /// A region registered without REMOTE_ATOMIC serves a READ under its rkey but refuses a
@@ -322,7 +322,7 @@ pub(crate) fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
         super::opcodes::assert_refused(dut, &p.a, add);
         read_succeeds(&p, &mr, 0, 0);
         assert_eq!(
-            &mr.as_slice()[..8],
+            &mr.to_vec()[..8],
             &100u64.to_ne_bytes(),
             "the target changed"
         );
@@ -330,7 +330,7 @@ pub(crate) fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
     }
     mr.write_at(0, &100u64.to_ne_bytes()).unwrap();
     read_succeeds(&p, &mr, 0, 0);
-    let before = mr.as_slice().to_vec();
+    let before = mr.to_vec();
     p.a.mr.write_at(64, &[0xee; 8]).unwrap();
     let add = SendOp::AtomicFetchAdd {
         remote_addr: mr.addr(),
@@ -341,13 +341,13 @@ pub(crate) fn region_without_remote_atomic_refuses_an_atomic(dut: &Dut) {
     let text = assert_status(&p, &wc, dut.remote_errors.denied_atomic, WcOpcode::FetchAdd);
     assert_names_missing_right(text);
     assert_eq!(
-        &mr.as_slice()[..8],
+        &mr.to_vec()[..8],
         &100u64.to_ne_bytes(),
         "the atomic's target changed"
     );
-    assert!(mr.as_slice() == &before[..], "the region changed");
+    assert!(mr.to_vec() == before, "the region changed");
     assert_eq!(
-        &p.a.mr.as_slice()[64..72],
+        &p.a.mr.to_vec()[64..72],
         &[0xee; 8],
         "the refused atomic's result buffer changed"
     );

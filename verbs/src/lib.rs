@@ -16,6 +16,7 @@
 //!     -> post_send / post_recv -> poll completions
 //! ```
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod attr;
@@ -28,10 +29,23 @@ pub mod memory;
 pub mod objects;
 pub mod provider;
 pub mod qp_attr;
-pub mod sys;
+#[allow(unsafe_code)]
+mod sys;
 pub mod types;
 pub mod wc;
 pub mod wr;
+
+/// Not part of the API: the few binding types and helpers the sibling crates of this
+/// workspace (the rxe and siw providers, the connection manager) share with this one. It may
+/// change in any release; every item in it is still sound to call from safe code.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::sys::abi::WorkCompletionDesc;
+    pub use crate::sys::abi_qp::{AhAttrDesc, GlobalRouteDesc, QpAttrDesc, QpDest};
+    pub use crate::sys::mmap::SharedMapping;
+    pub use crate::sys::pod::{as_bytes, from_bytes, Pod};
+    pub use crate::sys::sge::gather;
+}
 
 pub use attr::{
     CqModerationCaps, DeviceAttributes, ExtendedDeviceAttributes, OdpCaps, PacketPacingCaps,
@@ -41,7 +55,7 @@ pub use device::{
     DeviceInfo, DeviceList, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport,
 };
 pub use error::{Error, Result};
-pub use memory::{AccessFlags, RegisteredMemory};
+pub use memory::{send_pieces, AccessFlags, RegisteredMemory, SendPiece};
 pub use objects::{
     AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
     ProtectionDomain, QueuePair,

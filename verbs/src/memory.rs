@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::sys::memory::RawMemory;
 use bitflags::bitflags;
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 bitflags! {
@@ -213,19 +214,98 @@ impl RegisteredMemory {
         Ok(())
     }
 
-    /// The bytes, for owned memory held exclusively.
+    /// A copy of the bytes.
     ///
-    /// While the memory is registered for remote or device writes, what a slice shows can
-    /// change under it at any time; read it only after the completion that says it was written.
-    pub fn as_slice(&self) -> &[u8] {
-        self.raw.as_slice()
+    /// While the memory is registered for remote or device writes, the copy is what the bytes
+    /// were while it was made; read after the completion that says they were written. (No
+    /// `&[u8]` over the memory itself is handed out: a device or a peer may write it at any
+    /// time, which a shared slice must never see.)
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.len()];
+        self.read_at(0, &mut bytes)
+            .expect("the whole memory lies inside itself");
+        bytes
     }
 
-    /// The bytes, mutably. Same caveat as [`RegisteredMemory::as_slice`]. Panics on lent
-    /// memory (see [`RegisteredMemory::lend`]).
+    /// The bytes, mutably: `&mut self` means no clone of an `Arc` of this value exists, so no
+    /// memory region covers it (every region holds one). Panics on lent memory (see
+    /// [`RegisteredMemory::lend`]).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.raw.as_mut_slice()
     }
+
+    /// The raw memory, for the gathering send (`sys`).
+    pub(crate) fn raw(&self) -> &RawMemory {
+        &self.raw
+    }
+}
+
+/// One piece of a gathering send ([`send_pieces`]).
+#[derive(Clone, Copy, Debug)]
+pub enum SendPiece<'a> {
+    /// Bytes the caller owns.
+    Bytes(&'a [u8]),
+    /// `len` bytes of registered memory from `offset`: the kernel reads them, no Rust code
+    /// does, so a device or a peer may write them meanwhile.
+    Memory {
+        /// The memory.
+        memory: &'a RegisteredMemory,
+        /// The first byte's offset in it.
+        offset: usize,
+        /// How many bytes.
+        len: usize,
+    },
+}
+
+impl SendPiece<'_> {
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            SendPiece::Bytes(bytes) => bytes.len(),
+            SendPiece::Memory { len, .. } => *len,
+        }
+    }
+
+    /// Whether the piece is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a copy of the piece's bytes to `out`. Fails when a memory piece lies outside
+    /// its memory.
+    pub fn copy_to(&self, out: &mut Vec<u8>) -> Result<()> {
+        match *self {
+            SendPiece::Bytes(bytes) => out.extend_from_slice(bytes),
+            SendPiece::Memory {
+                memory,
+                offset,
+                len,
+            } => {
+                let start = out.len();
+                out.resize(start + len, 0);
+                if let Err(e) = memory.read_at(offset, &mut out[start..]) {
+                    out.truncate(start);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sends up to `N` of `pieces` on the stream socket `socket` in one `sendmsg(2)` with
+/// `flags` (`MSG_NOSIGNAL`, ...): a gathering write whose memory pieces the kernel reads in
+/// place (no copy, and no Rust reference to memory a device or a peer may be writing).
+/// Returns how many bytes were sent, which may be fewer than the pieces hold.
+///
+/// # Panics
+/// When a [`SendPiece::Memory`] range lies outside its memory.
+pub fn send_pieces<const N: usize>(
+    socket: BorrowedFd<'_>,
+    pieces: &[SendPiece<'_>],
+    flags: i32,
+) -> std::io::Result<usize> {
+    crate::sys::send::send_pieces::<N>(socket, pieces, flags)
 }
 
 /// The lent memories of one [`RegisteredMemory::lend`] call.
@@ -259,8 +339,8 @@ mod tests {
         let mut back = vec![0u8; data.len()];
         m.read_at(13, &mut back).unwrap();
         assert!(back == data);
-        assert_eq!(&m.as_slice()[13..13 + data.len()], &data[..]);
-        assert!(m.as_slice()[..13].iter().all(|&b| b == 0));
+        assert_eq!(&m.to_vec()[13..13 + data.len()], &data[..]);
+        assert!(m.to_vec()[..13].iter().all(|&b| b == 0));
         assert!(m.write_at(m.len() - 10, &data).is_err());
     }
 
@@ -278,7 +358,7 @@ mod tests {
         assert!(!m.contains(m.addr() + 96, 5));
         assert!(!m.contains(m.addr() - 1, 1));
         m.as_mut_slice()[0] = 7;
-        assert_eq!(m.as_slice()[0], 7);
+        assert_eq!(m.to_vec()[0], 7);
     }
 
     #[test]
@@ -304,8 +384,8 @@ mod tests {
             assert_eq!(lent.len(), 2);
             assert!(lent[0].is_lent());
             assert_eq!(lent[0].addr(), data.as_ptr() as u64);
-            assert_eq!(lent[0].as_slice(), b"lent bytes");
-            assert_eq!(lent[1].as_slice(), &other);
+            assert_eq!(lent[0].to_vec(), b"lent bytes");
+            assert_eq!(lent[1].to_vec(), &other);
             assert!(lent[0].write_at(0, b"x").is_err());
             assert!(lent[0].fetch_add_u64(0, 1).is_err());
             // A clone dropped before the end is fine.
@@ -317,5 +397,64 @@ mod tests {
         assert_eq!(&seen, b"byte");
         assert_eq!(data, b"lent bytes");
         assert!(!RegisteredMemory::allocate(8).unwrap().is_lent());
+    }
+
+    #[test]
+    fn to_vec_is_a_copy_that_later_writes_do_not_change() {
+        let m = RegisteredMemory::allocate(16).unwrap();
+        m.write_at(0, b"before").unwrap();
+        let copy = m.to_vec();
+        m.write_at(0, b"after!").unwrap();
+        assert_eq!(&copy[..6], b"before");
+        assert_eq!(&m.to_vec()[..6], b"after!");
+        assert_eq!(copy.len(), 16);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "sendmsg(2) is a system call miri does not run")]
+    fn send_pieces_sends_bytes_and_memory_in_order() {
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let (mut reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let m = RegisteredMemory::allocate(64).unwrap();
+        m.write_at(10, b"memory").unwrap();
+        let pieces = [
+            SendPiece::Bytes(b"head-"),
+            SendPiece::Memory {
+                memory: &m,
+                offset: 10,
+                len: 6,
+            },
+            SendPiece::Bytes(b"-tail"),
+        ];
+        // Only the first two fit the bound.
+        assert_eq!(send_pieces::<2>(writer.as_fd(), &pieces, 0).unwrap(), 11);
+        assert_eq!(
+            send_pieces::<4>(writer.as_fd(), &pieces[2..], 0).unwrap(),
+            5
+        );
+        let mut got = [0u8; 16];
+        reader.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"head-memory-tail");
+        let mut copied = Vec::new();
+        for piece in &pieces {
+            piece.copy_to(&mut copied).unwrap();
+        }
+        assert_eq!(copied, b"head-memory-tail");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "sendmsg(2) is a system call miri does not run")]
+    #[should_panic(expected = "outside raw memory of 64 bytes")]
+    fn send_pieces_refuses_a_range_outside_the_memory() {
+        use std::os::fd::AsFd;
+        let (_reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let m = RegisteredMemory::allocate(64).unwrap();
+        let piece = SendPiece::Memory {
+            memory: &m,
+            offset: 60,
+            len: 8,
+        };
+        let _ = send_pieces::<1>(writer.as_fd(), &[piece], 0);
     }
 }

@@ -1,27 +1,29 @@
 //! The `#[repr(C)]` structs of the rdma_cm write ABI (`include/uapi/rdma/rdma_user_cm.h`),
 //! as docs/kernel-abi.md#rdma_cm-structures lists them (sizes and offsets are checked by the
 //! layout tests). Field names follow the kernel's.
-#![allow(missing_docs)] // field-for-field mirrors of the uapi header; see docs/kernel-abi.md
+// Field-for-field mirrors of the uapi header (see docs/kernel-abi.md), the whole header
+// (layout-tested), commands the id layer does not send yet included.
+#![allow(missing_docs, dead_code)]
 
 use super::Pod;
 
+#[cfg(test)]
+pub(crate) use rdmasock_verbs::__private::GlobalRouteDesc as GlobalRoute;
 /// `struct ib_uverbs_global_route`, `struct ib_uverbs_ah_attr` and `struct ib_uverbs_qp_attr`
 /// (INIT_QP_ATTR's response) are uverbs structs: the verbs layer defines them, and its
 /// `kernel::attributes_from_cm` converts the last into `QpAttributes`.
-pub use rdmasock_verbs::sys::abi_qp::{
-    AhAttrDesc as AhAttr, GlobalRouteDesc as GlobalRoute, QpAttrDesc as UverbsQpAttr,
-};
+pub(crate) use rdmasock_verbs::__private::{AhAttrDesc as AhAttr, QpAttrDesc as UverbsQpAttr};
 
 /// `RDMA_USER_CM_ABI_VERSION`: the only ABI this crate speaks (3 is pre-2.6.2x).
-pub const ABI_VERSION: u32 = 4;
+pub(crate) const ABI_VERSION: u32 = 4;
 
 /// The legacy (pre-5.8) minimum size of [`EventResp`] the kernel insists on.
-pub const EVENT_RESP_MIN_SIZE: usize = 328;
+pub(crate) const EVENT_RESP_MIN_SIZE: usize = 328;
 
 /// Command numbers (`enum { RDMA_USER_CM_CMD_* }`), the `cmd` of [`CmdHdr`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u32)]
-pub enum Command {
+pub(crate) enum Command {
     /// Allocate a kernel id.
     CreateId = 0,
     /// Free a kernel id (synchronous).
@@ -72,7 +74,7 @@ pub enum Command {
 
 impl Command {
     /// The kernel's name for the command (for error messages).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Command::CreateId => "CREATE_ID",
             Command::DestroyId => "DESTROY_ID",
@@ -102,31 +104,31 @@ impl Command {
 }
 
 /// Port spaces (`enum rdma_ucm_port_space`).
-pub mod port_space {
+pub(crate) mod port_space {
     /// InfiniBand service ids; the QP type decides.
-    pub const IB: u16 = 0x013f;
+    pub(crate) const IB: u16 = 0x013f;
     /// Reliable connected over IP ports ("TCP").
-    pub const TCP: u16 = 0x0106;
+    pub(crate) const TCP: u16 = 0x0106;
     /// Unreliable datagram over IP ports ("UDP").
-    pub const UDP: u16 = 0x0111;
+    pub(crate) const UDP: u16 = 0x0111;
     /// IPoIB.
-    pub const IPOIB: u16 = 0x0002;
+    pub(crate) const IPOIB: u16 = 0x0002;
 }
 
 /// QUERY options (`RDMA_USER_CM_QUERY_*`).
-pub mod query_option {
+pub(crate) mod query_option {
     /// Addresses and device.
-    pub const ADDR: u32 = 0;
+    pub(crate) const ADDR: u32 = 0;
     /// Path records.
-    pub const PATH: u32 = 1;
+    pub(crate) const PATH: u32 = 1;
     /// GIDs as sockaddr_ib.
-    pub const GID: u32 = 2;
+    pub(crate) const GID: u32 = 2;
 }
 
 /// `struct rdma_ucm_cmd_hdr` (8 bytes), in front of every payload.
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct CmdHdr {
+pub(crate) struct CmdHdr {
     pub cmd: u32,
     pub in_: u16,
     pub out: u16,
@@ -136,7 +138,7 @@ pub struct CmdHdr {
 /// its first 16 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct SockaddrIn6 {
+pub(crate) struct SockaddrIn6 {
     pub family: u16,
     /// Network byte order.
     pub port: u16,
@@ -149,7 +151,7 @@ pub struct SockaddrIn6 {
 /// `struct __kernel_sockaddr_storage` (128 bytes, 8-aligned).
 #[derive(Copy, Clone)]
 #[repr(C, align(8))]
-pub struct SockaddrStorage {
+pub(crate) struct SockaddrStorage {
     pub bytes: [u8; 128],
 }
 
@@ -166,7 +168,7 @@ impl std::fmt::Debug for SockaddrStorage {
 /// `struct rdma_ucm_create_id` (24 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct CreateId {
+pub(crate) struct CreateId {
     pub uid: u64,
     pub response: u64,
     pub ps: u16,
@@ -177,14 +179,14 @@ pub struct CreateId {
 /// `struct rdma_ucm_create_id_resp` (4 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct CreateIdResp {
+pub(crate) struct CreateIdResp {
     pub id: u32,
 }
 
 /// `struct rdma_ucm_destroy_id` (16 bytes); also LEAVE_MCAST.
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct DestroyId {
+pub(crate) struct DestroyId {
     pub response: u64,
     pub id: u32,
     pub reserved: u32,
@@ -193,14 +195,14 @@ pub struct DestroyId {
 /// `struct rdma_ucm_destroy_id_resp` (4 bytes); also MIGRATE_ID's response.
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct DestroyIdResp {
+pub(crate) struct DestroyIdResp {
     pub events_reported: u32,
 }
 
 /// `struct rdma_ucm_bind_ip` (40 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct BindIp {
+pub(crate) struct BindIp {
     pub response: u64,
     pub addr: SockaddrIn6,
     pub id: u32,
@@ -209,7 +211,7 @@ pub struct BindIp {
 /// `struct rdma_ucm_bind` (136 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Bind {
+pub(crate) struct Bind {
     pub id: u32,
     pub addr_size: u16,
     pub reserved: u16,
@@ -219,7 +221,7 @@ pub struct Bind {
 /// `struct rdma_ucm_resolve_ip` (64 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct ResolveIp {
+pub(crate) struct ResolveIp {
     pub src_addr: SockaddrIn6,
     pub dst_addr: SockaddrIn6,
     pub id: u32,
@@ -229,7 +231,7 @@ pub struct ResolveIp {
 /// `struct rdma_ucm_resolve_addr` (272 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct ResolveAddr {
+pub(crate) struct ResolveAddr {
     pub id: u32,
     pub timeout_ms: u32,
     pub src_size: u16,
@@ -242,7 +244,7 @@ pub struct ResolveAddr {
 /// `struct rdma_ucm_resolve_route` (8 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct ResolveRoute {
+pub(crate) struct ResolveRoute {
     pub id: u32,
     pub timeout_ms: u32,
 }
@@ -250,7 +252,7 @@ pub struct ResolveRoute {
 /// `struct rdma_ucm_query` (16 bytes); also QUERY_ROUTE (option ignored).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Query {
+pub(crate) struct Query {
     pub response: u64,
     pub id: u32,
     pub option: u32,
@@ -259,7 +261,7 @@ pub struct Query {
 /// `struct ib_user_path_rec` (64 bytes). `be` fields are in network byte order.
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct UserPathRec {
+pub(crate) struct UserPathRec {
     pub dgid: [u8; 16],
     pub sgid: [u8; 16],
     pub dlid: u16,
@@ -284,7 +286,7 @@ pub struct UserPathRec {
 /// `struct rdma_ucm_query_route_resp` (208 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct QueryRouteResp {
+pub(crate) struct QueryRouteResp {
     /// Big-endian bytes (raw copy of `ib_device.node_guid`).
     pub node_guid: u64,
     pub ib_route: [UserPathRec; 2],
@@ -300,7 +302,7 @@ pub struct QueryRouteResp {
 /// `struct rdma_ucm_query_addr_resp` (280 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct QueryAddrResp {
+pub(crate) struct QueryAddrResp {
     /// Big-endian bytes.
     pub node_guid: u64,
     pub port_num: u8,
@@ -318,7 +320,7 @@ pub struct QueryAddrResp {
 /// `struct ib_path_rec_data` (72 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct PathRecData {
+pub(crate) struct PathRecData {
     pub flags: u32,
     pub reserved: u32,
     pub path_rec: [u32; 16],
@@ -328,7 +330,7 @@ pub struct PathRecData {
 /// with room for two paths and the spare entry the kernel's `>` test needs.
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct QueryPathResp {
+pub(crate) struct QueryPathResp {
     pub num_paths: u32,
     pub reserved: u32,
     pub path_data: [PathRecData; 3],
@@ -337,7 +339,7 @@ pub struct QueryPathResp {
 /// `struct rdma_ucm_conn_param` (272 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct ConnParam {
+pub(crate) struct ConnParam {
     pub qp_num: u32,
     pub qkey: u32,
     pub private_data: [u8; 256],
@@ -354,7 +356,7 @@ pub struct ConnParam {
 /// `struct rdma_ucm_ud_param` (304 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct UdParam {
+pub(crate) struct UdParam {
     pub qp_num: u32,
     pub qkey: u32,
     pub ah_attr: AhAttr,
@@ -366,7 +368,7 @@ pub struct UdParam {
 /// `struct rdma_ucm_ece` (8 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Ece {
+pub(crate) struct Ece {
     pub vendor_id: u32,
     pub attr_mod: u32,
 }
@@ -374,7 +376,7 @@ pub struct Ece {
 /// `struct rdma_ucm_connect` (288 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Connect {
+pub(crate) struct Connect {
     pub conn_param: ConnParam,
     pub id: u32,
     pub reserved: u32,
@@ -384,7 +386,7 @@ pub struct Connect {
 /// `struct rdma_ucm_listen` (8 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Listen {
+pub(crate) struct Listen {
     pub id: u32,
     pub backlog: u32,
 }
@@ -392,7 +394,7 @@ pub struct Listen {
 /// `struct rdma_ucm_accept` (296 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Accept {
+pub(crate) struct Accept {
     pub uid: u64,
     pub conn_param: ConnParam,
     pub id: u32,
@@ -403,7 +405,7 @@ pub struct Accept {
 /// `struct rdma_ucm_reject` (264 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Reject {
+pub(crate) struct Reject {
     pub id: u32,
     pub private_data_len: u8,
     pub reason: u8,
@@ -414,14 +416,14 @@ pub struct Reject {
 /// `struct rdma_ucm_disconnect` (4 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Disconnect {
+pub(crate) struct Disconnect {
     pub id: u32,
 }
 
 /// `struct rdma_ucm_init_qp_attr` (16 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct InitQpAttr {
+pub(crate) struct InitQpAttr {
     pub response: u64,
     pub id: u32,
     pub qp_state: u32,
@@ -430,7 +432,7 @@ pub struct InitQpAttr {
 /// `struct rdma_ucm_notify` (8 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct Notify {
+pub(crate) struct Notify {
     pub id: u32,
     pub event: u32,
 }
@@ -438,7 +440,7 @@ pub struct Notify {
 /// `struct rdma_ucm_join_ip_mcast` (48 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct JoinIpMcast {
+pub(crate) struct JoinIpMcast {
     pub response: u64,
     pub uid: u64,
     pub addr: SockaddrIn6,
@@ -448,7 +450,7 @@ pub struct JoinIpMcast {
 /// `struct rdma_ucm_join_mcast` (152 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct JoinMcast {
+pub(crate) struct JoinMcast {
     pub response: u64,
     pub uid: u64,
     pub id: u32,
@@ -460,28 +462,47 @@ pub struct JoinMcast {
 /// `struct rdma_ucm_get_event` (8 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct GetEvent {
+pub(crate) struct GetEvent {
     pub response: u64,
 }
 
 /// The `param` union of [`EventResp`]: `conn` for RC ids, `ud` for UD ids.
+///
+/// The members are private so that every value has all 304 bytes initialised: it is either
+/// zeroed and then written by the kernel (GET_EVENT writes the whole response), or built by
+/// [`EventParam::from_conn`]/[`EventParam::from_ud`], which zero the whole union before
+/// writing one member. Reading either view is then reading initialised bytes.
 #[derive(Copy, Clone)]
 #[repr(C)]
-pub union EventParam {
-    pub conn: ConnParam,
-    pub ud: UdParam,
+pub(crate) union EventParam {
+    conn: ConnParam,
+    ud: UdParam,
 }
 
 impl EventParam {
+    /// A union whose `conn` view is `conn` and whose remaining bytes (the `ud` view's tail)
+    /// are zero.
+    pub(crate) fn from_conn(conn: ConnParam) -> EventParam {
+        let mut param = EventParam::zeroed();
+        param.conn = conn;
+        param
+    }
+    /// A union whose `ud` view is `ud`.
+    pub(crate) fn from_ud(ud: UdParam) -> EventParam {
+        let mut param = EventParam::zeroed();
+        param.ud = ud;
+        param
+    }
     /// The connection view.
-    pub fn conn(&self) -> ConnParam {
-        // SAFETY: both members are `Pod` and the union is as large as the larger one, so the
-        // first 272 bytes are always initialised and any bit pattern is a valid ConnParam.
+    pub(crate) fn conn(&self) -> ConnParam {
+        // SAFETY: every constructor initialises all bytes of the union (see the type's docs:
+        // `Pod::zeroed` or the kernel write the whole of it, and writing a member keeps the
+        // other bytes), and any bit pattern is a valid ConnParam (Pod).
         unsafe { self.conn }
     }
     /// The datagram view.
-    pub fn ud(&self) -> UdParam {
-        // SAFETY: as in `conn`: UdParam is the larger member and `Pod`.
+    pub(crate) fn ud(&self) -> UdParam {
+        // SAFETY: as in `conn`: all 304 bytes are initialised and UdParam is Pod.
         unsafe { self.ud }
     }
 }
@@ -497,7 +518,7 @@ impl std::fmt::Debug for EventParam {
 /// `struct rdma_ucm_event_resp` (336 bytes on 5.8+; 328 before).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct EventResp {
+pub(crate) struct EventResp {
     pub uid: u64,
     pub id: u32,
     pub event: u32,
@@ -511,7 +532,7 @@ pub struct EventResp {
 /// `struct rdma_ucm_set_option` (24 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct SetOption {
+pub(crate) struct SetOption {
     pub optval: u64,
     pub id: u32,
     pub level: u32,
@@ -522,7 +543,7 @@ pub struct SetOption {
 /// `struct rdma_ucm_migrate_id` (16 bytes).
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-pub struct MigrateId {
+pub(crate) struct MigrateId {
     pub response: u64,
     pub id: u32,
     pub fd: u32,
@@ -574,7 +595,4 @@ pod!(
     EventResp,
     SetOption,
     MigrateId,
-    GlobalRoute,
-    AhAttr,
-    UverbsQpAttr,
 );

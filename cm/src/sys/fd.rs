@@ -15,11 +15,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The kernel's `ibdev_index` sentinel for "not reported" (pre-5.8 kernels).
-pub const NO_IBDEV_INDEX: u32 = u32::MAX;
+pub(crate) const NO_IBDEV_INDEX: u32 = u32::MAX;
 
 /// An open rdma_cm file, non-blocking and close-on-exec.
 #[derive(Debug)]
-pub struct CmFd {
+pub(crate) struct CmFd {
     fd: OwnedFd,
 }
 
@@ -29,7 +29,7 @@ fn as_u64<T>(r: &mut T) -> u64 {
 
 impl CmFd {
     /// `open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK)`.
-    pub fn open(path: &Path) -> io::Result<CmFd> {
+    pub(crate) fn open(path: &Path) -> io::Result<CmFd> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -93,7 +93,7 @@ impl CmFd {
     }
 
     /// CREATE_ID: a new kernel id in port space `ps`; events carry `uid` (must be non-zero).
-    pub fn create_id(&self, uid: u64, ps: u16, qp_type: u8) -> io::Result<u32> {
+    pub(crate) fn create_id(&self, uid: u64, ps: u16, qp_type: u8) -> io::Result<u32> {
         let mut resp = CreateIdResp::zeroed();
         let p = CreateId {
             uid,
@@ -106,7 +106,7 @@ impl CmFd {
     }
 
     /// DESTROY_ID: returns `events_reported`.
-    pub fn destroy_id(&self, id: u32) -> io::Result<u32> {
+    pub(crate) fn destroy_id(&self, id: u32) -> io::Result<u32> {
         let mut resp = DestroyIdResp::zeroed();
         let p = DestroyId {
             id,
@@ -117,7 +117,7 @@ impl CmFd {
     }
 
     /// BIND (sockaddr_storage form).
-    pub fn bind(&self, id: u32, addr: &SocketAddr) -> io::Result<()> {
+    pub(crate) fn bind(&self, id: u32, addr: &SocketAddr) -> io::Result<()> {
         let (addr, addr_size) = sockaddr::to_storage(addr);
         self.command(
             Command::Bind,
@@ -131,7 +131,8 @@ impl CmFd {
     }
 
     /// BIND_IP (legacy form).
-    pub fn bind_ip(&self, id: u32, addr: &SocketAddr) -> io::Result<()> {
+    #[allow(dead_code)] // the ABI's command, not sent by the id layer yet
+    pub(crate) fn bind_ip(&self, id: u32, addr: &SocketAddr) -> io::Result<()> {
         let p = BindIp {
             response: 0,
             addr: sockaddr::to_in6(addr),
@@ -141,7 +142,7 @@ impl CmFd {
     }
 
     /// RESOLVE_ADDR (sockaddr_storage form).
-    pub fn resolve_addr(
+    pub(crate) fn resolve_addr(
         &self,
         id: u32,
         src: Option<&SocketAddr>,
@@ -161,7 +162,8 @@ impl CmFd {
     }
 
     /// RESOLVE_IP (legacy form).
-    pub fn resolve_ip(
+    #[allow(dead_code)] // the ABI's command, not sent by the id layer yet
+    pub(crate) fn resolve_ip(
         &self,
         id: u32,
         src: Option<&SocketAddr>,
@@ -180,7 +182,7 @@ impl CmFd {
     }
 
     /// RESOLVE_ROUTE.
-    pub fn resolve_route(&self, id: u32, timeout_ms: u32) -> io::Result<()> {
+    pub(crate) fn resolve_route(&self, id: u32, timeout_ms: u32) -> io::Result<()> {
         self.command(Command::ResolveRoute, &ResolveRoute { id, timeout_ms })
     }
 
@@ -194,7 +196,7 @@ impl CmFd {
     }
 
     /// QUERY(ADDR); `ibdev_index` is [`NO_IBDEV_INDEX`] on kernels before 5.8.
-    pub fn query_addr(&self, id: u32) -> io::Result<QueryAddrResp> {
+    pub(crate) fn query_addr(&self, id: u32) -> io::Result<QueryAddrResp> {
         let mut resp = QueryAddrResp::zeroed();
         resp.ibdev_index = NO_IBDEV_INDEX;
         self.query(Command::Query, id, query_option::ADDR, &mut resp)?;
@@ -202,7 +204,8 @@ impl CmFd {
     }
 
     /// QUERY(GID): the same struct with `sockaddr_ib` addresses holding the GIDs.
-    pub fn query_gid(&self, id: u32) -> io::Result<QueryAddrResp> {
+    #[allow(dead_code)] // the ABI's command, not sent by the id layer yet
+    pub(crate) fn query_gid(&self, id: u32) -> io::Result<QueryAddrResp> {
         let mut resp = QueryAddrResp::zeroed();
         resp.ibdev_index = NO_IBDEV_INDEX;
         self.query(Command::Query, id, query_option::GID, &mut resp)?;
@@ -210,14 +213,15 @@ impl CmFd {
     }
 
     /// QUERY(PATH).
-    pub fn query_path(&self, id: u32) -> io::Result<QueryPathResp> {
+    #[allow(dead_code)] // the ABI's command, not sent by the id layer yet
+    pub(crate) fn query_path(&self, id: u32) -> io::Result<QueryPathResp> {
         let mut resp = QueryPathResp::zeroed();
         self.query(Command::Query, id, query_option::PATH, &mut resp)?;
         Ok(resp)
     }
 
     /// QUERY_ROUTE; `ibdev_index` is [`NO_IBDEV_INDEX`] on kernels before 5.8.
-    pub fn query_route(&self, id: u32) -> io::Result<QueryRouteResp> {
+    pub(crate) fn query_route(&self, id: u32) -> io::Result<QueryRouteResp> {
         let mut resp = QueryRouteResp::zeroed();
         resp.ibdev_index = NO_IBDEV_INDEX;
         self.query(Command::QueryRoute, id, 0, &mut resp)?;
@@ -225,7 +229,7 @@ impl CmFd {
     }
 
     /// CONNECT (`conn_param.valid` must be 1).
-    pub fn connect(&self, id: u32, conn_param: &ConnParam) -> io::Result<()> {
+    pub(crate) fn connect(&self, id: u32, conn_param: &ConnParam) -> io::Result<()> {
         let p = Connect {
             conn_param: *conn_param,
             id,
@@ -235,12 +239,12 @@ impl CmFd {
     }
 
     /// LISTEN.
-    pub fn listen(&self, id: u32, backlog: u32) -> io::Result<()> {
+    pub(crate) fn listen(&self, id: u32, backlog: u32) -> io::Result<()> {
         self.command(Command::Listen, &Listen { id, backlog })
     }
 
     /// ACCEPT: `valid = 1` accepts (and sets `uid` on the id), `valid = 0` establishes.
-    pub fn accept(&self, id: u32, uid: u64, conn_param: &ConnParam) -> io::Result<()> {
+    pub(crate) fn accept(&self, id: u32, uid: u64, conn_param: &ConnParam) -> io::Result<()> {
         let p = Accept {
             uid,
             conn_param: *conn_param,
@@ -251,7 +255,7 @@ impl CmFd {
     }
 
     /// REJECT with `private_data` (the caller checks the transport's limit; ≤ 256 here).
-    pub fn reject(&self, id: u32, reason: u8, private_data: &[u8]) -> io::Result<()> {
+    pub(crate) fn reject(&self, id: u32, reason: u8, private_data: &[u8]) -> io::Result<()> {
         let mut p = Reject {
             id,
             reason,
@@ -264,12 +268,12 @@ impl CmFd {
     }
 
     /// DISCONNECT.
-    pub fn disconnect(&self, id: u32) -> io::Result<()> {
+    pub(crate) fn disconnect(&self, id: u32) -> io::Result<()> {
         self.command(Command::Disconnect, &Disconnect { id })
     }
 
     /// INIT_QP_ATTR for `qp_state` (1 INIT, 2 RTR, 3 RTS).
-    pub fn init_qp_attr(&self, id: u32, qp_state: u32) -> io::Result<UverbsQpAttr> {
+    pub(crate) fn init_qp_attr(&self, id: u32, qp_state: u32) -> io::Result<UverbsQpAttr> {
         let mut resp = UverbsQpAttr::zeroed();
         let p = InitQpAttr {
             response: 0,
@@ -281,7 +285,7 @@ impl CmFd {
     }
 
     /// GET_EVENT; `Ok(None)` when no event is queued.
-    pub fn get_event(&self) -> io::Result<Option<EventResp>> {
+    pub(crate) fn get_event(&self) -> io::Result<Option<EventResp>> {
         let mut resp = EventResp::zeroed();
         let p = GetEvent { response: 0 };
         match self.command_resp(Command::GetEvent, p, &mut resp, |p, r| p.response = r) {
@@ -292,7 +296,13 @@ impl CmFd {
     }
 
     /// SET_OPTION with the raw option value.
-    pub fn set_option(&self, id: u32, level: u32, optname: u32, value: &[u8]) -> io::Result<()> {
+    pub(crate) fn set_option(
+        &self,
+        id: u32,
+        level: u32,
+        optname: u32,
+        value: &[u8],
+    ) -> io::Result<()> {
         let p = SetOption {
             optval: value.as_ptr() as usize as u64,
             id,
@@ -306,12 +316,13 @@ impl CmFd {
     }
 
     /// NOTIFY (forward a QP async event, e.g. 4 = COMM_EST).
-    pub fn notify(&self, id: u32, event: u32) -> io::Result<()> {
+    #[allow(dead_code)] // the ABI's command, not sent by the id layer yet
+    pub(crate) fn notify(&self, id: u32, event: u32) -> io::Result<()> {
         self.command(Command::Notify, &Notify { id, event })
     }
 
     /// MIGRATE_ID: moves `id` from the channel `from` to this one; returns `events_reported`.
-    pub fn migrate_id(&self, id: u32, from: BorrowedFd<'_>) -> io::Result<u32> {
+    pub(crate) fn migrate_id(&self, id: u32, from: BorrowedFd<'_>) -> io::Result<u32> {
         let mut resp = DestroyIdResp::zeroed();
         let p = MigrateId {
             response: 0,

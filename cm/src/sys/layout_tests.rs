@@ -137,3 +137,24 @@ fn events_and_multicast() {
         response: 0, uid: 8, id: 16, addr_size: 20, join_flags: 22, addr: 24,
     });
 }
+
+/// An event parameter built from its connection view has every byte initialised: the `ud`
+/// view, 32 bytes longer, reads the connection's bytes and then zeros (under miri, an
+/// uninitialised tail is reported as undefined behaviour).
+#[test]
+fn an_event_parameter_built_from_one_member_is_whole() {
+    let mut conn = ConnParam::zeroed();
+    conn.qp_num = 0x0102_0304;
+    conn.private_data = [0xa5; 256];
+    conn.private_data_len = 7;
+    conn.valid = 1;
+    let param = EventParam::from_conn(conn);
+    assert_eq!(param.conn().qp_num, 0x0102_0304);
+    let ud = param.ud();
+    let bytes = ud.as_bytes();
+    assert_eq!(&bytes[..size_of::<ConnParam>()], conn.as_bytes());
+    assert!(bytes[size_of::<ConnParam>()..].iter().all(|&b| b == 0));
+    assert_eq!(param.as_bytes().len(), 304);
+    let back = EventParam::from_ud(ud);
+    assert_eq!(back.conn().as_bytes(), conn.as_bytes());
+}

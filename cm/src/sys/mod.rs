@@ -13,35 +13,12 @@
 //! `QpAttributes` by `rdmasock_verbs::kernel::attributes_from_cm`.
 #![allow(unsafe_code)]
 
-pub mod abi;
-pub mod fd;
+pub(crate) mod abi;
+pub(crate) mod fd;
 #[cfg(test)]
 mod layout_tests;
-pub mod sockaddr;
+pub(crate) mod sockaddr;
 
-/// Plain old data: a `#[repr(C)]` kernel struct with no implicit padding, for which every byte
-/// pattern (all zeroes in particular) is a valid value.
-///
-/// # Safety
-/// Implement only for `#[repr(C)]` types made of integers and arrays of integers (or unions of
-/// such types of the same size) whose layout has no padding bytes (the layout tests prove it
-/// for every implementor here).
-pub unsafe trait Pod: Copy + 'static {
-    /// The all-zero value.
-    fn zeroed() -> Self {
-        // SAFETY: by the trait's contract every bit pattern, all zeroes included, is valid.
-        unsafe { std::mem::zeroed() }
-    }
-
-    /// The bytes of the value.
-    fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `self` is a valid, initialised value of a padding-free type (trait contract),
-        // so all `size_of::<Self>()` bytes behind it are initialised and live as long as `self`.
-        unsafe {
-            std::slice::from_raw_parts(
-                (self as *const Self).cast::<u8>(),
-                std::mem::size_of::<Self>(),
-            )
-        }
-    }
-}
+/// The workspace's one plain-old-data trait (its contract: `#[repr(C)]`, integers and arrays
+/// of integers, no padding, every byte of every value initialised), from the verbs layer.
+pub(crate) use rdmasock_verbs::__private::Pod;

@@ -10,15 +10,16 @@ use super::Pod;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// `AF_INET`.
-pub const AF_INET: u16 = libc::AF_INET as u16;
+pub(crate) const AF_INET: u16 = libc::AF_INET as u16;
 /// `AF_INET6`.
-pub const AF_INET6: u16 = libc::AF_INET6 as u16;
+pub(crate) const AF_INET6: u16 = libc::AF_INET6 as u16;
 /// `AF_IB`.
-pub const AF_IB: u16 = 27;
+#[cfg(test)]
+pub(crate) const AF_IB: u16 = 27;
 /// `sizeof(struct sockaddr_in)`.
-pub const SOCKADDR_IN_LEN: u16 = 16;
+pub(crate) const SOCKADDR_IN_LEN: u16 = 16;
 /// `sizeof(struct sockaddr_in6)`.
-pub const SOCKADDR_IN6_LEN: u16 = 28;
+pub(crate) const SOCKADDR_IN6_LEN: u16 = 28;
 
 /// Writes `addr` as a `sockaddr_in`/`sockaddr_in6` into `out`; returns its length.
 fn encode(addr: &SocketAddr, out: &mut [u8]) -> u16 {
@@ -65,19 +66,20 @@ fn decode(raw: &[u8]) -> Option<SocketAddr> {
 }
 
 /// The storage form and its exact length (the `addr_size`/`src_size`/`dst_size` to send).
-pub fn to_storage(addr: &SocketAddr) -> (SockaddrStorage, u16) {
+pub(crate) fn to_storage(addr: &SocketAddr) -> (SockaddrStorage, u16) {
     let mut s = SockaddrStorage::zeroed();
     let len = encode(addr, &mut s.bytes);
     (s, len)
 }
 
 /// Decodes a storage slot; `None` when it holds no IP address.
-pub fn from_storage(s: &SockaddrStorage) -> Option<SocketAddr> {
+pub(crate) fn from_storage(s: &SockaddrStorage) -> Option<SocketAddr> {
     decode(&s.bytes)
 }
 
 /// The legacy `sockaddr_in6` slot form.
-pub fn to_in6(addr: &SocketAddr) -> SockaddrIn6 {
+#[allow(dead_code)] // for BIND_IP/RESOLVE_IP, which the id layer does not send yet
+pub(crate) fn to_in6(addr: &SocketAddr) -> SockaddrIn6 {
     let mut raw = [0u8; 28];
     encode(addr, &mut raw);
     SockaddrIn6 {
@@ -90,7 +92,7 @@ pub fn to_in6(addr: &SocketAddr) -> SockaddrIn6 {
 }
 
 /// Decodes a legacy slot; `None` when it holds no IP address.
-pub fn from_in6(s: &SockaddrIn6) -> Option<SocketAddr> {
+pub(crate) fn from_in6(s: &SockaddrIn6) -> Option<SocketAddr> {
     decode(s.as_bytes())
 }
 

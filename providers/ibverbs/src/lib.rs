@@ -12,7 +12,7 @@
 //! The provider implements the same [`Provider`] trait family as the pure-Rust ones; the
 //! root crate decides when it runs (`RDMASOCK_PROVIDER=ibverbs` forces it).
 //!
-//! All FFI is in [`sys`]; every other module is `#![forbid(unsafe_code)]`.
+//! All FFI is in the private `sys` module; every other module is `#![forbid(unsafe_code)]`.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -21,7 +21,16 @@ mod convert;
 mod cq;
 mod error;
 mod qp;
-pub mod sys;
+mod sys;
+
+/// Not part of the API: the libibverbs struct mirrors and the library loader, for this
+/// crate's tests (layouts against `<infiniband/verbs.h>`, loading errors). It may change in
+/// any release. The handles that call into libibverbs stay private.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::sys::abi;
+    pub use crate::sys::library::{library, load, Library, LoadError};
+}
 
 pub use context::{BridgeContext, BridgeMr, BridgePd};
 pub use convert::{wc_flags_from_ibv, WcFlagsEncoding};

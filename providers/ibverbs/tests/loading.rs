@@ -1,7 +1,7 @@
 //! Loading libibverbs and the errors of the bridge, on a host without RDMA devices. Needs
 //! rdma-core's libibverbs1 installed (CI installs it): a missing library fails these tests.
 
-use rdmasock_ibverbs::sys::library::{load, LoadError};
+use rdmasock_ibverbs::__private::{load, LoadError};
 use rdmasock_ibverbs::{BridgeContext, IbverbsProvider, Selection};
 use rdmasock_verbs::{DeviceInfo, NodeType, Transport};
 use std::path::PathBuf;
@@ -29,15 +29,16 @@ fn the_system_libibverbs_loads_with_every_symbol() {
     assert!(
         IbverbsProvider::available(),
         "libibverbs.so.1 did not load: {:?} (install libibverbs1)",
-        rdmasock_ibverbs::sys::library().err()
+        rdmasock_ibverbs::__private::library().err()
     );
-    let lib = rdmasock_ibverbs::sys::library().unwrap();
+    let lib = rdmasock_ibverbs::__private::library().unwrap();
     assert!(lib.path.contains("libibverbs"), "{}", lib.path);
 }
 
 #[test]
 fn a_missing_library_says_what_to_install() {
-    let err = load("/nonexistent/libibverbs.so.1").unwrap_err();
+    // SAFETY: the path does not exist: nothing is loaded.
+    let err = unsafe { load("/nonexistent/libibverbs.so.1") }.unwrap_err();
     assert!(matches!(err, LoadError::Missing { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("/nonexistent/libibverbs.so.1"), "{text}");
@@ -49,7 +50,9 @@ fn a_missing_library_says_what_to_install() {
 
 #[test]
 fn a_library_without_the_versioned_symbols_is_too_old() {
-    let err = load("libc.so.6").unwrap_err();
+    // SAFETY: libc is already loaded (its initialisers ran); the bridge binds none of its
+    // symbols, as it lacks libibverbs' versioned ones.
+    let err = unsafe { load("libc.so.6") }.unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, LoadError::TooOld { .. }), "{err:?}");
     assert!(text.contains("ibv_get_device_list@IBVERBS_1.1"), "{text}");

@@ -3,9 +3,9 @@
 
 use crate::ring::{next_index, queued, Ring};
 use crate::wqe::decode_cqe;
+use rdmasock_verbs::__private::WorkCompletionDesc;
 use rdmasock_verbs::kernel::{KernelContext, KernelCq};
 use rdmasock_verbs::provider::{ChannelOps, CqOps};
-use rdmasock_verbs::sys::abi::WorkCompletionDesc;
 use rdmasock_verbs::{Error, Result, WorkCompletion};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,7 +62,7 @@ impl RxeCq {
         comp_vector: u32,
     ) -> Result<RxeCq> {
         let mut out = [0u8; 16];
-        let kernel = KernelCq::create(context, depth, channel, comp_vector, &[], &mut out)?;
+        let kernel = KernelCq::create(context, depth, channel, comp_vector, &mut out)?;
         let ring = map_ring(context, MmapInfo::parse(&out, 0), "completion queue")?;
         Ok(RxeCq {
             kernel,

@@ -6,10 +6,10 @@ use crate::ring::{next_index, queued, Ring};
 use crate::wqe::{
     encode_recv, encode_send, SendDescriptor, RECV_HEADER_LEN, SEND_HEADER_LEN, SGE_LEN,
 };
+use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
-use rdmasock_verbs::sys::sge::gather;
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{
     Error, QpNumber, QpState, RecvRequest, Result, SendFlags, SendOp, SendRequest,
@@ -131,7 +131,7 @@ impl RxeQp {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
         let mut out = [0u8; CreateQpResponse::LEN];
-        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
+        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &mut out)?;
         let rings = CreateQpResponse::parse(&out);
         let rq = map_ring(pd.context(), rings.rq, "receive queue")?;
         let sq = map_ring(pd.context(), rings.sq, "send queue")?;

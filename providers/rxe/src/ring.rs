@@ -8,8 +8,8 @@
 //! only read the other. Slot contents are published with a release store of the owned index
 //! and taken over with an acquire load of the other side's index.
 
-use rdmasock_verbs::sys::mmap::SharedMapping;
-use rdmasock_verbs::sys::pod::Pod;
+use rdmasock_verbs::__private::Pod;
+use rdmasock_verbs::__private::SharedMapping;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes of the queue header before slot 0.

@@ -3,7 +3,7 @@
 //! (`struct rxe_recv_wqe`, 40-byte header then SGEs), and CQE decoding.
 #![forbid(unsafe_code)]
 
-use rdmasock_verbs::sys::abi::WorkCompletionDesc;
+use rdmasock_verbs::__private::WorkCompletionDesc;
 use rdmasock_verbs::wr::{SendFlags, SendOp};
 use rdmasock_verbs::{QpNumber, WorkCompletion};
 

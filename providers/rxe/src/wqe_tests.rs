@@ -265,7 +265,7 @@ fn cqe_decoding() {
     b[36..40].copy_from_slice(&2u32.to_le_bytes()); // kernel WITH_IMM
     b[40..42].copy_from_slice(&3u16.to_le_bytes());
     b[44] = 5;
-    let wc = decode_cqe(rdmasock_verbs::sys::pod::from_bytes(&b));
+    let wc = decode_cqe(rdmasock_verbs::__private::from_bytes(&b));
     assert_eq!(wc.wr_id, 0x1234);
     assert_eq!(wc.status, 10);
     assert_eq!(wc.opcode, 129);

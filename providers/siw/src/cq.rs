@@ -69,7 +69,7 @@ impl SiwCq {
         comp_vector: u32,
     ) -> Result<SiwCq> {
         let mut out = [0u8; CREATE_CQ_RESPONSE_LEN];
-        let kernel = KernelCq::create(context, depth, channel, comp_vector, &[], &mut out)?;
+        let kernel = KernelCq::create(context, depth, channel, comp_vector, &mut out)?;
         let num_cqe = u32_at(&out, 4);
         let key = u64_at(&out, 8);
         let ring = map_elements(

@@ -7,10 +7,10 @@ use crate::element::{
     encode_rqe, encode_sqe, flags, SendDescriptor, Sge, MAX_SGE, RQE_LEN, SQE_LEN,
 };
 use crate::ring::ElementRing;
+use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
-use rdmasock_verbs::sys::sge::gather;
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{Error, QpNumber, QpState, RecvRequest, Result, SendRequest};
 use std::any::Any;
@@ -100,7 +100,7 @@ impl SiwQp {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
         let mut out = [0u8; CREATE_QP_RESPONSE_LEN];
-        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &[], &mut out)?;
+        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &mut out)?;
         let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().expect("4 bytes"));
         let key = |at: usize| u64::from_le_bytes(out[at..at + 8].try_into().expect("8 bytes"));
         let (num_sqe, num_rqe) = (word(4), word(8));

@@ -11,7 +11,7 @@
 //! A completion array is followed by `struct siw_cq_ctrl`, whose first 32-bit word arms the
 //! completion channel.
 
-use rdmasock_verbs::sys::mmap::SharedMapping;
+use rdmasock_verbs::__private::SharedMapping;
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 /// Byte offset of the flags field in every element.

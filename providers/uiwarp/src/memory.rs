@@ -174,7 +174,7 @@ impl InlinePool {
             }
             if still_needed(LocalKey(e.key)) {
                 let copy = RegisteredMemory::allocate(e.memory.len().max(1))
-                    .and_then(|m| m.write_at(0, e.memory.as_slice()).map(|()| m));
+                    .and_then(|m| m.write_at(0, &e.memory.to_vec()).map(|()| m));
                 match copy {
                     Ok(m) => {
                         e.memory = Arc::new(m);

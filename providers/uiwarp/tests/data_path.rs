@@ -82,19 +82,19 @@ fn exchange(mut sim: Sim) -> usize {
         .completions
         .iter()
         .all(|c| c.queue != WorkQueue::Receive || c.solicited));
-    assert_eq!(&rmem.as_slice()[..SEND_LEN], &src[..SEND_LEN]);
-    assert!(rmem.as_slice()[SEND_LEN..].iter().all(|&b| b == 0));
+    assert_eq!(&rmem.to_vec()[..SEND_LEN], &src[..SEND_LEN]);
+    assert!(rmem.to_vec()[SEND_LEN..].iter().all(|&b| b == 0));
     assert_eq!(
-        &wmem.as_slice()[100..100 + WRITE_LEN],
+        &wmem.to_vec()[100..100 + WRITE_LEN],
         &src[1000..1000 + WRITE_LEN]
     );
-    assert!(wmem.as_slice()[..100].iter().all(|&b| b == 0));
-    assert!(wmem.as_slice()[100 + WRITE_LEN..].iter().all(|&b| b == 0));
+    assert!(wmem.to_vec()[..100].iter().all(|&b| b == 0));
+    assert!(wmem.to_vec()[100 + WRITE_LEN..].iter().all(|&b| b == 0));
     assert_eq!(
-        &sink_mem.as_slice()[3..3 + READ_LEN],
+        &sink_mem.to_vec()[3..3 + READ_LEN],
         &pattern[7..7 + READ_LEN]
     );
-    assert!(sink_mem.as_slice()[..3].iter().all(|&b| b == 0));
+    assert!(sink_mem.to_vec()[..3].iter().all(|&b| b == 0));
     assert!(sim.a.terminated().is_none() && sim.b.terminated().is_none());
     sim.max_batch()
 }
@@ -296,7 +296,7 @@ fn ord_limits_outstanding_reads() {
         .iter()
         .enumerate()
         .all(|(i, c)| c.0 == i as u64 && c.1 == WcStatus::Success));
-    assert!(mem.as_slice()[..500].iter().all(|&b| b == 7));
+    assert!(mem.to_vec()[..500].iter().all(|&b| b == 7));
 }
 
 #[test]

@@ -75,9 +75,9 @@ fn writes_outside_the_region_or_with_a_wrong_stag() {
         };
         v.inject(&write_frame(stag, off, b"efgh"));
         v.sim.b.expect_terminate(code);
-        assert_eq!(&v.mem.as_slice()[1024..1028], b"abcd");
-        assert!(v.mem.as_slice()[..1024].iter().all(|&x| x == 0));
-        assert!(v.mem.as_slice()[1028..].iter().all(|&x| x == 0));
+        assert_eq!(&v.mem.to_vec()[1024..1028], b"abcd");
+        assert!(v.mem.to_vec()[..1024].iter().all(|&x| x == 0));
+        assert!(v.mem.to_vec()[1028..].iter().all(|&x| x == 0));
         v.expect_send_flushed();
     }
 }
@@ -210,10 +210,10 @@ fn sends_without_buffer_or_too_long() {
         vec![(100, WcStatus::Success, 2)]
     );
     v.expect_send_flushed();
-    assert_eq!(&v.recv_mem.as_slice()[64..66], b"ok");
-    assert!(v.recv_mem.as_slice()[..64].iter().all(|&x| x == 0));
-    assert!(v.recv_mem.as_slice()[66..].iter().all(|&x| x == 0));
-    assert!(v.mem.as_slice().iter().all(|&x| x == 0));
+    assert_eq!(&v.recv_mem.to_vec()[64..66], b"ok");
+    assert!(v.recv_mem.to_vec()[..64].iter().all(|&x| x == 0));
+    assert!(v.recv_mem.to_vec()[66..].iter().all(|&x| x == 0));
+    assert!(v.mem.to_vec().iter().all(|&x| x == 0));
 }
 
 /// The requester's side of a peer's TERMINATE: the READ it concerns fails with a remote
@@ -276,7 +276,7 @@ fn requester_sees_remote_errors() {
         v.sim.b.terminated().unwrap().code,
         TerminateCode::RDMAP_BASE_BOUNDS
     );
-    assert!(v.mem.as_slice().iter().all(|&x| x == 0));
+    assert!(v.mem.to_vec().iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -371,5 +371,5 @@ fn write_in_progress_is_charged_with_the_remote_error() {
         (t.origin, t.code),
         (Origin::Remote, TerminateCode::DDP_TAGGED_INVALID_STAG)
     );
-    assert!(v.mem.as_slice().iter().all(|&x| x == 0));
+    assert!(v.mem.to_vec().iter().all(|&x| x == 0));
 }

@@ -112,7 +112,9 @@ mod tests {
     fn parsers_on_mutated_netlink_and_sysfs_text() {
         let mut rng = Rng(0x7e4b_5eed);
         let (mut devices, mut texts) = (0, 0);
-        for _ in 0..20_000 {
+        // Under miri, which interprets every instruction, 1% of the cases (the same parsers).
+        let cases = if cfg!(miri) { 200 } else { 20_000 };
+        for _ in 0..cases {
             let mut d = datagram(&mut rng);
             let mut whole = d.clone();
             whole.insert(0, 0);
@@ -139,7 +141,7 @@ mod tests {
         }
         // Some mutated inputs must still parse, or the test has lost its aim.
         assert!(
-            devices > 5_000 && texts > 5_000,
+            devices > cases / 4 && texts > cases / 4,
             "{devices} devices, {texts} texts parsed"
         );
     }

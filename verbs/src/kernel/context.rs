@@ -88,7 +88,7 @@ impl KernelContext {
     }
 
     /// The uverbs file (for mmap).
-    pub fn file(&self) -> &UverbsFile {
+    pub(crate) fn file(&self) -> &UverbsFile {
         &self.inner.file
     }
 
@@ -103,7 +103,7 @@ impl KernelContext {
     }
 
     /// Runs one write command; errors name the command and the device.
-    pub fn execute<C: WriteCommand>(
+    pub(crate) fn execute<C: WriteCommand>(
         &self,
         request: &C,
         driver_in: &[u8],
@@ -129,7 +129,7 @@ impl KernelContext {
     }
 
     /// ALLOC_PD: the PD handle.
-    pub fn alloc_pd_raw(&self, driver_in: &[u8], driver_out: &mut [u8]) -> Result<u32> {
+    pub(crate) fn alloc_pd_raw(&self, driver_in: &[u8], driver_out: &mut [u8]) -> Result<u32> {
         Ok(self
             .execute(&AllocPdRequest::default(), driver_in, driver_out)?
             .pd_handle)
@@ -142,7 +142,7 @@ impl KernelContext {
     }
 
     /// REG_MR of `addr..addr+len` (also the I/O virtual address) in PD `pd_handle`.
-    pub fn reg_mr_raw(
+    pub(crate) fn reg_mr_raw(
         &self,
         pd_handle: u32,
         addr: u64,
@@ -169,7 +169,7 @@ impl KernelContext {
     }
 
     /// CREATE_CQ reporting to `channel` (an fd from CREATE_COMP_CHANNEL), if any.
-    pub fn create_cq_raw(
+    pub(crate) fn create_cq_raw(
         &self,
         user_handle: u64,
         cqe: u32,
@@ -217,7 +217,7 @@ impl KernelContext {
     }
 
     /// CREATE_QP with a complete request (its `response` field is filled in here).
-    pub fn create_qp_raw(
+    pub(crate) fn create_qp_raw(
         &self,
         request: &CreateQpRequest,
         driver_in: &[u8],

@@ -234,13 +234,14 @@ pub struct KernelCq {
 
 impl KernelCq {
     /// CREATE_CQ with at least `depth` entries; returns the handle and fills `driver_out`
-    /// with the driver's response.
+    /// with the driver's response. No driver request bytes go in: the kernel allocates the
+    /// queue (rxe, siw) and the provider maps it, so no caller can hand the kernel an address
+    /// of process memory to write completions into.
     pub fn create(
         context: &KernelContext,
         depth: u32,
         channel: Option<Arc<dyn ChannelOps>>,
         comp_vector: u32,
-        driver_in: &[u8],
         driver_out: &mut [u8],
     ) -> Result<KernelCq> {
         let channel_fd = match &channel {
@@ -257,14 +258,7 @@ impl KernelCq {
             ),
         };
         let cookie = context.next_cookie();
-        let r = context.create_cq_raw(
-            cookie,
-            depth,
-            comp_vector,
-            channel_fd,
-            driver_in,
-            driver_out,
-        )?;
+        let r = context.create_cq_raw(cookie, depth, comp_vector, channel_fd, &[], driver_out)?;
         Ok(KernelCq {
             context: context.clone(),
             handle: r.cq_handle,
@@ -329,14 +323,13 @@ pub struct KernelQp {
 
 impl KernelQp {
     /// CREATE_QP (RC) on the kernel CQs `send_cq_handle`/`recv_cq_handle`, which belong to
-    /// `send_cq`/`recv_cq` (kept alive by the QP).
-    #[allow(clippy::too_many_arguments)]
+    /// `send_cq`/`recv_cq` (kept alive by the QP). No driver request bytes go in, as in
+    /// [`KernelCq::create`]: the kernel allocates the queues.
     pub fn create(
         pd: &KernelPd,
         init: &QpInitAttributes,
         send_cq: (Arc<dyn CqOps>, u32),
         recv_cq: (Arc<dyn CqOps>, u32),
-        driver_in: &[u8],
         driver_out: &mut [u8],
     ) -> Result<KernelQp> {
         let context = pd.context();
@@ -356,7 +349,7 @@ impl KernelQp {
             qp_type: 2,
             ..Default::default()
         };
-        let r: CreateQpResponse = context.create_qp_raw(&req, driver_in, driver_out)?;
+        let r: CreateQpResponse = context.create_qp_raw(&req, &[], driver_out)?;
         Ok(KernelQp {
             pd: pd.clone(),
             handle: r.qp_handle,

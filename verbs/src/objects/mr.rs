@@ -118,9 +118,10 @@ impl MemoryRegion {
         self.memory.read_at(offset, dst)
     }
 
-    /// The bytes. While registered for remote or device writes they may change under the
-    /// slice; read after the completion that says they were written.
-    pub fn as_slice(&self) -> &[u8] {
-        self.memory.as_slice()
+    /// A copy of the region's bytes (see [`RegisteredMemory::to_vec`]): while registered
+    /// for remote or device writes they may change at any time, so no slice over them is
+    /// handed out; read after the completion that says they were written.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.memory.to_vec()
     }
 }

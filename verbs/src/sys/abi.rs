@@ -94,7 +94,7 @@ pub struct NoResponse {}
 /// `struct ib_uverbs_cmd_hdr`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct CommandHeader {
+pub(crate) struct CommandHeader {
     /// Command number.
     pub command: u32,
     /// Total write length / 4, header and driver data included.
@@ -107,7 +107,7 @@ pub struct CommandHeader {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct GetContextRequest {
+pub(crate) struct GetContextRequest {
     pub response: u64,
 }
 
@@ -124,7 +124,7 @@ pub struct GetContextResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct QueryDeviceRequest {
+pub(crate) struct QueryDeviceRequest {
     pub response: u64,
 }
 
@@ -182,7 +182,7 @@ pub struct QueryDeviceResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct QueryPortRequest {
+pub(crate) struct QueryPortRequest {
     pub response: u64,
     pub port_num: u8,
     pub reserved: [u8; 7],
@@ -221,7 +221,7 @@ pub struct QueryPortResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct AllocPdRequest {
+pub(crate) struct AllocPdRequest {
     pub response: u64,
 }
 
@@ -229,7 +229,7 @@ pub struct AllocPdRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct AllocPdResponse {
+pub(crate) struct AllocPdResponse {
     pub pd_handle: u32,
 }
 
@@ -237,7 +237,7 @@ pub struct AllocPdResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct DeallocPdRequest {
+pub(crate) struct DeallocPdRequest {
     pub pd_handle: u32,
 }
 
@@ -245,7 +245,7 @@ pub struct DeallocPdRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct RegMrRequest {
+pub(crate) struct RegMrRequest {
     pub response: u64,
     pub start: u64,
     pub length: u64,
@@ -258,7 +258,7 @@ pub struct RegMrRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct RegMrResponse {
+pub(crate) struct RegMrResponse {
     pub mr_handle: u32,
     pub lkey: u32,
     pub rkey: u32,
@@ -268,7 +268,7 @@ pub struct RegMrResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct DeregMrRequest {
+pub(crate) struct DeregMrRequest {
     pub mr_handle: u32,
 }
 
@@ -276,7 +276,7 @@ pub struct DeregMrRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct CreateCompChannelRequest {
+pub(crate) struct CreateCompChannelRequest {
     pub response: u64,
 }
 
@@ -284,7 +284,7 @@ pub struct CreateCompChannelRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct CreateCompChannelResponse {
+pub(crate) struct CreateCompChannelResponse {
     pub fd: u32,
 }
 
@@ -292,7 +292,7 @@ pub struct CreateCompChannelResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct CreateCqRequest {
+pub(crate) struct CreateCqRequest {
     pub response: u64,
     pub user_handle: u64,
     pub cqe: u32,
@@ -306,7 +306,7 @@ pub struct CreateCqRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct CreateCqResponse {
+pub(crate) struct CreateCqResponse {
     pub cq_handle: u32,
     pub cqe: u32,
 }
@@ -315,7 +315,7 @@ pub struct CreateCqResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct DestroyCqRequest {
+pub(crate) struct DestroyCqRequest {
     pub response: u64,
     pub cq_handle: u32,
     pub reserved: u32,
@@ -334,7 +334,7 @@ pub struct DestroyCqResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct ReqNotifyCqRequest {
+pub(crate) struct ReqNotifyCqRequest {
     pub cq_handle: u32,
     pub solicited_only: u32,
 }
@@ -342,7 +342,7 @@ pub struct ReqNotifyCqRequest {
 /// `struct ib_uverbs_comp_event_desc`: one record read from a completion channel.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct CompEventDesc {
+pub(crate) struct CompEventDesc {
     /// The `user_handle` of the CQ.
     pub cq_handle: u64,
 }
@@ -350,7 +350,7 @@ pub struct CompEventDesc {
 /// `struct ib_uverbs_async_event_desc`: one record read from the async event fd.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct AsyncEventDesc {
+pub(crate) struct AsyncEventDesc {
     /// The `user_handle` of the CQ/QP/SRQ, or a port number.
     pub element: u64,
     /// `enum ib_event_type`.
@@ -436,7 +436,7 @@ write_command! {
 }
 
 /// Whether a request type begins with the `u64 response` pointer.
-pub fn has_response_pointer<C: WriteCommand>() -> bool {
+pub(crate) fn has_response_pointer<C: WriteCommand>() -> bool {
     size_of::<C::Response>() > 0
 }
 

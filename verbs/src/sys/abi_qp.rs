@@ -10,7 +10,7 @@ use super::pod::impl_pod;
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct CreateQpRequest {
+pub(crate) struct CreateQpRequest {
     pub response: u64,
     pub user_handle: u64,
     pub pd_handle: u32,
@@ -33,7 +33,7 @@ pub struct CreateQpRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct CreateQpResponse {
+pub(crate) struct CreateQpResponse {
     pub qp_handle: u32,
     pub qpn: u32,
     pub max_send_wr: u32,
@@ -100,7 +100,7 @@ pub struct ModifyQpRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct QueryQpRequest {
+pub(crate) struct QueryQpRequest {
     pub response: u64,
     pub qp_handle: u32,
     pub attr_mask: u32,
@@ -147,7 +147,7 @@ pub struct QueryQpResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct DestroyQpRequest {
+pub(crate) struct DestroyQpRequest {
     pub response: u64,
     pub qp_handle: u32,
     pub reserved: u32,
@@ -157,7 +157,7 @@ pub struct DestroyQpRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct DestroyQpResponse {
+pub(crate) struct DestroyQpResponse {
     pub events_reported: u32,
 }
 
@@ -165,7 +165,7 @@ pub struct DestroyQpResponse {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct PostSendRequest {
+pub(crate) struct PostSendRequest {
     pub response: u64,
     pub qp_handle: u32,
     pub wr_count: u32,
@@ -177,7 +177,7 @@ pub struct PostSendRequest {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct PostSendResponse {
+pub(crate) struct PostSendResponse {
     pub bad_wr: u32,
 }
 

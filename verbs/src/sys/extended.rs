@@ -11,24 +11,24 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
 /// `IB_USER_VERBS_CMD_FLAG_EXTENDED`: set in the command number of extended commands.
-pub const EXTENDED_COMMAND_FLAG: u32 = 0x8000_0000;
+pub(crate) const EXTENDED_COMMAND_FLAG: u32 = 0x8000_0000;
 /// `IB_USER_VERBS_EX_CMD_QUERY_DEVICE`.
-pub const EX_QUERY_DEVICE: u32 = 1;
+pub(crate) const EX_QUERY_DEVICE: u32 = 1;
 
 /// `UVERBS_OBJECT_DEVICE`.
-pub const OBJECT_DEVICE: u16 = 0;
+pub(crate) const OBJECT_DEVICE: u16 = 0;
 /// `UVERBS_METHOD_QUERY_PORT` (an ioctl method of the device object, Linux 5.0+).
-pub const METHOD_QUERY_PORT: u16 = 2;
+pub(crate) const METHOD_QUERY_PORT: u16 = 2;
 /// `UVERBS_ATTR_QUERY_PORT_PORT_NUM`: a constant, passed inline as a u64.
-pub const ATTR_QUERY_PORT_PORT_NUM: u16 = 0;
+pub(crate) const ATTR_QUERY_PORT_PORT_NUM: u16 = 0;
 /// `UVERBS_ATTR_QUERY_PORT_RESP`: the [`QueryPortResponseEx`] to fill.
-pub const ATTR_QUERY_PORT_RESP: u16 = 1;
+pub(crate) const ATTR_QUERY_PORT_RESP: u16 = 1;
 
 /// `struct ib_uverbs_ex_cmd_hdr`: follows [`CommandHeader`] in an extended command.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct ExCommandHeader {
+pub(crate) struct ExCommandHeader {
     /// User pointer to the response buffer.
     pub response: u64,
     pub provider_in_words: u16,
@@ -40,7 +40,7 @@ pub struct ExCommandHeader {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct ExQueryDeviceRequest {
+pub(crate) struct ExQueryDeviceRequest {
     pub comp_mask: u32,
     pub reserved: u32,
 }
@@ -119,7 +119,7 @@ pub struct ExQueryDeviceResponse {
 /// The whole EX_QUERY_DEVICE write (32 bytes): both headers, then the request.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct ExQueryDeviceCommand {
+pub(crate) struct ExQueryDeviceCommand {
     /// `command` has [`EXTENDED_COMMAND_FLAG`]; the words are 8-byte units without headers.
     pub header: CommandHeader,
     /// The response pointer.
@@ -130,7 +130,7 @@ pub struct ExQueryDeviceCommand {
 
 impl ExQueryDeviceCommand {
     /// The command, answering into the buffer at `response` (304 bytes).
-    pub fn new(response: u64) -> ExQueryDeviceCommand {
+    pub(crate) fn new(response: u64) -> ExQueryDeviceCommand {
         ExQueryDeviceCommand {
             header: CommandHeader {
                 command: EXTENDED_COMMAND_FLAG | EX_QUERY_DEVICE,
@@ -161,7 +161,7 @@ pub struct QueryPortResponseEx {
 /// The DEVICE/QUERY_PORT ioctl buffer: the header and its two attributes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct QueryPortIoctl {
+pub(crate) struct QueryPortIoctl {
     /// Object DEVICE, method QUERY_PORT, two attributes.
     pub header: IoctlHeader,
     /// The port number, inline.
@@ -174,7 +174,7 @@ impl QueryPortIoctl {
     /// The ioctl for `port` of a device of kernel driver `driver_id` (`enum
     /// rdma_driver_id`; the kernel refuses any other with EINVAL), answering into the
     /// 48-byte buffer at `response`.
-    pub fn new(driver_id: u32, port: u8, response: u64) -> QueryPortIoctl {
+    pub(crate) fn new(driver_id: u32, port: u8, response: u64) -> QueryPortIoctl {
         QueryPortIoctl {
             header: IoctlHeader {
                 length: size_of::<QueryPortIoctl>() as u16,

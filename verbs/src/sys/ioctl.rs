@@ -8,17 +8,18 @@
 use super::pod::impl_pod;
 
 /// `RDMA_IOCTL_MAGIC`.
-pub const RDMA_IOCTL_MAGIC: u8 = 0x1b;
+pub(crate) const RDMA_IOCTL_MAGIC: u8 = 0x1b;
 
 /// `RDMA_VERBS_IOCTL = _IOWR(RDMA_IOCTL_MAGIC, 1, struct ib_uverbs_ioctl_hdr)`.
-pub const RDMA_VERBS_IOCTL: nix::sys::ioctl::ioctl_num_type =
+#[cfg(test)]
+pub(crate) const RDMA_VERBS_IOCTL: nix::sys::ioctl::ioctl_num_type =
     nix::request_code_readwrite!(RDMA_IOCTL_MAGIC, 1, size_of::<IoctlHeader>());
 
 /// `struct ib_uverbs_ioctl_hdr` (24 bytes), followed by `num_attrs` [`IoctlAttr`]s.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct IoctlHeader {
+pub(crate) struct IoctlHeader {
     pub length: u16,
     pub object_id: u16,
     pub method_id: u16,
@@ -32,7 +33,7 @@ pub struct IoctlHeader {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 #[allow(missing_docs)]
-pub struct IoctlAttr {
+pub(crate) struct IoctlAttr {
     pub attr_id: u16,
     pub len: u16,
     pub flags: u16,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A pointer and a length that stay valid while this value lives.
 #[derive(Debug)]
-pub struct RawMemory {
+pub(crate) struct RawMemory {
     ptr: NonNull<u8>,
     len: usize,
     owned: bool,
@@ -31,7 +31,7 @@ fn page_size() -> usize {
 
 impl RawMemory {
     /// Maps `len` zeroed bytes of anonymous, page-aligned memory.
-    pub fn allocate(len: usize) -> io::Result<RawMemory> {
+    pub(crate) fn allocate(len: usize) -> io::Result<RawMemory> {
         // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
         let p = unsafe {
             libc::mmap(
@@ -47,8 +47,12 @@ impl RawMemory {
             return Err(io::Error::last_os_error());
         }
         // Keep the pages in place across fork(): a registered page must not become copy-on-write.
+        // (Miri, which runs the pure parts' tests, has no madvise and no fork.)
+        #[cfg(not(miri))]
         // SAFETY: p..p+len is the mapping just made.
-        unsafe { libc::madvise(p, len, libc::MADV_DONTFORK) };
+        unsafe {
+            libc::madvise(p, len, libc::MADV_DONTFORK)
+        };
         Ok(RawMemory {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
@@ -61,7 +65,7 @@ impl RawMemory {
     ///
     /// # Safety
     /// `addr..addr+len` must stay valid for reads and writes while the value lives.
-    pub unsafe fn borrowed(addr: *mut u8, len: usize) -> RawMemory {
+    pub(crate) unsafe fn borrowed(addr: *mut u8, len: usize) -> RawMemory {
         RawMemory {
             ptr: NonNull::new(addr).unwrap_or(NonNull::dangling()),
             len: if addr.is_null() { 0 } else { len },
@@ -74,7 +78,7 @@ impl RawMemory {
     ///
     /// # Safety
     /// `bytes` must outlive the value (it keeps no lifetime).
-    pub unsafe fn lent(bytes: &[u8]) -> RawMemory {
+    pub(crate) unsafe fn lent(bytes: &[u8]) -> RawMemory {
         RawMemory {
             // A shared slice's pointer is never written through: `read_only` guards it.
             ptr: NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling()),
@@ -85,23 +89,18 @@ impl RawMemory {
     }
 
     /// Whether the memory is lent for reading only (see [`RawMemory::lent`]).
-    pub fn is_read_only(&self) -> bool {
+    pub(crate) fn is_read_only(&self) -> bool {
         self.read_only
     }
 
     /// The address of the first byte.
-    pub fn addr(&self) -> usize {
+    pub(crate) fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize
     }
 
     /// The length.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// Whether the length is zero.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Panics unless `offset..offset + len` lies inside the memory. The sum is checked, so a
@@ -120,7 +119,7 @@ impl RawMemory {
     /// when the bytes are first written. Contents are unchanged, so the pages may be in use.
     /// Only for memory this value mapped ([`RawMemory::allocate`]); the caller has checked
     /// bounds.
-    pub fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
         if !self.owned {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -152,7 +151,7 @@ impl RawMemory {
 
     /// Copies out; the caller has checked bounds.
     #[inline]
-    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
         self.assert_inside(offset, dst.len());
         // SAFETY: bounds asserted above; the range is valid per the constructor's contract;
         // dst is a distinct Rust buffer so the ranges do not overlap.
@@ -167,7 +166,7 @@ impl RawMemory {
 
     /// Copies in; the caller has checked bounds.
     #[inline]
-    pub fn write(&self, offset: usize, src: &[u8]) {
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
         assert!(!self.read_only, "write into lent read-only memory");
         self.assert_inside(offset, src.len());
         // SAFETY: as in `read`.
@@ -189,12 +188,12 @@ impl RawMemory {
     }
 
     /// Atomic fetch-add.
-    pub fn fetch_add_u64(&self, offset: usize, add: u64) -> u64 {
+    pub(crate) fn fetch_add_u64(&self, offset: usize, add: u64) -> u64 {
         self.atomic_at(offset).fetch_add(add, Ordering::SeqCst)
     }
 
     /// Atomic compare-and-swap; returns the old value.
-    pub fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> u64 {
+    pub(crate) fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> u64 {
         match self.atomic_at(offset).compare_exchange(
             compare,
             swap,
@@ -205,17 +204,20 @@ impl RawMemory {
         }
     }
 
-    /// The bytes as a slice.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: valid range per the constructor; see RegisteredMemory::as_slice for the
-        // documented caveat about concurrent device writes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    /// The address of `offset`, after checking that `offset..offset + len` lies inside the
+    /// memory (panics otherwise), for the kernel to read (a gathering send): no Rust reference
+    /// is made to the bytes, which a device or a peer may be writing.
+    pub(crate) fn pointer_at(&self, offset: usize, len: usize) -> *const u8 {
+        self.assert_inside(offset, len);
+        self.ptr.as_ptr().wrapping_add(offset).cast_const()
     }
 
     /// The bytes as a mutable slice.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         assert!(!self.read_only, "mutable slice of lent read-only memory");
-        // SAFETY: as in as_slice, and &mut self gives exclusive access on the Rust side.
+        // SAFETY: valid range per the constructor; `&mut self` gives exclusive access on the
+        // Rust side, and the safe layer above hands it out only for memory no registration
+        // shares (see RegisteredMemory::as_mut_slice).
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -1,13 +1,14 @@
 //! Everything `unsafe` of the verbs layer: the kernel's `#[repr(C)]` structs, the write and
 //! ioctl command ABI, mmap, and raw memory.
 
-pub mod abi;
-pub mod abi_qp;
-pub mod auxv;
-pub mod extended;
-pub mod ioctl;
-pub mod memory;
-pub mod mmap;
-pub mod pod;
-pub mod sge;
-pub mod uverbs;
+pub(crate) mod abi;
+pub(crate) mod abi_qp;
+pub(crate) mod auxv;
+pub(crate) mod extended;
+pub(crate) mod ioctl;
+pub(crate) mod memory;
+pub(crate) mod mmap;
+pub(crate) mod pod;
+pub(crate) mod send;
+pub(crate) mod sge;
+pub(crate) mod uverbs;

@@ -1,13 +1,27 @@
 //! Plain-old-data: the kernel's `#[repr(C)]` structs as bytes and back.
 
-/// A `#[repr(C)]` struct made only of integers and integer arrays, with every padding byte
-/// spelled out as a `reserved` field, so that every bit pattern is a valid value and its
-/// bytes may be viewed as `[u8]`.
+/// Plain old data: a `#[repr(C)]` kernel struct made only of integers and integer arrays (or
+/// of such structs, or a union of such types), with every padding byte spelled out as a
+/// `reserved` field, so that every bit pattern (all zeroes in particular) is a valid value and
+/// its bytes may be viewed as `[u8]`. The one such trait of the workspace: the verbs, rdma_cm
+/// and provider ABI structs all implement it.
 ///
 /// # Safety
 /// Implement only for such types (the layout tests of each struct check that the declared
-/// fields cover its whole size).
-pub unsafe trait Pod: Copy + Default + 'static {}
+/// fields cover its whole size). A union must also keep every byte of every value initialised:
+/// its members are private and each constructor starts from [`Pod::zeroed`].
+pub unsafe trait Pod: Copy + 'static {
+    /// The all-zero value.
+    fn zeroed() -> Self {
+        // SAFETY: by the trait's contract every bit pattern, all zeroes included, is valid.
+        unsafe { std::mem::zeroed() }
+    }
+
+    /// The bytes of the value.
+    fn as_bytes(&self) -> &[u8] {
+        as_bytes(self)
+    }
+}
 
 /// The bytes of `value`.
 pub fn as_bytes<T: Pod>(value: &T) -> &[u8] {
@@ -19,7 +33,7 @@ pub fn as_bytes<T: Pod>(value: &T) -> &[u8] {
 /// A value read from the first `size_of::<T>()` bytes of `bytes`; missing bytes read as zero
 /// (older kernels write shorter responses).
 pub fn from_bytes<T: Pod>(bytes: &[u8]) -> T {
-    let mut value = T::default();
+    let mut value = T::zeroed();
     let n = bytes.len().min(size_of::<T>());
     // SAFETY: `value` is a live, exclusively borrowed T of size_of::<T>() bytes; we write at
     // most that many bytes into it from a distinct buffer, and every bit pattern is a valid T

@@ -213,7 +213,7 @@ fn adopt_new_fd(raw: u32) -> io::Result<OwnedFd> {
 
 /// Reads one fixed-size event record from an event fd (completion channel or async fd);
 /// `Ok(None)` when the fd is non-blocking and has none.
-pub fn read_record<T: Pod>(fd: BorrowedFd<'_>) -> io::Result<Option<T>> {
+pub(crate) fn read_record<T: Pod>(fd: BorrowedFd<'_>) -> io::Result<Option<T>> {
     let mut buf = Bytes::zeroed(size_of::<T>());
     let buf = buf.as_mut_slice();
     loop {
@@ -271,12 +271,12 @@ impl Bytes {
 }
 
 /// Puts an fd into non-blocking mode.
-pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     set_fd_blocking(fd, false)
 }
 
 /// Clears (`blocking`) or sets O_NONBLOCK on an fd.
-pub fn set_fd_blocking(fd: BorrowedFd<'_>, blocking: bool) -> io::Result<()> {
+pub(crate) fn set_fd_blocking(fd: BorrowedFd<'_>, blocking: bool) -> io::Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
     let flags = if blocking {
@@ -289,7 +289,7 @@ pub fn set_fd_blocking(fd: BorrowedFd<'_>, blocking: bool) -> io::Result<()> {
 }
 
 /// Whether an fd is readable now (poll(2) with a zero timeout).
-pub fn poll_readable(fd: BorrowedFd<'_>) -> io::Result<bool> {
+pub(crate) fn poll_readable(fd: BorrowedFd<'_>) -> io::Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
     loop {

@@ -9,10 +9,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 /// The soname we load (`RDMASOCK_LIBIBVERBS` overrides it with a path or another name).
-pub const LIBRARY_NAME: &str = "libibverbs.so.1";
+pub(crate) const LIBRARY_NAME: &str = "libibverbs.so.1";
 
 /// The environment variable that names another libibverbs to load.
-pub const LIBRARY_ENV: &str = "RDMASOCK_LIBIBVERBS";
+pub(crate) const LIBRARY_ENV: &str = "RDMASOCK_LIBIBVERBS";
 
 /// Why libibverbs could not be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,7 +129,10 @@ pub fn library() -> Result<&'static Library, LoadError> {
             let name = rdmasock_verbs::environment::path_variable(LIBRARY_ENV)
                 .and_then(|v| v.into_string().ok())
                 .unwrap_or_else(|| LIBRARY_NAME.to_string());
-            load(&name)
+            // SAFETY: the name is rdma-core's soname, or the path the process's environment
+            // names in its place (configuration the program trusts, like LD_LIBRARY_PATH;
+            // never taken from the environment of a process with elevated privileges).
+            unsafe { load(&name) }
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -149,7 +152,12 @@ fn dlerror_text() -> String {
 }
 
 /// Opens `name` and binds every symbol, or says which one is missing.
-pub fn load(name: &str) -> Result<Library, LoadError> {
+///
+/// # Safety
+/// `name` must be rdma-core's libibverbs (or a library whose exported versioned symbols have
+/// the prototypes of `<infiniband/verbs.h>`): the functions are bound by name and version
+/// only, and loading runs the library's initialisers.
+pub unsafe fn load(name: &str) -> Result<Library, LoadError> {
     let missing = |reason: String| LoadError::Missing {
         library: name.to_string(),
         reason,

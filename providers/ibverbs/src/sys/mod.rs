@@ -8,8 +8,8 @@
 #![allow(unsafe_code)]
 
 pub mod abi;
-pub mod library;
+pub(crate) mod library;
 mod objects;
 
-pub use library::{library, Library, LoadError, LIBRARY_ENV, LIBRARY_NAME};
-pub use objects::{list_devices, RawChannel, RawContext, RawCq, RawMr, RawPd, RawQp};
+pub(crate) use library::{library, LoadError};
+pub(crate) use objects::{list_devices, RawChannel, RawContext, RawCq, RawMr, RawPd, RawQp};

@@ -7,8 +7,10 @@ use super::Engine;
 use crate::protocol::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
-use std::io::{self, IoSlice, Read};
+use rdmasock_verbs::{send_pieces, SendPiece};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// Bytes read from TCP per call, at most: the buffer starts at [`FIRST_READ_CHUNK`] and
@@ -414,11 +416,12 @@ pub(crate) fn set_user_timeout(
 /// `std`'s `TcpStream::write` sends. A writev(2) (what `write_vectored` makes) to a socket
 /// whose connection is shut down or reset raises SIGPIPE besides failing with EPIPE, and a
 /// library must not kill a host process that left SIGPIPE at its default (a C program, a
-/// command-line tool that resets it for `| head`).
+/// command-line tool that resets it for `| head`). Pieces of registered memory are read by
+/// the kernel in place ([`rdmasock_verbs::send_pieces`]).
 fn write_pieces<const N: usize>(socket: &TcpStream, out: &mut TxQueue) -> io::Result<usize> {
-    let mut slices = [IoSlice::new(&[]); N];
-    let n = out.io_slices(&mut slices);
-    socket2::SockRef::from(socket).send_vectored_with_flags(&slices[..n], libc::MSG_NOSIGNAL)
+    let mut pieces = [SendPiece::Bytes(&[]); N];
+    let n = out.pieces(&mut pieces);
+    send_pieces::<N>(socket.as_fd(), &pieces[..n], libc::MSG_NOSIGNAL)
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@ use crate::protocol::{
 };
 use crate::wire::ddp::{Segment, SegmentRepr};
 use crate::wire::fpdu::Fpdu;
-use rdmasock_verbs::{AccessFlags, LocalKey, QpState, RegisteredMemory, RemoteKey, WcStatus};
-use std::io::IoSlice;
+use rdmasock_verbs::{
+    AccessFlags, LocalKey, QpState, RegisteredMemory, RemoteKey, SendPiece, WcStatus,
+};
+
 use std::sync::Arc;
 
 /// The size of every region.
@@ -79,18 +81,24 @@ impl Wire {
         crc: bool,
     ) -> usize {
         from.poll_transmit_queue(table, &mut self.queue, budget);
-        let mut slices = [IoSlice::new(&[]); 8];
-        let n = self.queue.io_slices(&mut slices);
-        let mut taken = 0;
-        for s in &slices[..n] {
-            let take = s.len().min(budget.max(1) - taken);
-            self.flight.extend_from_slice(&s[..take]);
-            self.unchecked.extend_from_slice(&s[..take]);
-            taken += take;
-            if taken == budget.max(1) {
-                break;
+        let want = budget.max(1);
+        let mut bytes = Vec::new();
+        {
+            let mut pieces = [SendPiece::Bytes(&[]); 8];
+            let n = self.queue.pieces(&mut pieces);
+            for piece in &pieces[..n] {
+                if bytes.len() >= want {
+                    break;
+                }
+                piece
+                    .copy_to(&mut bytes)
+                    .expect("a queued piece lies inside its memory");
             }
         }
+        bytes.truncate(want);
+        let taken = bytes.len();
+        self.flight.extend_from_slice(&bytes);
+        self.unchecked.extend_from_slice(&bytes);
         self.queue.advance(taken, from);
         let mut parsed = 0;
         while let Some(len) = Fpdu::<&[u8]>::peek_len(&self.unchecked[parsed..]) {

@@ -12,6 +12,7 @@ use crate::wire::ddp::{
 };
 use crate::wire::fpdu;
 use crate::wire::rdmap::{ReadRequestRepr, TerminateCode};
+use rdmasock_verbs::memory::COPY_PIECE;
 use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory, RemoteKey, WcStatus};
 use std::sync::Arc;
 
@@ -531,7 +532,7 @@ impl Connection {
         }
         let located = each_slice(&mut |m, at, n| {
             if self.crc {
-                crc.update(&m.as_slice()[at..at + n]);
+                crc_of_memory(&mut crc, m, at, n);
             }
             queue.push_memory(m, at, n);
         });
@@ -551,6 +552,22 @@ impl Connection {
         };
         out.extend_from_slice(&value.to_le_bytes());
         Ok(())
+    }
+}
+
+/// Adds `len` bytes of `memory` from `at` to `crc`, copied out a [`COPY_PIECE`] at a time
+/// through a stack buffer: no slice is made over memory a peer or the application may be
+/// writing meanwhile (the bytes sent are read by the kernel, in place).
+fn crc_of_memory(crc: &mut Crc32c, memory: &RegisteredMemory, at: usize, len: usize) {
+    let mut piece = [0u8; COPY_PIECE];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(COPY_PIECE);
+        memory
+            .read_at(at + done, &mut piece[..n])
+            .expect("located inside its memory");
+        crc.update(&piece[..n]);
+        done += n;
     }
 }
 

@@ -6,9 +6,8 @@
 //! memory is read until then), not when its frames are made.
 
 use super::connection::Connection;
-use rdmasock_verbs::{RegisteredMemory, WcStatus};
+use rdmasock_verbs::{RegisteredMemory, SendPiece, WcStatus};
 use std::collections::VecDeque;
-use std::io::IoSlice;
 use std::sync::Arc;
 
 /// Payloads shorter than this are copied next to their header: an extra slice costs more.
@@ -156,26 +155,31 @@ impl TxQueue {
         self.sent.push_back((self.queued_total, seq));
     }
 
-    /// How many pieces are queued (an upper bound on the slices [`TxQueue::io_slices`] fills;
+    /// How many pieces are queued (an upper bound on the slices [`TxQueue::pieces`] fills;
     /// bytes made since the last piece count as one more).
     pub fn piece_count(&self) -> usize {
         self.pieces.len() + usize::from(self.arena.len() > self.committed)
     }
 
-    /// Fills `slices` with the bytes to write next, in order; returns how many it filled.
-    pub fn io_slices<'a>(&'a mut self, slices: &mut [IoSlice<'a>]) -> usize {
+    /// Fills `out` with the pieces to write next, in order; returns how many it filled.
+    /// Pieces of registered memory stay references to it (the kernel reads them in place,
+    /// [`rdmasock_verbs::send_pieces`]).
+    pub fn pieces<'a>(&'a mut self, out: &mut [SendPiece<'a>]) -> usize {
         self.commit();
         let mut n = 0;
         let mut skip = self.front_written;
         for piece in &self.pieces {
-            if n == slices.len() {
+            if n == out.len() {
                 break;
             }
-            let bytes: &[u8] = match piece {
-                Piece::Own { start, end } => &self.arena[*start..*end],
-                Piece::Memory { memory, at, len } => &memory.as_slice()[*at..*at + *len],
+            out[n] = match piece {
+                Piece::Own { start, end } => SendPiece::Bytes(&self.arena[*start + skip..*end]),
+                Piece::Memory { memory, at, len } => SendPiece::Memory {
+                    memory,
+                    offset: *at + skip,
+                    len: *len - skip,
+                },
             };
-            slices[n] = IoSlice::new(&bytes[skip..]);
             skip = 0;
             n += 1;
         }
@@ -229,8 +233,10 @@ impl TxQueue {
             if let Piece::Memory { memory: m, at, len } = piece {
                 if Arc::ptr_eq(m, memory) {
                     let start = self.arena.len();
-                    self.arena
-                        .extend_from_slice(&memory.as_slice()[*at..*at + *len]);
+                    self.arena.resize(start + *len, 0);
+                    memory
+                        .read_at(*at, &mut self.arena[start..])
+                        .expect("queued pieces were checked against their memory");
                     copied += *len;
                     *piece = Piece::Own {
                         start,
@@ -259,11 +265,18 @@ impl TxQueue {
         self.commit();
         let mut skip = self.front_written;
         for piece in &self.pieces {
-            let bytes: &[u8] = match piece {
-                Piece::Own { start, end } => &self.arena[*start..*end],
-                Piece::Memory { memory, at, len } => &memory.as_slice()[*at..*at + *len],
-            };
-            out.extend_from_slice(&bytes[skip..]);
+            match piece {
+                Piece::Own { start, end } => {
+                    out.extend_from_slice(&self.arena[*start + skip..*end])
+                }
+                Piece::Memory { memory, at, len } => {
+                    let from = out.len();
+                    out.resize(from + *len - skip, 0);
+                    memory
+                        .read_at(*at + skip, &mut out[from..])
+                        .expect("queued pieces were checked against their memory");
+                }
+            }
             skip = 0;
         }
     }
@@ -286,16 +299,19 @@ mod tests {
         assert_eq!(q.len(), 17);
         // The uncommitted tail counts as a piece: no slice is ever left out of the bound.
         assert_eq!(q.piece_count(), 3);
-        let mut bound = [IoSlice::new(&[]); 3];
-        assert_eq!(q.io_slices(&mut bound), 3);
+        let mut bound = [SendPiece::Bytes(&[]); 3];
+        assert_eq!(q.pieces(&mut bound), 3);
         let mut all = Vec::new();
         q.copy_to(&mut all);
         assert_eq!(all, b"head-payload-tail");
         let mut conn = Connection::responder(Config::default(), Instant::now());
         q.advance(7, &mut conn);
-        let mut slices = [IoSlice::new(&[]); 8];
-        let n = q.io_slices(&mut slices);
-        let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.to_vec()).collect();
+        let mut pieces = [SendPiece::Bytes(&[]); 8];
+        let n = q.pieces(&mut pieces);
+        let mut joined = Vec::new();
+        for piece in &pieces[..n] {
+            piece.copy_to(&mut joined).unwrap();
+        }
         assert_eq!(joined, b"yload-tail");
         q.advance(10, &mut conn);
         assert!(q.is_empty());
@@ -365,9 +381,12 @@ mod tests {
         let mut all = Vec::new();
         q.copy_to(&mut all);
         assert_eq!(all, b"23456789OTHERabcdef<t>!");
-        let mut slices = [IoSlice::new(&[]); 8];
-        let n = q.io_slices(&mut slices);
-        let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.to_vec()).collect();
+        let mut pieces = [SendPiece::Bytes(&[]); 8];
+        let n = q.pieces(&mut pieces);
+        let mut joined = Vec::new();
+        for piece in &pieces[..n] {
+            piece.copy_to(&mut joined).unwrap();
+        }
         assert_eq!(joined, all);
         q.advance(all.len(), &mut conn);
         assert!(q.is_empty());

@@ -202,6 +202,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "600 lengths, each through the bitwise reference and both methods: too long under miri; the other tests here run the same code"
+    )]
     fn both_methods_match_bitwise_on_every_length_and_split() {
         let data: Vec<u8> = (0..600u32).map(|i| (i * 131 + 17) as u8).collect();
         for len in 0..data.len() {
@@ -224,6 +228,10 @@ mod tests {
     /// and more, then a tail): long lengths around those sizes, and odd splits, against the
     /// bitwise reference.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "12 lengths up to 70 KB with 7 splits each, through the bitwise reference and both methods: too long under miri; the other tests here run the same code"
+    )]
     fn both_methods_match_bitwise_on_long_lengths_and_odd_splits() {
         let data: Vec<u8> = (0..70_001u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)

@@ -134,11 +134,11 @@ impl Victim {
     #[track_caller]
     pub(crate) fn expect_untouched(&self) {
         assert!(
-            self.mem.as_slice().iter().all(|&x| x == 0),
+            self.mem.to_vec().iter().all(|&x| x == 0),
             "memory was touched"
         );
         assert!(
-            self.recv_mem.as_slice().iter().all(|&x| x == 0),
+            self.recv_mem.to_vec().iter().all(|&x| x == 0),
             "the receive buffer or its guards were touched"
         );
     }

@@ -10,7 +10,7 @@ use std::ptr::{self, NonNull};
 
 /// An open device (`struct ibv_context`).
 #[derive(Debug)]
-pub struct RawContext {
+pub(crate) struct RawContext {
     ptr: NonNull<IbvContext>,
     pub(super) lib: &'static Library,
 }
@@ -24,7 +24,11 @@ unsafe impl Sync for RawContext {}
 impl RawContext {
     /// Opens the device libibverbs lists as `name`, or else the one whose node GUID is
     /// `guid` (when non-zero). `Ok(None)` when libibverbs lists neither.
-    pub fn open(lib: &'static Library, name: &str, guid: u64) -> io::Result<Option<RawContext>> {
+    pub(crate) fn open(
+        lib: &'static Library,
+        name: &str,
+        guid: u64,
+    ) -> io::Result<Option<RawContext>> {
         with_device_list(lib, |devices| {
             let found = devices
                 .iter()
@@ -72,25 +76,25 @@ impl RawContext {
     }
 
     /// The path of the library in use.
-    pub fn library(&self) -> &'static Library {
+    pub(crate) fn library(&self) -> &'static Library {
         self.lib
     }
 
     /// The async event fd (non-blocking).
-    pub fn async_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn async_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: plain field of a live context; libibverbs keeps the fd open until
         // ibv_close_device, which runs only when this handle is dropped, after the borrow.
         unsafe { BorrowedFd::borrow_raw((*self.raw()).async_fd) }
     }
 
     /// Completion vectors the device offers.
-    pub fn num_comp_vectors(&self) -> i32 {
+    pub(crate) fn num_comp_vectors(&self) -> i32 {
         // SAFETY: plain field of a live context.
         unsafe { (*self.raw()).num_comp_vectors }
     }
 
     /// `ibv_query_device`.
-    pub fn query_device(&self) -> io::Result<IbvDeviceAttr> {
+    pub(crate) fn query_device(&self) -> io::Result<IbvDeviceAttr> {
         // SAFETY: IbvDeviceAttr is plain data; zeroed is valid.
         let mut attr: IbvDeviceAttr = unsafe { std::mem::zeroed() };
         // SAFETY: live context, writable struct of the ABI's size.
@@ -115,7 +119,7 @@ impl RawContext {
     /// `query_device_ex` when `sz` says the context has it (`verbs_get_ctx_op`) and the
     /// provider implements it, else (or when it answers EOPNOTSUPP or ENOSYS) `ibv_query_device`
     /// with the extended fields zero.
-    pub fn query_device_ex(&self) -> io::Result<IbvDeviceAttrEx> {
+    pub(crate) fn query_device_ex(&self) -> io::Result<IbvDeviceAttrEx> {
         // SAFETY: IbvDeviceAttrEx is plain data; zeroed is valid.
         let mut attr: IbvDeviceAttrEx = unsafe { std::mem::zeroed() };
         let needed = std::mem::size_of::<VerbsContext>()
@@ -150,7 +154,7 @@ impl RawContext {
 
     /// `ibv_query_port` as verbs.h's inline does it: the extended context's `query_port`
     /// with the struct size when the context has one, else the exported compat function.
-    pub fn query_port(&self, port: u8) -> io::Result<IbvPortAttr> {
+    pub(crate) fn query_port(&self, port: u8) -> io::Result<IbvPortAttr> {
         let mut attr = IbvPortAttr::default();
         let ctx = self.raw();
         // SAFETY: query_port, the first field, exists when sz covers the whole struct
@@ -176,7 +180,7 @@ impl RawContext {
     }
 
     /// `ibv_query_gid`.
-    pub fn query_gid(&self, port: u8, index: i32) -> io::Result<IbvGid> {
+    pub(crate) fn query_gid(&self, port: u8, index: i32) -> io::Result<IbvGid> {
         let mut gid = IbvGid::default();
         // SAFETY: live context, writable 16-byte gid.
         check(unsafe { (self.lib.query_gid)(self.raw(), port, index, &mut gid) })?;
@@ -185,7 +189,7 @@ impl RawContext {
 
     /// `ibv_get_async_event` without blocking, acknowledged at once: the event type and its
     /// element (the CQ's or QP's cookie, or the port number).
-    pub fn get_async_event(&self) -> io::Result<Option<(i32, u64)>> {
+    pub(crate) fn get_async_event(&self) -> io::Result<Option<(i32, u64)>> {
         let mut event = IbvAsyncEvent {
             element: ptr::null_mut(),
             event_type: 0,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// A completion channel.
 #[derive(Debug)]
-pub struct RawChannel {
+pub(crate) struct RawChannel {
     ptr: NonNull<IbvCompChannel>,
     context: Arc<RawContext>,
 }
@@ -23,7 +23,7 @@ unsafe impl Sync for RawChannel {}
 
 impl RawChannel {
     /// `ibv_create_comp_channel`, its fd made non-blocking.
-    pub fn create(context: &Arc<RawContext>) -> io::Result<RawChannel> {
+    pub(crate) fn create(context: &Arc<RawContext>) -> io::Result<RawChannel> {
         // SAFETY: live context.
         let ch = unsafe { (context.lib.create_comp_channel)(context.raw()) };
         let ptr = NonNull::new(ch).ok_or_else(errno)?;
@@ -42,14 +42,14 @@ impl RawChannel {
     }
 
     /// The channel's fd.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         // SAFETY: plain field of a live channel; the fd stays open until
         // ibv_destroy_comp_channel, which runs only when this handle is dropped.
         unsafe { BorrowedFd::borrow_raw((*self.ptr.as_ptr()).fd) }
     }
 
     /// `ibv_get_cq_event` without blocking: the cookie of the CQ, or `None`.
-    pub fn get_event(&self) -> io::Result<Option<u64>> {
+    pub(crate) fn get_event(&self) -> io::Result<Option<u64>> {
         let mut cq: *mut IbvCq = ptr::null_mut();
         let mut cq_context: *mut c_void = ptr::null_mut();
         // SAFETY: live channel with a non-blocking fd; both out-pointers are writable.
@@ -75,7 +75,7 @@ impl Drop for RawChannel {
 
 /// A completion queue whose `cq_context` is a cookie.
 #[derive(Debug)]
-pub struct RawCq {
+pub(crate) struct RawCq {
     pub(super) ptr: NonNull<IbvCq>,
     context: Arc<RawContext>,
     _channel: Option<Arc<RawChannel>>,
@@ -88,7 +88,7 @@ unsafe impl Sync for RawCq {}
 
 impl RawCq {
     /// `ibv_create_cq`.
-    pub fn create(
+    pub(crate) fn create(
         context: &Arc<RawContext>,
         depth: u32,
         cookie: u64,
@@ -129,13 +129,13 @@ impl RawCq {
     }
 
     /// The number of entries the CQ got.
-    pub fn cqe(&self) -> u32 {
+    pub(crate) fn cqe(&self) -> u32 {
         // SAFETY: plain field of a live CQ.
         unsafe { (*self.ptr.as_ptr()).cqe }.max(0) as u32
     }
 
     /// `ibv_poll_cq` through the context's ops table.
-    pub fn poll(&self, wc: &mut [IbvWc]) -> io::Result<usize> {
+    pub(crate) fn poll(&self, wc: &mut [IbvWc]) -> io::Result<usize> {
         let poll = self.context.ops().poll_cq.expect("checked at open");
         let n = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
         // SAFETY: the provider's poll_cq on a live CQ, writing at most `n` entries.
@@ -147,14 +147,14 @@ impl RawCq {
     }
 
     /// `ibv_req_notify_cq` through the context's ops table.
-    pub fn req_notify(&self, solicited_only: bool) -> io::Result<()> {
+    pub(crate) fn req_notify(&self, solicited_only: bool) -> io::Result<()> {
         let notify = self.context.ops().req_notify_cq.expect("checked at open");
         // SAFETY: the provider's req_notify_cq on a live CQ.
         check(unsafe { notify(self.ptr.as_ptr(), c_int::from(solicited_only)) })
     }
 
     /// `ibv_ack_cq_events`.
-    pub fn ack_events(&self, n: u32) {
+    pub(crate) fn ack_events(&self, n: u32) {
         if n > 0 {
             // SAFETY: live CQ; the caller acknowledges only events it took from the channel.
             unsafe { (self.context.lib.ack_cq_events)(self.ptr.as_ptr(), n) };

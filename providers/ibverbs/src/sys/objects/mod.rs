@@ -11,10 +11,10 @@ mod cq;
 mod pd;
 mod qp;
 
-pub use context::RawContext;
-pub use cq::{RawChannel, RawCq};
-pub use pd::{RawMr, RawPd};
-pub use qp::RawQp;
+pub(crate) use context::RawContext;
+pub(crate) use cq::{RawChannel, RawCq};
+pub(crate) use pd::{RawMr, RawPd};
+pub(crate) use qp::RawQp;
 
 use super::abi::*;
 use super::library::Library;
@@ -62,7 +62,7 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 
 /// The devices libibverbs lists (those whose provider library it could load): name and
 /// node GUID (the big-endian value, as sysfs prints it).
-pub fn list_devices(lib: &'static Library) -> io::Result<Vec<(String, u64)>> {
+pub(crate) fn list_devices(lib: &'static Library) -> io::Result<Vec<(String, u64)>> {
     with_device_list(lib, |list| Ok(list.iter().map(|d| d.0.clone()).collect()))
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// A protection domain.
 #[derive(Debug)]
-pub struct RawPd {
+pub(crate) struct RawPd {
     pub(super) ptr: NonNull<IbvPd>,
     pub(super) context: Arc<RawContext>,
 }
@@ -23,7 +23,7 @@ unsafe impl Sync for RawPd {}
 
 impl RawPd {
     /// `ibv_alloc_pd`.
-    pub fn alloc(context: &Arc<RawContext>) -> io::Result<RawPd> {
+    pub(crate) fn alloc(context: &Arc<RawContext>) -> io::Result<RawPd> {
         // SAFETY: live context.
         let pd = unsafe { (context.lib.alloc_pd)(context.raw()) };
         let ptr = NonNull::new(pd).ok_or_else(errno)?;
@@ -37,11 +37,6 @@ impl RawPd {
         }
         Ok(pd)
     }
-
-    /// The context.
-    pub fn context(&self) -> &Arc<RawContext> {
-        &self.context
-    }
 }
 
 impl Drop for RawPd {
@@ -53,7 +48,7 @@ impl Drop for RawPd {
 
 /// A memory region over memory it keeps alive.
 #[derive(Debug)]
-pub struct RawMr {
+pub(crate) struct RawMr {
     ptr: NonNull<IbvMr>,
     pd: Arc<RawPd>,
     _memory: Arc<RegisteredMemory>,
@@ -66,7 +61,7 @@ unsafe impl Sync for RawMr {}
 
 impl RawMr {
     /// `ibv_reg_mr` of all of `memory` with `access` (`IBV_ACCESS_*`, the kernel's bits).
-    pub fn register(
+    pub(crate) fn register(
         pd: &Arc<RawPd>,
         memory: Arc<RegisteredMemory>,
         access: u32,
@@ -97,7 +92,7 @@ impl RawMr {
     }
 
     /// The local and remote keys.
-    pub fn keys(&self) -> (u32, u32) {
+    pub(crate) fn keys(&self) -> (u32, u32) {
         // SAFETY: plain fields of a live MR.
         unsafe { ((*self.ptr.as_ptr()).lkey, (*self.ptr.as_ptr()).rkey) }
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// A reliable-connected queue pair whose `qp_context` is a cookie.
 #[derive(Debug)]
-pub struct RawQp {
+pub(crate) struct RawQp {
     ptr: NonNull<IbvQp>,
     pd: Arc<RawPd>,
     _send_cq: Arc<RawCq>,
@@ -25,7 +25,7 @@ unsafe impl Sync for RawQp {}
 
 impl RawQp {
     /// `ibv_create_qp` (RC): the QP and the capabilities it got.
-    pub fn create(
+    pub(crate) fn create(
         pd: &Arc<RawPd>,
         send_cq: Arc<RawCq>,
         recv_cq: Arc<RawCq>,
@@ -68,13 +68,13 @@ impl RawQp {
     }
 
     /// The QP number.
-    pub fn qp_num(&self) -> u32 {
+    pub(crate) fn qp_num(&self) -> u32 {
         // SAFETY: plain field of a live QP.
         unsafe { (*self.ptr.as_ptr()).qp_num }
     }
 
     /// `ibv_modify_qp`.
-    pub fn modify(&self, attr: &IbvQpAttr, mask: u32) -> io::Result<()> {
+    pub(crate) fn modify(&self, attr: &IbvQpAttr, mask: u32) -> io::Result<()> {
         let mut attr = *attr;
         // SAFETY: live QP; the attribute struct is valid for the ABI's size.
         check(unsafe {
@@ -83,7 +83,7 @@ impl RawQp {
     }
 
     /// `ibv_query_qp`: the attributes and the capabilities.
-    pub fn query(&self, mask: u32) -> io::Result<(IbvQpAttr, IbvQpCap)> {
+    pub(crate) fn query(&self, mask: u32) -> io::Result<(IbvQpAttr, IbvQpCap)> {
         let mut attr = IbvQpAttr::default();
         let mut init = IbvQpInitAttr {
             qp_context: ptr::null_mut(),
@@ -104,7 +104,7 @@ impl RawQp {
     /// `ibv_post_send` through the context's ops table: `wrs` are chained in order, each
     /// taking its `num_sge` entries of `sges` in turn. On failure, the index of the request
     /// libibverbs reports as `bad_wr` and the errno.
-    pub fn post_send(
+    pub(crate) fn post_send(
         &self,
         wrs: &mut [IbvSendWr],
         sges: &mut [IbvSge],
@@ -123,7 +123,7 @@ impl RawQp {
     }
 
     /// `ibv_post_recv` through the context's ops table; like [`RawQp::post_send`].
-    pub fn post_recv(
+    pub(crate) fn post_recv(
         &self,
         wrs: &mut [IbvRecvWr],
         sges: &mut [IbvSge],
