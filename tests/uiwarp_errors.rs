@@ -490,3 +490,48 @@ fn a_nonblocking_accept_never_waits_for_a_handshake() {
     drop(silent.join().expect("silent client"));
     drop(staller);
 }
+
+/// Under tokio as well: a client stalled in its handshake never stalls `accept().await` for
+/// another. The listener's connect timeout is 120 s and the good client's connect is given
+/// 10 s; all of it runs on one current-thread runtime, so a wait inside `accept` would hold
+/// up the good client's connect too.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_stalled_handshake_never_stalls_an_async_accept() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let opts = SocketOptions::builder()
+            .connect_timeout(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        let l = rdmasock::tokio::RdmaListener::bind_with("127.0.0.1:0", &opts)
+            .await
+            .expect("bind");
+        let addr = l.local_addr().unwrap();
+        let mut staller = std::net::TcpStream::connect(addr).expect("the staller connects");
+        staller.write_all(&request_with_a_good_hello()).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.expect("accept the good client");
+            let mut b = [0u8; 4];
+            s.read_exact(&mut b).await.expect("the good client's bytes");
+            s.write_all(&b).await.unwrap();
+            s.flush().await.unwrap();
+            s
+        });
+        let connect = rdmasock::tokio::RdmaStream::connect(addr);
+        let mut c = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .expect("the good client is not held up")
+            .expect("the good client connects");
+        c.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ping");
+        let accepted = server.await.expect("accept task");
+        drop((accepted, c, staller));
+    });
+}
