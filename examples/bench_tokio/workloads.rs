@@ -151,7 +151,12 @@ pub(crate) fn measure(
             let addr = listener.local_addr().expect("local_addr");
             let pair = || async {
                 let (client, accepted) = tokio::join!(RdmaStream::connect(addr), listener.accept());
-                (client.expect("connect"), accepted.expect("accept").0)
+                let (client, server) = (client.expect("connect"), accepted.expect("accept").0);
+                // as TCP_NODELAY on the TcpStreams: the userspace provider sends a small
+                // write at once instead of holding it for the next
+                client.set_nodelay(true).expect("nodelay");
+                server.set_nodelay(true).expect("nodelay");
+                (client, server)
             };
             run_async(workload, pair, sizes).await
         }),
