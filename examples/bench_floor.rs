@@ -116,7 +116,7 @@ fn args() -> Result<Args> {
     if a.iters == 0 || a.sizes.is_empty() || a.ways.is_empty() {
         return Err("iterations, sizes and ways must not be empty or zero".into());
     }
-    if let Some(s) = a.sizes.iter().find(|&&s| s == 0 || RING % s != 0) {
+    if let Some(s) = a.sizes.iter().find(|&&s| s == 0 || !RING.is_multiple_of(s)) {
         return Err(format!("size {s}: must divide the {RING}-byte ring"));
     }
     Ok(a)
@@ -331,7 +331,7 @@ impl End {
         let mut started = None;
         loop {
             polls = polls.wrapping_add(1);
-            if polls % POLLS_PER_CLOCK_READ == 0 {
+            if polls.is_multiple_of(POLLS_PER_CLOCK_READ) {
                 let now = Instant::now();
                 if now.duration_since(*started.get_or_insert(now)) > WAIT_LIMIT {
                     return Err(format!(

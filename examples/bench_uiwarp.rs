@@ -225,7 +225,7 @@ fn main() {
     }
     let opts = builder.build().expect("socket options");
     let total = a.megabytes << 20;
-    let wanted = |w: &str| a.only.as_deref().map_or(true, |o| o == w);
+    let wanted = |w: &str| a.only.as_deref().is_none_or(|o| o == w);
     let tcp = a.side.as_deref() != Some("uiwarp");
     let uiwarp = a.side.as_deref() != Some("tcp");
     // One round of a workload on one side: `None` for the side left out.

@@ -78,7 +78,7 @@ pub(crate) fn serve(mut listener: RdmaListener, stop_after: Option<usize>) -> st
     let mut next = 1;
     let mut finished = 0;
     let mut events = Events::with_capacity(256);
-    while stop_after.map_or(true, |n| finished < n) {
+    while stop_after.is_none_or(|n| finished < n) {
         poll.poll(&mut events, None)?;
         for ev in events.iter() {
             if ev.token() == LISTENER {

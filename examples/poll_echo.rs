@@ -113,7 +113,7 @@ pub(crate) fn serve(listener: RdmaListener, stop_after: Option<usize>) -> io::Re
     listener.set_nonblocking(true)?;
     let mut echoes: Vec<Echo> = Vec::new();
     let mut finished = 0;
-    while stop_after.map_or(true, |n| finished < n) {
+    while stop_after.is_none_or(|n| finished < n) {
         let sockets: Vec<&RdmaSocket> = echoes.iter().map(|e| &e.socket).collect();
         let (accept, ready) = wait(Some(&listener), &sockets, PollTimeout::NONE)?;
         // Highest first, so that removing one leaves the others' indices alone.

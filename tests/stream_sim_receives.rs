@@ -134,7 +134,7 @@ fn inline_writes_on_random_schedules() {
         f.no_rnr = seed % 2 == 0;
         for (i, side) in f.sides.iter_mut().enumerate() {
             side.inline_writes = true;
-            side.defer_receives = (seed + i as u64) % 2 == 0;
+            side.defer_receives = (seed + i as u64).is_multiple_of(2);
         }
         f.run(20_000);
         assert!(

@@ -243,7 +243,7 @@ impl StreamConfigBuilder {
         if c.send_ring < 4096 {
             return err(format!("send ring of {} bytes is below 4096", c.send_ring));
         }
-        if c.recv_ring < 4096 || c.recv_ring % 2 != 0 {
+        if c.recv_ring < 4096 || !c.recv_ring.is_multiple_of(2) {
             return err(format!(
                 "receive ring of {} bytes must be even and at least 4096",
                 c.recv_ring

@@ -107,7 +107,7 @@ impl StreamEngine {
         if !self.completion_wanted {
             return;
         }
-        if !self.pending.back().is_some_and(|p| !p.signaled) {
+        if self.pending.back().is_none_or(|p| p.signaled) {
             // Nothing outstanding, or its last completion is on its way.
             self.completion_wanted = false;
             return;

@@ -265,7 +265,7 @@ pub(crate) fn spin_until(
             return Ok(None);
         }
         spins = spins.wrapping_add(1);
-        if spins % YIELD_EVERY == 0 {
+        if spins.is_multiple_of(YIELD_EVERY) {
             std::thread::yield_now();
         }
     }

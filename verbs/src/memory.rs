@@ -206,7 +206,7 @@ impl RegisteredMemory {
     fn check_atomic(&self, offset: usize) -> Result<()> {
         self.check_writable()?;
         self.check(offset, 8)?;
-        if (self.raw.addr() + offset) % 8 != 0 {
+        if !(self.raw.addr() + offset).is_multiple_of(8) {
             return Err(Error::InvalidArgument(format!(
                 "atomic at offset {offset} is not 8-byte aligned"
             )));

@@ -155,7 +155,7 @@ impl Ring {
 
 /// The 32-bit header word at `offset` as an atomic.
 fn word(map: &SharedMapping, offset: usize) -> &AtomicU32 {
-    assert!(offset + 4 <= map.len() && offset % 4 == 0);
+    assert!(offset + 4 <= map.len() && offset.is_multiple_of(4));
     // SAFETY: in bounds and 4-byte aligned (the mapping is page aligned; asserted above);
     // AtomicU32 has u32's layout; the memory lives as long as `map`, which the returned
     // reference borrows. The kernel accesses these words with its own atomics/barriers.

@@ -48,10 +48,10 @@ impl ElementRing {
             ));
         }
         assert!(
-            stride >= FLAGS_OFFSET + 2 && stride % 8 == 0,
+            stride >= FLAGS_OFFSET + 2 && stride.is_multiple_of(8),
             "element stride"
         );
-        assert!(trailer % 4 == 0, "trailer alignment");
+        assert!(trailer.is_multiple_of(4), "trailer alignment");
         let needed = count as u64 * stride as u64 + trailer as u64;
         if needed > map.len() as u64 {
             return Err(format!(

@@ -179,7 +179,7 @@ impl RawMemory {
         assert!(!self.read_only, "atomic on lent read-only memory");
         self.assert_inside(offset, 8);
         assert!(
-            (self.addr() + offset) % 8 == 0,
+            (self.addr() + offset).is_multiple_of(8),
             "atomic at an unaligned offset {offset}"
         );
         // SAFETY: in bounds and 8-byte aligned (asserted); AtomicU64 has u64's layout and the

@@ -53,7 +53,11 @@ impl UverbsFile {
         let resp_len = size_of::<C::Response>();
         let in_len = HEADER_LEN + req_len + driver_in.len();
         let out_len = resp_len + driver_out.len();
-        if in_len % 4 != 0 || out_len % 4 != 0 || in_len / 4 > 0xffff || out_len / 4 > 0xffff {
+        if !in_len.is_multiple_of(4)
+            || !out_len.is_multiple_of(4)
+            || in_len / 4 > 0xffff
+            || out_len / 4 > 0xffff
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(

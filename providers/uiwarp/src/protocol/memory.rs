@@ -63,7 +63,7 @@ impl<'a> RegionView<'a> {
             .checked_add(offset)
             .ok_or(AccessError::OutOfBounds)?;
         let len = usize::try_from(len).map_err(|_| AccessError::OutOfBounds)?;
-        if at.checked_add(len).map_or(true, |e| e > self.memory.len()) {
+        if at.checked_add(len).is_none_or(|e| e > self.memory.len()) {
             return Err(AccessError::OutOfBounds);
         }
         Ok(at)

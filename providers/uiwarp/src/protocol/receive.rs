@@ -254,12 +254,7 @@ impl Connection {
         }
         let expected = read.sink_offset.wrapping_add(u64::from(read.received));
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        if h.offset != expected
-            || read
-                .received
-                .checked_add(len)
-                .map_or(true, |e| e > read.size)
-        {
+        if h.offset != expected || read.received.checked_add(len).is_none_or(|e| e > read.size) {
             return Err(bad(
                 TerminateCode::DDP_TAGGED_BASE_BOUNDS,
                 "it lands outside the READ's sink buffer",

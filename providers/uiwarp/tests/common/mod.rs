@@ -231,7 +231,7 @@ impl Sim {
             return false;
         }
         let bytes = match d {
-            Delivery::Coalesce if step % 3 != 0 => return false,
+            Delivery::Coalesce if !step.is_multiple_of(3) => return false,
             Delivery::SlowReader { per_step } => {
                 let n = per_step.min(from.in_flight.len());
                 from.in_flight.drain(..n).collect::<Vec<u8>>()
