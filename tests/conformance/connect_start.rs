@@ -393,23 +393,7 @@ impl Fixture {
         match self.provider {
             Provider::Rxe => ("10.99.0.77:7304".parse().unwrap(), Box::new(())),
             Provider::Siw => ("10.99.1.77:7304".parse().unwrap(), Box::new(())),
-            Provider::Uiwarp => {
-                use socket2::{Domain, Socket, Type};
-                let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-                listener
-                    .bind(&SocketAddr::new(self.ip, 0).into())
-                    .expect("bind a TCP listener");
-                listener.listen(0).unwrap();
-                let addr = listener.local_addr().unwrap().as_socket().unwrap();
-                // With a backlog of 0 the queue holds one connection; fill it.
-                let filler: Vec<std::net::TcpStream> = (0..2)
-                    .filter_map(|_| {
-                        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()
-                    })
-                    .collect();
-                assert!(!filler.is_empty(), "a connection fills the accept queue");
-                (addr, Box::new((listener, filler)))
-            }
+            Provider::Uiwarp => super::socket_support::tcp_black_hole(self.ip),
         }
     }
 }

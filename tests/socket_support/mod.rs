@@ -326,3 +326,29 @@ pub(crate) fn fake_hello() -> rdmasock::protocol::Hello {
         data_buf: RemoteSge::new(0x10_0000, 7, 64 << 10),
     }
 }
+
+/// An address on `ip` that never answers a connect over TCP (the userspace provider's
+/// transport), and what keeps it so while it lives: a TCP listener whose accept queue is
+/// full, so that the kernel drops further SYNs.
+pub(crate) fn tcp_black_hole(ip: std::net::IpAddr) -> (SocketAddr, Box<dyn std::any::Any>) {
+    use socket2::{Domain, Socket, Type};
+    let listener = Socket::new(
+        Domain::for_address(SocketAddr::new(ip, 0)),
+        Type::STREAM,
+        None,
+    )
+    .expect("a TCP socket");
+    listener
+        .bind(&SocketAddr::new(ip, 0).into())
+        .expect("bind a TCP listener");
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    // With a backlog of 0 the queue holds one connection; fill it.
+    let filler: Vec<std::net::TcpStream> = (0..2)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300)).ok()
+        })
+        .collect();
+    assert!(!filler.is_empty(), "a connection fills the accept queue");
+    (addr, Box::new((listener, filler)))
+}
