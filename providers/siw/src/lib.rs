@@ -66,7 +66,11 @@ impl Provider for SiwProvider {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SiwDriver;
 
-impl KernelDriver for SiwDriver {
+// SAFETY: SiwDriver's only driver request bytes are REG_MR's `siw_ureq_reg_mr`, eight zero
+// bytes (a key byte and padding): plain values, no address, length or offset, to siw or to
+// any other kernel driver that would read them. GET_CONTEXT carries none.
+#[allow(unsafe_code)]
+unsafe impl KernelDriver for SiwDriver {
     fn name(&self) -> &'static str {
         "siw"
     }

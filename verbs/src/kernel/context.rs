@@ -1,4 +1,5 @@
 //! [`KernelContext`]: an open uverbs device and every write command on it.
+#![forbid(unsafe_code)]
 
 use super::convert::{
     device_attributes, device_attributes_ex, modify_request, port_attributes, port_attributes_ex,

@@ -1,5 +1,6 @@
 //! Conversions between the verbs types and the kernel's structs: QP attributes both ways
 //! (MODIFY_QP, QUERY_QP, rdma_cm's INIT_QP_ATTR), device and port attributes.
+#![forbid(unsafe_code)]
 
 use crate::attr::{
     CqModerationCaps, DeviceAttributes, OdpCaps, PortAttributes, RssCaps, TagMatchingCaps,

@@ -25,7 +25,11 @@
 //! `qp.ops().as_any().downcast_ref::<KernelQp>()` (every kernel provider's QP returns its
 //! [`KernelQp`] from `as_any`), and turns rdma_cm's INIT_QP_ATTR answer into attributes with
 //! [`attributes_from_cm`].
-#![forbid(unsafe_code)]
+//!
+//! Implementing [`KernelDriver`] is `unsafe`: its driver data goes to the kernel unchecked.
+//! Everything else here forbids `unsafe` code (each submodule says so); this file only
+//! declares the trait.
+#![deny(unsafe_code)]
 
 mod context;
 mod convert;
@@ -61,7 +65,32 @@ impl DriverData {
 }
 
 /// What differs between kernel drivers: their driver data and their queues.
-pub trait KernelDriver: Send + Sync + Debug + 'static {
+///
+/// # Safety
+///
+/// The verbs layer writes the driver request bytes of [`get_context_data`] and
+/// [`reg_mr_data`] into GET_CONTEXT and REG_MR unchecked, and its `unsafe` command code
+/// relies on the kernel writing no process memory but the command's response buffer. An
+/// implementation promises that the `input` bytes of every [`DriverData`] it returns name no
+/// memory of the process, for every kernel driver they may reach (any device that
+/// [`KernelContext::open`] is given the implementation for): no address, length or offset
+/// that makes the kernel or the device read or write process memory, so that the kernel
+/// reads them as plain values (keys, flags, sizes) or rejects them.
+///
+/// Nothing else is trusted: the kernel writes no more driver response than the `output_len`
+/// it is told, into a buffer of that size; [`create_cq`](Self::create_cq) and
+/// [`create_qp`](Self::create_qp) pass no driver request bytes (see [`KernelCq::create`],
+/// [`KernelQp::create`]); the queues an implementation maps with
+/// [`KernelContext::map_queue`] are fresh mappings its own code reads and writes, and
+/// whatever `unsafe` that code holds is the implementation's own to justify. Its answers to
+/// [`name`](Self::name) and
+/// [`unsignaled_sends_borrow_memory`](Self::unsignaled_sends_borrow_memory) must be true for
+/// the bytes on the wire to be right, but memory safety rests on none of them.
+///
+/// [`get_context_data`]: Self::get_context_data
+/// [`reg_mr_data`]: Self::reg_mr_data
+#[allow(unsafe_code)]
+pub unsafe trait KernelDriver: Send + Sync + Debug + 'static {
     /// The provider name (`rxe`, `siw`).
     fn name(&self) -> &'static str;
 

@@ -4,6 +4,7 @@
 //!
 //! Each handle destroys its kernel object on drop and holds what that object depends on, so
 //! Rust's drop order is the kernel's required destroy order.
+#![forbid(unsafe_code)]
 
 use super::convert::attributes_from_query;
 use super::{DriverData, KernelContext};

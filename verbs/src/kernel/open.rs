@@ -1,4 +1,5 @@
 //! Opening a uverbs character device with errors that say what to do.
+#![forbid(unsafe_code)]
 
 use crate::error::{Error, Result};
 use crate::sys::uverbs::UverbsFile;

@@ -42,7 +42,9 @@ impl UverbsFile {
     ///
     /// `in_words`/`out_words` are computed from the struct sizes and the slice lengths, which
     /// must be multiples of 4. The request's `response` pointer (commands with a response) is
-    /// set here; whatever the caller put there is ignored.
+    /// set here; whatever the caller put there is ignored. `driver_in` must name no process
+    /// memory: the crate passes it empty or a [`crate::kernel::KernelDriver`]'s driver data,
+    /// which that unsafe trait's implementations promise.
     pub fn execute<C: WriteCommand>(
         &self,
         request: &C,
@@ -96,7 +98,8 @@ impl UverbsFile {
         // SAFETY: the only memory the kernel writes is the response area whose address we
         // put in the request: it is `response`, owned by this frame (on its stack or the
         // heap), `out_len` bytes long (out_words * 4), and not otherwise accessed until
-        // write() returns.
+        // write() returns. The core request holds no other address, and `driver_in` names
+        // no memory (the contract above, kept by every KernelDriver implementation).
         unsafe { self.write_command(C::COMMAND.name(), buf)? };
         let core = from_bytes::<C::Response>(&response[..resp_len]);
         driver_out.copy_from_slice(&response[resp_len..]);
