@@ -28,9 +28,13 @@ impl StreamEngine {
             self.sbuf_avail += p.bytes;
             // A failed completion retires requests whose success no completion confirmed:
             // stream data among them (a data slot), or a close message, may not have arrived.
-            let carries_stream = p.sqes > 0 || p.disconnect;
-            if !success && carries_stream {
-                self.sends_lost = true;
+            // Data the peer's credit updates show it consumed did arrive, whenever those
+            // updates are fed: `undelivered` weighs them when asked.
+            if !success {
+                if p.sqes > 0 {
+                    self.lost_message = Some(p.message);
+                }
+                self.sends_lost |= p.disconnect;
             }
             if p.disconnect {
                 // When a DISCONNECT sent after the peer's SHUTDOWN fails itself, every send
@@ -44,6 +48,7 @@ impl StreamEngine {
                 if farewell_refused {
                     // Every send before it was acknowledged (see above): nothing was lost.
                     self.sends_lost = false;
+                    self.lost_message = None;
                 }
             }
         }
@@ -84,11 +89,19 @@ impl StreamEngine {
 
     /// Why bytes a write accepted (or a close message) may not have reached the peer, if they
     /// may not have: a send carrying them completed with an error, or the connection failed
-    /// while one was still outstanding. The stream's own error when it has one.
+    /// while one was still outstanding, and the peer's credit updates do not show that it
+    /// consumed them (the peer counts the data messages it consumed in every update, so
+    /// an update proves every message up to that count arrived, whatever became of the
+    /// completions). The stream's own error when it has one.
     pub fn undelivered(&self) -> Option<StreamError> {
-        let outstanding =
-            self.pending.iter().any(|p| p.sqes > 0 || p.disconnect) || self.pending_ctrl.is_some();
-        let lost = self.sends_lost || (self.error.is_some() && outstanding);
+        let outstanding = self
+            .pending
+            .iter()
+            .any(|p| p.disconnect || (p.sqes > 0 && !self.consumed_by_peer(p.message)))
+            || self.pending_ctrl.is_some();
+        let lost = self.sends_lost
+            || self.lost_message.is_some_and(|m| !self.consumed_by_peer(m))
+            || (self.error.is_some() && outstanding);
         if !lost {
             return None;
         }
@@ -99,6 +112,16 @@ impl StreamEngine {
                     .into(),
             )
         }))
+    }
+
+    /// Whether the peer's latest credit update shows it consumed our data message number
+    /// `message` (`sseq_no` just after it was sent). The update's limit is the peer's count of
+    /// our data messages it consumed plus its credit window; every message sent since that
+    /// count is unproven.
+    pub(crate) fn consumed_by_peer(&self, message: u16) -> bool {
+        let consumed = self.sseq_comp.wrapping_sub(self.peer_window);
+        let unproven = self.sseq_no.wrapping_sub(consumed);
+        self.sseq_no.wrapping_sub(message) >= unproven
     }
 
     /// When a flush (or the peer's DISCONNECT) waits for every send, queues a signalled

@@ -30,6 +30,8 @@ pub(crate) struct Pending {
     pub(crate) ctrl: u32,
     pub(crate) bytes: usize,
     pub(crate) disconnect: bool,
+    /// The number (`sseq_no` after it) of the data message it carries; 0 for control.
+    pub(crate) message: u16,
     /// It produces a completion (the last one posted must, before a flush can finish).
     pub(crate) signaled: bool,
 }
@@ -58,6 +60,9 @@ pub struct StreamEngine {
     // Send side.
     pub(crate) sseq_no: u16,
     pub(crate) sseq_comp: u16,
+    /// The peer's credit window (its hello's credits, its receive-queue depth): its credit
+    /// limit `sseq_comp` is the count of our data messages it consumed plus this.
+    pub(crate) peer_window: u16,
     pub(crate) target: [RemoteSge; TARGET_ENTRIES],
     pub(crate) target_index: usize,
     pub(crate) target_expected: usize,
@@ -81,9 +86,13 @@ pub struct StreamEngine {
     pub(crate) disconnect_posted: bool,
     /// The peer's SHUTDOWN arrived: it writes nothing more.
     pub(crate) peer_shutdown: bool,
-    /// A send carrying stream data or a close message completed with an error: the peer may
-    /// lack bytes a write accepted, and no flush or close may report success.
+    /// A close message completed with an error: the peer may not have it, and no flush or
+    /// close may report success.
     pub(crate) sends_lost: bool,
+    /// The newest data message a failed completion retired: the peer may lack its bytes
+    /// unless its credit updates show it consumed that message
+    /// ([`consumed_by_peer`](Self::consumed_by_peer)).
+    pub(crate) lost_message: Option<u16>,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -112,6 +121,7 @@ impl StreamEngine {
             queued_receives: 0,
             sseq_no: 0,
             sseq_comp: 0,
+            peer_window: 0,
             target: [RemoteSge::default(); TARGET_ENTRIES],
             target_index: 0,
             target_expected: 1,
@@ -131,6 +141,7 @@ impl StreamEngine {
             disconnect_posted: false,
             peer_shutdown: false,
             sends_lost: false,
+            lost_message: None,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,
@@ -192,6 +203,7 @@ impl StreamEngine {
         self.target_index = 0;
         self.target_expected = 1;
         self.sseq_comp = peer.credits;
+        self.peer_window = peer.credits;
         self.phase = Phase::Connected;
         self.readable = true;
         self.writable = true;
@@ -518,6 +530,7 @@ impl StreamEngine {
             ctrl: u32::from(control),
             bytes,
             disconnect,
+            message: if control { 0 } else { self.sseq_no },
             signaled,
         });
         WrId::send(seq)
