@@ -8,11 +8,12 @@
 //! ```
 #![allow(dead_code)] // each test binary uses a different part
 
+pub(crate) mod random_stream;
 pub(crate) mod readiness;
 
+pub(crate) use random_stream::{RandomSink, RandomSource};
+
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
-use std::collections::hash_map::DefaultHasher;
-use std::hash::Hasher;
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::thread;
@@ -96,27 +97,16 @@ pub(crate) fn send_random_with(
     max_piece: usize,
     calls: Calls,
 ) -> u64 {
-    let mut rng = Rng(seed);
-    let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let mut hash = DefaultHasher::new();
-    let mut buf = vec![0u8; max_piece];
-    let mut sent = 0;
-    while sent < total {
-        let n = (1 + rng.below(buf.len())).min(total - sent);
-        for chunk in buf[..n].chunks_mut(8) {
-            let v = data.next().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
+    let mut source = RandomSource::new(total, seed, max_piece);
+    while let Some((rng, piece)) = source.next_piece() {
         match calls {
-            Calls::Plain => s.write_all(&buf[..n]).expect("write"),
-            Calls::Vectored => write_all_vectored(s, cut(&mut rng, &buf[..n])),
+            Calls::Plain => s.write_all(piece).expect("write"),
+            Calls::Vectored => write_all_vectored(s, cut(rng, piece)),
         }
-        hash.write(&buf[..n]);
-        sent += n;
     }
     s.flush().expect("flush");
     s.shutdown(Shutdown::Write).expect("shutdown write");
-    hash.finish()
+    source.hash()
 }
 
 /// Reads to end of stream in pseudo-random pieces of at most `max_piece`; returns (bytes,
@@ -132,18 +122,15 @@ pub(crate) fn receive_random_with(
     max_piece: usize,
     calls: Calls,
 ) -> (usize, u64) {
-    let mut rng = Rng(seed);
-    let mut hash = DefaultHasher::new();
-    let mut buf = vec![0u8; max_piece];
-    let mut total = 0;
+    let mut sink = RandomSink::new(seed, max_piece);
     loop {
-        let want = 1 + rng.below(buf.len());
+        let (rng, buf) = sink.next_buffer();
         let n = match calls {
-            Calls::Plain => s.read(&mut buf[..want]).expect("read"),
+            Calls::Plain => s.read(buf).expect("read"),
             Calls::Vectored => {
-                // The slices tile buf[..want] in order, so the bytes read are buf[..n].
+                // The slices tile the buffer in order, so the bytes read are buf[..n].
                 let bounds: Vec<(usize, usize)> = {
-                    let parts = cut(&mut rng, &buf[..want]);
+                    let parts = cut(rng, buf);
                     let mut at = 0;
                     parts
                         .iter()
@@ -153,7 +140,7 @@ pub(crate) fn receive_random_with(
                         })
                         .collect()
                 };
-                let mut rest = &mut buf[..want];
+                let mut rest = buf;
                 let mut slices = Vec::new();
                 for (a, b) in bounds {
                     let (head, tail) = std::mem::take(&mut rest).split_at_mut(b - a);
@@ -163,11 +150,9 @@ pub(crate) fn receive_random_with(
                 s.read_vectored(&mut slices).expect("read_vectored")
             }
         };
-        if n == 0 {
-            return (total, hash.finish());
+        if !sink.took(n) {
+            return sink.result();
         }
-        hash.write(&buf[..n]);
-        total += n;
     }
 }
 

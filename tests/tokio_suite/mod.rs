@@ -30,9 +30,7 @@ pub(crate) use errors::*;
 use rdmasock::tokio::{RdmaListener, RdmaStream};
 use rdmasock::SocketOptions;
 use socket_support::Rng;
-use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
-use std::hash::Hasher;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -221,57 +219,40 @@ pub(crate) fn multi_thread<F: Future>(workers: usize, body: F) -> F::Output {
         .block_on(body)
 }
 
-/// Fills `buf` with the next pseudo-random bytes of `data`.
-pub(crate) fn fill(data: &mut Rng, buf: &mut [u8]) {
-    for chunk in buf.chunks_mut(8) {
-        let v = data.next().to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
-    }
-}
+pub(crate) use socket_support::random_stream::fill;
 
 /// Writes `total` pseudo-random bytes in pseudo-random pieces of at most `max_piece`, then
-/// flushes and shuts down writing; returns their hash.
+/// flushes and shuts down writing; returns their hash (the blocking
+/// [`socket_support::send_random`]'s bytes and pieces).
 pub(crate) async fn send_random(
     mut s: impl AsyncWrite + Unpin,
     total: usize,
     seed: u64,
     max_piece: usize,
 ) -> u64 {
-    let mut rng = Rng(seed);
-    let mut data = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let mut hash = DefaultHasher::new();
-    let mut buf = vec![0u8; max_piece];
-    let mut sent = 0;
-    while sent < total {
-        let n = (1 + rng.below(buf.len())).min(total - sent);
-        fill(&mut data, &mut buf[..n]);
-        s.write_all(&buf[..n]).await.expect("write");
-        hash.write(&buf[..n]);
-        sent += n;
+    let mut source = socket_support::RandomSource::new(total, seed, max_piece);
+    while let Some((_, piece)) = source.next_piece() {
+        s.write_all(piece).await.expect("write");
     }
     s.flush().await.expect("flush");
     s.shutdown().await.expect("shutdown");
-    hash.finish()
+    source.hash()
 }
 
-/// Reads to end-of-stream in pseudo-random pieces of at most `max_piece`; (bytes, hash).
+/// Reads to end-of-stream in pseudo-random pieces of at most `max_piece`; (bytes, hash)
+/// (the blocking [`socket_support::receive_random`]'s read sizes).
 pub(crate) async fn receive_random(
     mut s: impl AsyncRead + Unpin,
     seed: u64,
     max_piece: usize,
 ) -> (usize, u64) {
-    let mut rng = Rng(seed);
-    let mut hash = DefaultHasher::new();
-    let mut buf = vec![0u8; max_piece];
-    let mut total = 0;
+    let mut sink = socket_support::RandomSink::new(seed, max_piece);
     loop {
-        let want = 1 + rng.below(buf.len());
-        let n = s.read(&mut buf[..want]).await.expect("read");
-        if n == 0 {
-            return (total, hash.finish());
+        let (_, buf) = sink.next_buffer();
+        let n = s.read(buf).await.expect("read");
+        if !sink.took(n) {
+            return sink.result();
         }
-        hash.write(&buf[..n]);
-        total += n;
     }
 }
 
