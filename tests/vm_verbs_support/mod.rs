@@ -106,11 +106,15 @@ pub(crate) struct RemoteErrors {
     /// The requester's completion of an atomic, under the right rkey, on a region registered
     /// without REMOTE_ATOMIC (unused on devices without atomics).
     pub denied_atomic: Outcome,
-    /// The responder ends the connection (iWARP's TERMINATE): both QPs go to the error state
-    /// and the receives still posted are flushed.
+    /// The responder ends the connection (iWARP's TERMINATE): both QPs go to the error state,
+    /// the connection manager reports the disconnection, and the receives still posted are
+    /// flushed. Without (InfiniBand transports: rxe), a refused READ, WRITE or atomic is the
+    /// InfiniBand responder's class C error: it answers with a NAK and moves its own QP to
+    /// the error state, the requester's QP goes there on the NAK, both flush the receives
+    /// still posted, and nothing else tells either side (no async event on kernel 6.1).
     pub terminates: bool,
-    /// After the TERMINATE of a refused READ the responder's posted receives are flushed
-    /// (siw on kernel 6.1 leaves them unflushed, seen through our provider and through
+    /// After refusing a READ the responder's posted receives are flushed (siw on kernel 6.1
+    /// leaves them unflushed after its TERMINATE, seen through our provider and through
     /// rdma-core's libsiw alike: a kernel trait, not the provider's).
     pub read_error_flushes_responder: bool,
 }
@@ -227,6 +231,24 @@ impl Pair {
         }
     }
 
+    /// Waits until both QPs are in the error state.
+    pub(crate) fn wait_error_state(&self, why: &str) {
+        let deadline = Instant::now() + COMPLETION_DEADLINE;
+        for (name, side) in [("requester", &self.a), ("responder", &self.b)] {
+            loop {
+                let state = side.qp.query(QpAttrMask::STATE).unwrap().qp_state;
+                if state == QpState::Error {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the {name}'s QP is still {state:?}: {why}"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Waits until the responder's TERMINATE has ended the connection: the connection
     /// manager reports DISCONNECTED on both ids, or both uiwarp QPs are in the error state.
     pub(crate) fn wait_terminated(&self) {
@@ -241,22 +263,7 @@ impl Pair {
                     assert!(matches!(ev, CmEvent::Disconnected { .. }), "{ev}");
                 }
             }
-            Link::Uiwarp => {
-                let deadline = Instant::now() + COMPLETION_DEADLINE;
-                for (name, side) in [("requester", &self.a), ("responder", &self.b)] {
-                    loop {
-                        let state = side.qp.query(QpAttrMask::STATE).unwrap().qp_state;
-                        if state == QpState::Error {
-                            break;
-                        }
-                        assert!(
-                            Instant::now() < deadline,
-                            "the {name}'s QP is still {state:?}: the TERMINATE never ended it"
-                        );
-                        std::thread::yield_now();
-                    }
-                }
-            }
+            Link::Uiwarp => self.wait_error_state("the TERMINATE never ended it"),
         }
     }
 }

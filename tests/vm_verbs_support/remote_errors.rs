@@ -1,10 +1,12 @@
 //! Conformance bodies: what the responder refuses, as the requester sees it (with the
-//! status text), and, on iWARP, the TERMINATE that ends the connection.
+//! status text), and how the refusal ends the connection: on iWARP the TERMINATE, on
+//! InfiniBand transports the NAK that puts both queue pairs in the error state.
 
 use super::{pattern, poll_one, post_recv, Dut, Outcome, Pair, PairOptions, COMPLETION_DEADLINE};
+use rdmasock::verbs::qp_attr::QpAttrMask;
 use rdmasock::verbs::{
-    AccessFlags, MemoryRegion, RemoteKey, SendFlags, SendOp, SendRequest, WcOpcode, WcStatus,
-    WorkCompletion,
+    AccessFlags, MemoryRegion, QpState, RemoteKey, SendFlags, SendOp, SendRequest, Transport,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use std::time::Instant;
 
@@ -78,13 +80,22 @@ fn assert_status(
     }
 }
 
-/// On a device whose responder terminates: waits until the connection has ended, then
-/// checks that the receive `wr_id` still posted on `b` was flushed.
+/// Waits until the responder's refusal has ended the connection — on iWARP its TERMINATE,
+/// on InfiniBand transports its NAK, after which both QPs are in the error state (see
+/// [`super::RemoteErrors::terminates`]) — then checks that the receive `wr_id` still posted
+/// on `b` was flushed, with no completion before it.
 fn assert_terminated(dut: &Dut, p: &Pair, flushed_wr_id: u64) {
-    if !dut.remote_errors.terminates {
-        return;
+    if dut.remote_errors.terminates {
+        p.wait_terminated();
+    } else {
+        assert_eq!(
+            dut.transport,
+            Transport::InfiniBand,
+            "{}: a device whose responder does not terminate must be InfiniBand's",
+            dut.device
+        );
+        p.wait_error_state("the responder's NAK did not end the connection");
     }
-    p.wait_terminated();
     assert_flushed(&p.b.cq, flushed_wr_id);
 }
 
@@ -104,6 +115,11 @@ fn assert_flushed(cq: &rdmasock::verbs::CompletionQueue, wr_id: u64) {
     );
 }
 
+/// Why a device that leaves the responder's receives posted after a refused READ must
+/// terminate: then the TERMINATE is what the test checks.
+const READ_UNFLUSHED: &str =
+    "only a device whose responder terminates may leave its receives posted after a refused READ";
+
 fn wrong_rkey(p: &Pair) -> RemoteKey {
     RemoteKey(p.b.mr.rkey().0 ^ 0x5a00)
 }
@@ -118,7 +134,12 @@ pub(crate) fn wrong_rkey_read_is_reported_with_its_status(dut: &Dut) {
     assert_status(&p, &wc, dut.remote_errors.bad_rkey_read, WcOpcode::RdmaRead);
     if dut.remote_errors.read_error_flushes_responder {
         assert_terminated(dut, &p, 0x55);
-    } else if dut.remote_errors.terminates {
+    } else {
+        assert!(
+            dut.remote_errors.terminates,
+            "{}: {READ_UNFLUSHED}",
+            dut.device
+        );
         p.wait_terminated();
     }
 }
@@ -167,6 +188,11 @@ pub(crate) fn send_without_receive_is_reported(dut: &Dut) {
         p.wait_terminated();
     }
     assert_flushed(&p.a.cq, 0x58);
+    if !dut.remote_errors.terminates {
+        // RNR NAKs are no responder error (class B): the responder's QP stays connected.
+        let state = p.b.qp.query(QpAttrMask::STATE).unwrap().qp_state;
+        assert_eq!(state, QpState::ReadyToSend, "the responder's QP after RNR NAKs");
+    }
 }
 
 /// What the error text of a refusal for a missing access right names as the likely cause.
@@ -293,7 +319,12 @@ pub(crate) fn region_without_remote_read_refuses_a_read(dut: &Dut) {
     assert_names_missing_right(text);
     if dut.remote_errors.read_error_flushes_responder {
         assert_terminated(dut, &p, 0x55);
-    } else if dut.remote_errors.terminates {
+    } else {
+        assert!(
+            dut.remote_errors.terminates,
+            "{}: {READ_UNFLUSHED}",
+            dut.device
+        );
         p.wait_terminated();
     }
     assert_eq!(

@@ -49,7 +49,7 @@ pub(crate) const RXE: Dut = Dut {
             vendor_err: 0,
         },
         terminates: false,
-        read_error_flushes_responder: false,
+        read_error_flushes_responder: true,
     },
     connect_cycles: 10,
 };
