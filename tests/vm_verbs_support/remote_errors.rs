@@ -95,6 +95,16 @@ fn assert_terminated(dut: &Dut, p: &Pair, flushed_wr_id: u64) {
             dut.device
         );
         p.wait_error_state("the responder's NAK did not end the connection");
+        for (name, side) in [("requester", &p.a), ("responder", &p.b)] {
+            let event = side
+                .context
+                .read_async_event()
+                .expect("reading async events");
+            assert!(
+                event.is_none(),
+                "the {name} got an async event after the NAK: {event:?}"
+            );
+        }
     }
     assert_flushed(&p.b.cq, flushed_wr_id);
 }
@@ -191,7 +201,11 @@ pub(crate) fn send_without_receive_is_reported(dut: &Dut) {
     if !dut.remote_errors.terminates {
         // RNR NAKs are no responder error (class B): the responder's QP stays connected.
         let state = p.b.qp.query(QpAttrMask::STATE).unwrap().qp_state;
-        assert_eq!(state, QpState::ReadyToSend, "the responder's QP after RNR NAKs");
+        assert_eq!(
+            state,
+            QpState::ReadyToSend,
+            "the responder's QP after RNR NAKs"
+        );
     }
 }
 
