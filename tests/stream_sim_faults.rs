@@ -94,6 +94,11 @@ fn flush_fails_when_sends_are_flushed_after_a_close() {
     assert!(is_reset(f.sides[0].engine.flush()));
 }
 
+/// Executes every request side `from` posted that the fabric can.
+fn execute_all(f: &mut Fabric, from: usize) {
+    while matches!(f.execute(from), Step::Progress) {}
+}
+
 /// Side 0 writes 4096 bytes (two unsignalled data messages) and side 1 reads them all,
 /// which frees a ring half and sends a credit update; the update reaches side 0's
 /// completion queue. Returns the fabric with that update not yet fed.
@@ -105,11 +110,11 @@ fn written_read_and_acknowledged(write_with_send: bool) -> Fabric {
         .unwrap();
     let mut f = pair(cfg.clone(), cfg);
     assert_eq!(f.sides[0].app_write(4096), Ok(4096));
-    while matches!(f.execute(0), Step::Progress) {}
+    execute_all(&mut f, 0);
     while f.sides[1].poll() {}
     assert_eq!(f.sides[1].app_read(4096, false), Ok(4096));
     let updates = f.sides[0].cq.len();
-    while matches!(f.execute(1), Step::Progress) {}
+    execute_all(&mut f, 1);
     assert!(
         f.sides[0].cq.len() > updates,
         "side 1 sent no credit update"
@@ -137,7 +142,7 @@ fn flush_of_bytes_the_peer_acknowledged_in_credits_is_ok_when_the_last_send_fail
                 "the data requests are unsignalled: the flush waits for a completion"
             );
             f.sides[0].drain_ops();
-            while matches!(f.execute(0), Step::Progress) {}
+            execute_all(&mut f, 0);
             while f.sides[0].poll() {}
             assert!(f.sides[0].engine.error().is_some(), "the zero WRITE failed");
             f.sides[0].cq.extend(updates);
@@ -162,7 +167,7 @@ fn flush_of_bytes_past_the_peers_credits_fails_when_their_sends_fail() {
             while f.sides[0].poll() {}
             assert_eq!(f.sides[0].app_write(100), Ok(100));
             if land {
-                while matches!(f.execute(0), Step::Progress) {}
+                execute_all(&mut f, 0);
                 while f.sides[1].poll() {}
                 assert_eq!(f.sides[1].engine.readable_bytes(), 100);
             }
