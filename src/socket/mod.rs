@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod call_wait;
+mod census;
 mod completions;
 mod conn;
 mod connecting;
@@ -52,6 +53,7 @@ mod vectored;
 mod wait;
 mod warm;
 
+pub use census::{census, Census};
 pub use crate::cm::{
     CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving,
 };
