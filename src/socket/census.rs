@@ -3,6 +3,7 @@
 //! that hit a limit (how many connections the process held then).
 #![forbid(unsafe_code)]
 
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
@@ -32,7 +33,7 @@ pub fn census() -> Census {
 }
 
 /// The connections held right now, for an error's text.
-pub(crate) fn connections_held() -> u64 {
+fn connections_held() -> u64 {
     CONNECTIONS.load(Ordering::Relaxed)
 }
 
@@ -61,3 +62,31 @@ impl Drop for Entry {
     }
 }
 
+
+/// `e` with what a connection that hit a process limit needs said: which limit, how many
+/// connections the process held, and what to do (the original text first, unchanged). Any
+/// other error comes back as it was.
+pub(crate) fn at_limit(e: io::Error) -> io::Error {
+    let text = e.to_string();
+    let held = connections_held();
+    let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+        || text.contains("os error 24")
+        || text.contains("os error 23");
+    let added = if text.contains("RLIMIT_MEMLOCK") {
+        format!(
+            "; {held} RDMA connections were held in this process when it ran out of locked \
+             memory (they keep working): raise RLIMIT_MEMLOCK or close connections"
+        )
+    } else if out_of_fds {
+        let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or_else(|_| "unknown".to_string(), |(soft, _)| soft.to_string());
+        format!(
+            "; the process is out of file descriptors (RLIMIT_NOFILE is {limit}) with {held} \
+             RDMA connections held (they keep working): raise the limit (`ulimit -n`) or \
+             close connections"
+        )
+    } else {
+        return e;
+    };
+    io::Error::new(e.kind(), format!("{text}{added}"))
+}
