@@ -177,7 +177,8 @@ fn echo_all(conns: &mut [RdmaSocket], rounds: usize) {
     for k in 0..rounds {
         for (i, c) in conns.iter_mut().enumerate() {
             let m = message(i, k);
-            c.write_all(&m).unwrap_or_else(|e| panic!("connection {i}: write: {e}"));
+            c.write_all(&m)
+                .unwrap_or_else(|e| panic!("connection {i}: write: {e}"));
             c.read_exact(&mut back)
                 .unwrap_or_else(|e| panic!("connection {i}: read: {e}"));
             assert_eq!(hash(&back), hash(&m), "connection {i}, message {k}");
@@ -190,7 +191,11 @@ fn echo_all(conns: &mut [RdmaSocket], rounds: usize) {
 fn assert_all_released(fds: usize, threads: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let now = (rdmasock::census(), count("/proc/self/fd"), count("/proc/self/task"));
+        let now = (
+            rdmasock::census(),
+            count("/proc/self/fd"),
+            count("/proc/self/task"),
+        );
         if now.0.connections == 0 && now.1 <= fds && now.2 <= threads {
             return;
         }
@@ -271,7 +276,10 @@ fn running_out_of_fds_names_the_limit_and_keeps_the_held_connections() {
             Ok(c) => conns.push(c),
             Err(e) => break e,
         }
-        assert!(conns.len() < LOW_FD_LIMIT as usize, "the fd limit never hit");
+        assert!(
+            conns.len() < LOW_FD_LIMIT as usize,
+            "the fd limit never hit"
+        );
     };
     let text = err.to_string();
     println!("client: connection {} failed: {text}", conns.len() + 1);

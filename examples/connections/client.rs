@@ -106,8 +106,8 @@ pub(crate) fn run(
     let start = Instant::now();
     let mut conns = Vec::with_capacity(n);
     for i in 0..n {
-        let c = connect(stack, addr)
-            .map_err(|e| format!("connection {i} of {n} ({stack}): {e}"))?;
+        let c =
+            connect(stack, addr).map_err(|e| format!("connection {i} of {n} ({stack}): {e}"))?;
         conns.push(c);
     }
     run.connect_secs = start.elapsed().as_secs_f64();

@@ -222,7 +222,10 @@ fn whole(o: &Options) -> Result<(), String> {
         );
         markdown::replace_section(file, "bench-connections", &body)
             .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-        eprintln!("connections: wrote the bench-connections section of {}", file.display());
+        eprintln!(
+            "connections: wrote the bench-connections section of {}",
+            file.display()
+        );
     }
     Ok(())
 }

@@ -68,18 +68,54 @@ pub(crate) fn table(n: usize, runs: &[(&str, Run)]) -> String {
     };
     let kib = 1024.0;
     let rows = [
-        rows_of(&|r| per(r.n, r.idle.pinned, r.base.pinned) / kib, "pinned KiB / connection (VmPin+VmLck)", 1),
-        rows_of(&|r| per(r.n, r.idle.registered, r.base.registered) / kib, "registered KiB / connection", 1),
-        rows_of(&|r| per(r.n, r.idle.regions, r.base.regions), "registered regions / connection", 2),
+        rows_of(
+            &|r| per(r.n, r.idle.pinned, r.base.pinned) / kib,
+            "pinned KiB / connection (VmPin+VmLck)",
+            1,
+        ),
+        rows_of(
+            &|r| per(r.n, r.idle.registered, r.base.registered) / kib,
+            "registered KiB / connection",
+            1,
+        ),
+        rows_of(
+            &|r| per(r.n, r.idle.regions, r.base.regions),
+            "registered regions / connection",
+            2,
+        ),
         rows_of(&|r| per(r.n, r.idle.fds, r.base.fds), "fds / connection", 2),
         rows_of(&|r| r.base.threads as f64, "threads before", 0),
         rows_of(&|r| r.idle.threads as f64, "threads with N open", 0),
-        rows_of(&|r| per(r.n, r.idle.rss, r.base.rss) / kib, "RSS KiB / idle connection", 1),
-        rows_of(&|r| per(r.n, r.busy.rss, r.base.rss) / kib, "RSS KiB / busy connection", 1),
-        rows_of(&|r| (r.idle.rss as f64 - r.base.rss as f64) / kib / kib, "RSS MiB, N idle, over baseline", 1),
-        rows_of(&|r| r.n as f64 / r.connect_secs.max(1e-9), "sequential connects / s", 0),
-        rows_of(&|r| r.closed.fds as f64 - r.base.fds as f64, "fds left after close", 0),
-        rows_of(&|r| r.closed.threads as f64 - r.base.threads as f64, "threads left after close", 0),
+        rows_of(
+            &|r| per(r.n, r.idle.rss, r.base.rss) / kib,
+            "RSS KiB / idle connection",
+            1,
+        ),
+        rows_of(
+            &|r| per(r.n, r.busy.rss, r.base.rss) / kib,
+            "RSS KiB / busy connection",
+            1,
+        ),
+        rows_of(
+            &|r| (r.idle.rss as f64 - r.base.rss as f64) / kib / kib,
+            "RSS MiB, N idle, over baseline",
+            1,
+        ),
+        rows_of(
+            &|r| r.n as f64 / r.connect_secs.max(1e-9),
+            "sequential connects / s",
+            0,
+        ),
+        rows_of(
+            &|r| r.closed.fds as f64 - r.base.fds as f64,
+            "fds left after close",
+            0,
+        ),
+        rows_of(
+            &|r| r.closed.threads as f64 - r.base.threads as f64,
+            "threads left after close",
+            0,
+        ),
     ];
     let mut head = format!("N = {n:<6} {:<38}", "");
     for (stack, _) in runs {

@@ -62,7 +62,6 @@ impl Drop for Entry {
     }
 }
 
-
 /// `e` with what a connection that hit a process limit needs said: which limit, how many
 /// connections the process held, and what to do (the original text first, unchanged). Any
 /// other error comes back as it was.

@@ -53,10 +53,10 @@ mod vectored;
 mod wait;
 mod warm;
 
-pub use census::{census, Census};
 pub use crate::cm::{
     CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving,
 };
+pub use census::{census, Census};
 pub use connecting::Connecting;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};

@@ -118,7 +118,12 @@ impl Resources {
         } else {
             (None, None)
         };
-        let regions = [Some(&send_mr), Some(&recv_mr), Some(&target_mr), message_mr.as_ref()];
+        let regions = [
+            Some(&send_mr),
+            Some(&recv_mr),
+            Some(&target_mr),
+            message_mr.as_ref(),
+        ];
         let registered = regions.iter().flatten();
         let entry = census::Entry::new(
             registered.clone().count() as u64,
