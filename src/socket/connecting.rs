@@ -132,7 +132,7 @@ impl Connecting {
             },
             done => {
                 self.stage = Stage::Over;
-                done
+                done.map_err(super::census::at_limit)
             }
         }
     }

@@ -1,7 +1,7 @@
 //! [`AsFd`]/[`AsRawFd`] for [`RdmaSocket`] and [`RdmaListener`]: one readiness fd per
 //! object, for poll(2), epoll and any event loop that watches file descriptors.
 //!
-//! The fd is an epoll instance the object owns, created with it: it is never the transport
+//! The fd is an epoll instance the object owns (a socket makes it when first asked): it is never the transport
 //! (the connection is a queue pair), and the application only waits on it for readability
 //! (POLLIN / EPOLLIN), never reads, writes or closes it. Level-triggered:
 //! * a socket's fd is readable while a read would not block (bytes, end of stream, or an

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod call_wait;
+mod census;
 mod completions;
 mod conn;
 mod connecting;
@@ -55,6 +56,7 @@ mod warm;
 pub use crate::cm::{
     CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving,
 };
+pub use census::{census, Census};
 pub use connecting::Connecting;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};

@@ -104,7 +104,7 @@ impl RdmaSocket {
         for dst in addrs(addr)? {
             match connect_one(cm, dst, opts) {
                 Ok(s) => return Ok(s),
-                Err(e) => last = Some(e),
+                Err(e) => last = Some(super::census::at_limit(e)),
             }
         }
         Err(last.expect("the loop tries at least one address"))
@@ -123,7 +123,7 @@ impl RdmaSocket {
         addr: SocketAddr,
         opts: &SocketOptions,
     ) -> io::Result<Connecting> {
-        Connecting::start(cm, addr, opts)
+        Connecting::start(cm, addr, opts).map_err(super::census::at_limit)
     }
 
     /// The peer's address.

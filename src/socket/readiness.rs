@@ -32,10 +32,11 @@ use std::time::Instant;
 /// The largest count an eventfd holds: at it, the fd is not writable.
 const FULL: u64 = u64::MAX - 1;
 
-/// A socket's readiness eventfds and who waits on them. Changed only under the connection's
-/// lock (the atomics just let `Shared` hold them outside it).
+/// A socket's readiness eventfds, made when something first watches the socket (a mio
+/// registration, its handed-out fd, a tokio stream): a socket that is only read and written
+/// through blocking calls never holds them.
 #[derive(Debug)]
-pub(crate) struct ReadyFds {
+struct Fds {
     read: EventFd,
     write: EventFd,
     /// The handed-out fd's write half: readable from when a write that returned `WouldBlock`
@@ -44,6 +45,49 @@ pub(crate) struct ReadyFds {
     /// The fd handed out ([`AsFd`] on the socket): an epoll instance over `read` and
     /// `write_notice`, readable while either is.
     poller: Epoll,
+}
+
+impl Fds {
+    fn new() -> io::Result<Fds> {
+        let write = eventfd()?;
+        write.write(FULL).map_err(io::Error::from)?;
+        let read = eventfd()?;
+        let write_notice = eventfd()?;
+        let poller = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .and_then(|p| {
+                p.add(&read, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+                p.add(&write_notice, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+                Ok(p)
+            })
+            .map_err(|e| io::Error::other(format!("creating the socket's readiness fd: {e}")))?;
+        Ok(Fds {
+            read,
+            write,
+            write_notice,
+            poller,
+        })
+    }
+}
+
+/// What a socket's handed-out fd is when its own could not be made: always readable, so that
+/// the application calls in and the call returns the error.
+fn always_readable() -> BorrowedFd<'static> {
+    static FD: OnceLock<EventFd> = OnceLock::new();
+    FD.get_or_init(|| {
+        let fd = eventfd().unwrap_or_else(|e| {
+            panic!("rdmasock: no fd for a socket's readiness ({e}); raise the fd limit (ulimit -n)")
+        });
+        let _ = fd.write(1);
+        fd
+    })
+    .as_fd()
+}
+
+/// A socket's readiness eventfds (once made) and who waits on them. Changed only under the
+/// connection's lock (the atomics just let `Shared` hold them outside it).
+#[derive(Debug)]
+pub(crate) struct ReadyFds {
+    fds: OnceLock<Fds>,
     read_waiting: AtomicBool,
     write_waiting: AtomicBool,
     notice_waiting: AtomicBool,
@@ -71,22 +115,8 @@ fn eventfd() -> io::Result<EventFd> {
 
 impl ReadyFds {
     pub(crate) fn new() -> io::Result<ReadyFds> {
-        let write = eventfd()?;
-        write.write(FULL).map_err(io::Error::from)?;
-        let read = eventfd()?;
-        let write_notice = eventfd()?;
-        let poller = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-            .and_then(|p| {
-                p.add(&read, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
-                p.add(&write_notice, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
-                Ok(p)
-            })
-            .map_err(|e| io::Error::other(format!("creating the socket's readiness fd: {e}")))?;
         Ok(ReadyFds {
-            read,
-            write,
-            write_notice,
-            poller,
+            fds: OnceLock::new(),
             read_waiting: AtomicBool::new(false),
             write_waiting: AtomicBool::new(false),
             notice_waiting: AtomicBool::new(false),
@@ -101,12 +131,32 @@ impl ReadyFds {
         })
     }
 
+    /// The eventfds, made now if they are not yet. Made, they start as the flags say: the
+    /// read fd and the notice raised where their flag is (a raise that found no fd set only
+    /// the flag; one racing with this sees the fds or leaves its flag for this to see).
+    fn fds(&self) -> io::Result<&Fds> {
+        if let Some(fds) = self.fds.get() {
+            return Ok(fds);
+        }
+        let _ = self.fds.set(Fds::new()?);
+        let fds = self.fds.get().expect("set above");
+        if self.read_raised.load(Ordering::SeqCst) {
+            let _ = fds.read.write(1);
+        }
+        if self.notice_raised.load(Ordering::SeqCst) {
+            let _ = fds.write_notice.write(1);
+        }
+        Ok(fds)
+    }
+
     /// A read returned `WouldBlock` (or left nothing to read): the read fd goes quiet until
     /// reading can go on.
     pub(crate) fn read_blocked(&self) {
         if self.read_raised.swap(false, Ordering::SeqCst) {
-            // EAGAIN means it was quiet already.
-            let _ = self.read.read();
+            if let Some(fds) = self.fds.get() {
+                // EAGAIN means it was quiet already.
+                let _ = fds.read.read();
+            }
         }
         self.read_waiting.store(true, Ordering::SeqCst);
     }
@@ -131,8 +181,10 @@ impl ReadyFds {
     /// The write fd stops being writable until writing can go on (a `WouldBlock` or a
     /// registration).
     fn write_waits(&self) {
-        // EAGAIN means it was at FULL already.
-        let _ = self.write.write(FULL);
+        if let Some(fds) = self.fds.get() {
+            // EAGAIN means it was at FULL already.
+            let _ = fds.write.write(FULL);
+        }
         self.write_waiting.store(true, Ordering::SeqCst);
     }
 
@@ -142,15 +194,19 @@ impl ReadyFds {
     pub(crate) fn write_called(&self) {
         if self.notice_raised.load(Ordering::Relaxed) {
             self.notice_raised.store(false, Ordering::SeqCst);
-            let _ = self.write_notice.read();
+            if let Some(fds) = self.fds.get() {
+                let _ = fds.write_notice.read();
+            }
         }
     }
 
     /// A nonblocking flush found sends still in flight: the write fd stops being writable
     /// until they have all completed (or a write that returned `WouldBlock` can go on).
     pub(crate) fn flush_blocked(&self) {
-        // EAGAIN means it was at FULL already.
-        let _ = self.write.write(FULL);
+        if let Some(fds) = self.fds.get() {
+            // EAGAIN means it was at FULL already.
+            let _ = fds.write.write(FULL);
+        }
         self.flush_waiting.store(true, Ordering::SeqCst);
     }
 
@@ -172,25 +228,35 @@ impl ReadyFds {
         let write_edge = writable && self.write_waiting.swap(false, Ordering::SeqCst);
         let flush_edge = flushed && self.flush_waiting.swap(false, Ordering::SeqCst);
         if write_edge || flush_edge {
-            // Back to zero: writable, one edge (a flush waiter that was not done yet looks
-            // again and blocks anew).
-            let _ = self.write.read();
+            if let Some(fds) = self.fds.get() {
+                // Back to zero: writable, one edge (a flush waiter that was not done yet
+                // looks again and blocks anew).
+                let _ = fds.write.read();
+            }
         }
         if writable && self.notice_waiting.swap(false, Ordering::SeqCst) {
             self.notice_raised.store(true, Ordering::SeqCst);
-            let _ = self.write_notice.write(1);
+            if let Some(fds) = self.fds.get() {
+                let _ = fds.write_notice.write(1);
+            }
         }
     }
 
     fn raise_read(&self) {
         self.read_raised.store(true, Ordering::SeqCst);
-        // Overflow is impossible: the count is 0 or small.
-        let _ = self.read.write(1);
+        if let Some(fds) = self.fds.get() {
+            // Overflow is impossible: the count is 0 or small.
+            let _ = fds.read.write(1);
+        }
     }
 
-    /// The fd handed out by `AsFd`: readable while either half is raised.
+    /// The fd handed out by `AsFd`: readable while either half is raised (always readable
+    /// when it could not be made: the next call returns why).
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.poller.0.as_fd()
+        match self.fds() {
+            Ok(fds) => fds.poller.0.as_fd(),
+            Err(_) => always_readable(),
+        }
     }
 
     /// Takes the error of a failed enrollment for the fd, once.
@@ -209,15 +275,15 @@ impl ReadyFds {
     /// The eventfd that turns readable when a read that returned `WouldBlock` can go on
     /// (edge: reading it back to zero is the socket's business, on the next `WouldBlock`).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn read_fd(&self) -> BorrowedFd<'_> {
-        self.read.as_fd()
+    pub(crate) fn read_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        Ok(self.fds()?.read.as_fd())
     }
 
     /// The eventfd that turns writable when a write that returned `WouldBlock` can go on, or
     /// a flush that found sends in flight can ([`ReadyFds::flush_blocked`]).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn write_fd(&self) -> BorrowedFd<'_> {
-        self.write.as_fd()
+    pub(crate) fn write_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        Ok(self.fds()?.write.as_fd())
     }
 
     /// Registers the read fd when `interests` is readable and the write fd when it is
@@ -234,9 +300,10 @@ impl ReadyFds {
             *registered = (false, false);
         }
         let want = (interests.is_readable(), interests.is_writable());
+        let fds = self.fds()?;
         let fds = [
-            (&self.read, Interest::READABLE, registered.0, want.0),
-            (&self.write, Interest::WRITABLE, registered.1, want.1),
+            (&fds.read, Interest::READABLE, registered.0, want.0),
+            (&fds.write, Interest::WRITABLE, registered.1, want.1),
         ];
         for (fd, interest, was, wanted) in fds {
             let fd = fd.as_fd().as_raw_fd();
@@ -254,11 +321,14 @@ impl ReadyFds {
     fn deregister_fds(&self, registry: &Registry) -> io::Result<()> {
         let mut registered = self.mio.lock().unwrap_or_else(|p| p.into_inner());
         let (r, w) = std::mem::take(&mut *registered);
+        let Some(fds) = self.fds.get() else {
+            return Ok(());
+        };
         if r {
-            SourceFd(&self.read.as_fd().as_raw_fd()).deregister(registry)?;
+            SourceFd(&fds.read.as_fd().as_raw_fd()).deregister(registry)?;
         }
         if w {
-            SourceFd(&self.write.as_fd().as_raw_fd()).deregister(registry)?;
+            SourceFd(&fds.write.as_fd().as_raw_fd()).deregister(registry)?;
         }
         Ok(())
     }
@@ -399,6 +469,8 @@ impl Shared {
     /// reports what is possible already: both directions count as waited for, and the first
     /// raise says what can go on.
     pub(crate) fn enroll(self: &Arc<Self>) -> io::Result<()> {
+        // The fds first: the raise below must find them.
+        self.ready.fds()?;
         let hub = hub()?;
         let mut id = self.ready.hub_id.lock().unwrap_or_else(|p| p.into_inner());
         if id.is_none() {

@@ -3,6 +3,7 @@
 //! protocol's configuration (step 1 of [`crate::protocol`]'s sequence).
 #![forbid(unsafe_code)]
 
+use super::census;
 use super::options::SocketOptions;
 use super::post::SCRATCH_LEN;
 use super::warm::RingWarmer;
@@ -40,6 +41,8 @@ pub(crate) struct Resources {
     /// pages in ahead of use (see `warm`); `None` once a ring is in.
     pub(crate) send_warm: Option<RingWarmer>,
     pub(crate) recv_warm: Option<RingWarmer>,
+    /// This connection in the process's census (regions and bytes registered).
+    _census: census::Entry,
 }
 
 impl Resources {
@@ -115,7 +118,19 @@ impl Resources {
         } else {
             (None, None)
         };
+        let regions = [
+            Some(&send_mr),
+            Some(&recv_mr),
+            Some(&target_mr),
+            message_mr.as_ref(),
+        ];
+        let registered = regions.iter().flatten();
+        let entry = census::Entry::new(
+            registered.clone().count() as u64,
+            registered.map(|mr| mr.len() as u64).sum(),
+        );
         Ok(Resources {
+            _census: entry,
             lend_limit,
             send_warm,
             recv_warm,

@@ -17,7 +17,7 @@ use std::io;
 use std::net::Shutdown;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
 /// Which timeout a blocking call obeys.
@@ -45,8 +45,9 @@ pub(crate) struct Shared {
     cond: Condvar,
     cq_channel: CompletionChannel,
     endpoint: Arc<dyn CmEndpoint>,
-    /// Wakes a blocking caller sleeping in poll(2).
-    pub(crate) waker: EventFd,
+    /// Wakes a blocking caller sleeping in poll(2); made when a caller first sleeps there
+    /// (a connection only ever driven by one thread's calls, or by mio, never needs it).
+    waker: OnceLock<EventFd>,
     /// What a mio registration and the handed-out fd see.
     pub(crate) ready: ReadyFds,
     /// Callers blocked on `conn`'s lock right now.
@@ -61,14 +62,12 @@ impl Shared {
         if let Some(t) = super::options::liveness_timeout(conn.opts.keepalive) {
             endpoint.set_liveness_timeout(Some(t))?;
         }
-        let waker = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-            .map_err(io::Error::from)?;
         Ok(Shared {
             conn: Mutex::new(conn),
             cond: Condvar::new(),
             cq_channel,
             endpoint,
-            waker,
+            waker: OnceLock::new(),
             ready: ReadyFds::new()?,
             contenders: AtomicU32::new(0),
         })
@@ -99,7 +98,19 @@ impl Shared {
 
     /// Drains the waker (it only carries edges).
     pub(crate) fn drain_waker(&self) {
-        let _ = self.waker.read();
+        if let Some(w) = self.waker.get() {
+            let _ = w.read();
+        }
+    }
+
+    /// The waker, made now if it is not yet; `None` when it cannot be (out of fds): the
+    /// sleeper then looks again every [`WAKERLESS_NAP`] for what another caller did.
+    fn waker(&self) -> Option<&EventFd> {
+        if let Some(w) = self.waker.get() {
+            return Some(w);
+        }
+        let made = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).ok()?;
+        Some(self.waker.get_or_init(|| made))
     }
 
     /// Runs `attempt` until it does not return `WouldBlock`: attempt the call, make progress
@@ -255,9 +266,15 @@ impl Shared {
             g.sleepers.cond_waiters -= 1;
             return Ok(g);
         }
+        // Made under the lock, before the flag: whoever sees the flag finds the waker.
+        let waker = self.waker();
+        let wait = match waker {
+            Some(_) => wait,
+            None => Some(wait.map_or(WAKERLESS_NAP, |w| w.min(WAKERLESS_NAP))),
+        };
         g.sleepers.poller_active = true;
         drop(g);
-        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), &self.waker, wait);
+        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), waker, wait);
         let mut g = self.lock();
         g.sleepers.poller_active = false;
         if matches!(result, Ok(true)) {
@@ -363,16 +380,22 @@ impl Shared {
             self.cond.notify_all();
         }
         if g.sleepers.poller_active {
-            let _ = self.waker.write(1);
+            if let Some(w) = self.waker.get() {
+                let _ = w.write(1);
+            }
         }
     }
 }
 
-/// Sleeps in poll(2) on the three fds; true when the waker fired.
+/// How long a caller sleeping in poll(2) without a waker (none could be made) sleeps at a
+/// time: another caller's progress reaches it within this.
+const WAKERLESS_NAP: Duration = Duration::from_millis(5);
+
+/// Sleeps in poll(2) on the three fds (two without a waker); true when the waker fired.
 fn poll_fds(
     channel: &CompletionChannel,
     endpoint: &dyn CmEndpoint,
-    waker: &EventFd,
+    waker: Option<&EventFd>,
     wait: Option<Duration>,
 ) -> io::Result<bool> {
     let timeout = match wait {
@@ -386,10 +409,18 @@ fn poll_fds(
     let mut fds = [
         PollFd::new(channel.as_fd(), PollFlags::POLLIN),
         PollFd::new(endpoint.event_fd(), PollFlags::POLLIN),
-        PollFd::new(waker.as_fd(), PollFlags::POLLIN),
     ];
-    match nix::poll::poll(&mut fds, timeout) {
-        Ok(_) => Ok(fds[2].any().unwrap_or(true)),
+    let mut with_waker;
+    let fds: &mut [PollFd<'_>] = match waker {
+        Some(w) => {
+            let [a, b] = fds;
+            with_waker = [a, b, PollFd::new(w.as_fd(), PollFlags::POLLIN)];
+            &mut with_waker
+        }
+        None => &mut fds,
+    };
+    match nix::poll::poll(fds, timeout) {
+        Ok(_) => Ok(fds.get(2).is_some_and(|w| w.any().unwrap_or(true))),
         Err(nix::errno::Errno::EINTR) => Ok(false),
         Err(e) => Err(io::Error::other(format!(
             "poll on the connection's completion channel and rdma_cm fd: {e}"

@@ -21,8 +21,8 @@ impl Readiness {
         socket.set_nonblocking(true)?;
         socket.shared.enroll()?;
         Ok(Readiness {
-            read: register(socket.shared.ready.read_fd(), Interest::READABLE)?,
-            write: register(socket.shared.ready.write_fd(), Interest::WRITABLE)?,
+            read: register(socket.shared.ready.read_fd()?, Interest::READABLE)?,
+            write: register(socket.shared.ready.write_fd()?, Interest::WRITABLE)?,
         })
     }
 }

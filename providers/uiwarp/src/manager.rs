@@ -80,6 +80,34 @@ impl Resolving for UiwarpResolving {
     }
 }
 
+fn never_readable() -> io::Result<EventFd> {
+    Ok(EventFd::from_value_and_flags(
+        0,
+        EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+    )?)
+}
+
+/// A never-readable fd the process shares, for an endpoint that could not make its own:
+/// made with the first endpoint ([`UiwarpEndpoint::new`] fails without it).
+static SHARED_IDLE: OnceLock<EventFd> = OnceLock::new();
+
+/// Makes [`SHARED_IDLE`] if it is not yet.
+fn make_shared_idle() -> io::Result<()> {
+    if SHARED_IDLE.get().is_none() {
+        let fd = never_readable()?;
+        let _ = SHARED_IDLE.set(fd);
+    }
+    Ok(())
+}
+
+/// [`SHARED_IDLE`], which every endpoint made sure of.
+fn shared_never_readable() -> BorrowedFd<'static> {
+    SHARED_IDLE
+        .get()
+        .expect("made by UiwarpEndpoint::new")
+        .as_fd()
+}
+
 /// One connection's endpoint on uiwarp0.
 #[derive(Debug)]
 struct UiwarpEndpoint {
@@ -87,8 +115,9 @@ struct UiwarpEndpoint {
     local: Option<SocketAddr>,
     request: Mutex<Option<UiwarpRequest>>,
     qp: OnceLock<Arc<Endpoint>>,
-    /// Stands in for the QP's notice fd until the QP exists; never readable.
-    idle: EventFd,
+    /// Stands in for the QP's notice fd until the QP exists; never readable. Made only when
+    /// asked for before the QP exists (an fd a connection would hold for nothing after).
+    idle: OnceLock<EventFd>,
     /// The active side's connect while it runs.
     dial: Mutex<Option<Dial>>,
     /// What the active side's connect waits for (see [`crate::dial_watcher`]), once it started.
@@ -101,12 +130,13 @@ impl UiwarpEndpoint {
         local: Option<SocketAddr>,
         request: Option<UiwarpRequest>,
     ) -> io::Result<UiwarpEndpoint> {
+        make_shared_idle()?;
         Ok(UiwarpEndpoint {
             peer,
             local,
             request: Mutex::new(request),
             qp: OnceLock::new(),
-            idle: EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?,
+            idle: OnceLock::new(),
             dial: Mutex::new(None),
             dial_watcher: OnceLock::new(),
         })
@@ -265,7 +295,14 @@ impl CmEndpoint for UiwarpEndpoint {
     fn event_fd(&self) -> BorrowedFd<'_> {
         match self.qp.get() {
             Some(e) => e.notice_fd(),
-            None => self.idle.as_fd(),
+            None => match self.idle.get() {
+                Some(fd) => fd.as_fd(),
+                None => match never_readable() {
+                    Ok(fd) => self.idle.get_or_init(|| fd).as_fd(),
+                    // Out of fds: one the process shares (never readable either).
+                    Err(_) => shared_never_readable(),
+                },
+            },
         }
     }
 

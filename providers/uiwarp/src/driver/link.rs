@@ -8,17 +8,24 @@ use crate::protocol::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use rdmasock_verbs::{send_pieces, SendPiece};
+use std::cell::RefCell;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-/// Bytes read from TCP per call, at most: the buffer starts at [`FIRST_READ_CHUNK`] and
-/// doubles each time a read fills it.
+/// Bytes read from TCP per call, at most: a thread's buffer starts at [`FIRST_READ_CHUNK`]
+/// and doubles each time a read fills it.
 const READ_CHUNK: usize = 256 * 1024;
-/// The read buffer of a new connection: a connection that moves little never zeroes (and
-/// faults in) 256 KiB.
+/// A thread's first read buffer: a thread that reads little never zeroes (and faults in)
+/// 256 KiB.
 const FIRST_READ_CHUNK: usize = 16 * 1024;
+thread_local! {
+    /// The buffer TCP is read into, one per thread that reads (the engine's, an application
+    /// thread polling its connection): bytes are framed out of it at once, so connections
+    /// need none of their own, and an idle one holds no read buffer.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 /// Bytes asked of `poll_transmit` at a time.
 const TRANSMIT_CHUNK: usize = 256 * 1024;
 /// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
@@ -50,7 +57,6 @@ pub(crate) struct Link {
     pub(crate) local: Option<SocketAddr>,
     pub(crate) peer: Option<SocketAddr>,
     flow: Option<Flow>,
-    scratch: Vec<u8>,
     /// The timer last given to the engine.
     timer: Option<Instant>,
     /// The engine's poll watches the socket for input (it stops while an application thread
@@ -85,7 +91,6 @@ impl Link {
             local,
             peer,
             flow,
-            scratch: Vec::new(),
             timer: None,
             engine_reads: true,
             interest: None,
@@ -213,16 +218,31 @@ impl Link {
     }
 
     fn read_input(&mut self, memory: &dyn MemoryTable, until_short: bool, budget: usize) -> bool {
+        // The thread's buffer, taken for the call (a nested call would find none and make
+        // its own).
+        let mut scratch = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let moved = self.read_input_into(&mut scratch, memory, until_short, budget);
+        SCRATCH.with(|s| *s.borrow_mut() = scratch);
+        moved
+    }
+
+    fn read_input_into(
+        &mut self,
+        scratch: &mut Vec<u8>,
+        memory: &dyn MemoryTable,
+        until_short: bool,
+        budget: usize,
+    ) -> bool {
         if self.read_done {
             return false;
         }
         let mut taken = 0usize;
-        if self.scratch.is_empty() {
-            self.scratch.resize(FIRST_READ_CHUNK, 0);
+        if scratch.is_empty() {
+            scratch.resize(FIRST_READ_CHUNK, 0);
         }
         let mut moved = false;
         loop {
-            match self.socket.read(&mut self.scratch) {
+            match self.socket.read(scratch) {
                 Ok(0) => {
                     self.read_done = true;
                     self.conn.handle_peer_closed(false);
@@ -231,13 +251,13 @@ impl Link {
                 Ok(n) => {
                     moved = true;
                     if let Some(f) = &mut self.flow {
-                        f.inbound(&self.scratch[..n]);
+                        f.inbound(&scratch[..n]);
                     }
-                    self.conn.handle_input(&self.scratch[..n], memory);
-                    let full = n == self.scratch.len();
+                    self.conn.handle_input(&scratch[..n], memory);
+                    let full = n == scratch.len();
                     if full && n < READ_CHUNK {
                         // TCP had more than the buffer holds: a stream, read bigger.
-                        self.scratch.resize(2 * n, 0);
+                        scratch.resize(2 * n, 0);
                     }
                     // Answers (READ responses, a TERMINATE) go out as they arise.
                     self.flush(memory);

@@ -21,7 +21,7 @@ use rdmasock_verbs::{
 };
 use std::any::Any;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// The device's name.
 pub const DEVICE_NAME: &str = "uiwarp0";
@@ -84,15 +84,25 @@ impl Provider for UiwarpProvider {
 pub struct UiwarpContext {
     device: DeviceInfo,
     /// Never readable: the engine raises no async events (errors arrive as completions and
-    /// connection notices).
-    async_fd: EventFd,
+    /// connection notices). One for the process, shared by every context (each connection
+    /// opens its own context, and an fd each would count against the fd limit for nothing).
+    async_fd: &'static EventFd,
 }
 
 impl UiwarpContext {
     fn open(device: DeviceInfo) -> Result<UiwarpContext> {
-        let async_fd =
-            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+        static ASYNC_FD: OnceLock<EventFd> = OnceLock::new();
+        let async_fd = match ASYNC_FD.get() {
+            Some(fd) => fd,
+            None => {
+                let fd = EventFd::from_value_and_flags(
+                    0,
+                    EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+                )
                 .map_err(|e| Error::io("creating uiwarp's async event fd", e.into()))?;
+                ASYNC_FD.get_or_init(|| fd)
+            }
+        };
         Ok(UiwarpContext { device, async_fd })
     }
 }

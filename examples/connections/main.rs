@@ -1,0 +1,231 @@
+//! connections: what each connection costs, for RdmaSocket, TcpStream and (given its
+//! preload library) rsocket, side by side.
+//!
+//! ```text
+//! connections [--counts "1 100 1000"] [--bind ADDR] [--messages M] [--busy BYTES]
+//!             [--rsocket LIBRSPRELOAD] [--markdown FILE]
+//! ```
+//!
+//! For each count N and each stack, a fresh process (this program, re-run) spawns its peer
+//! (this program again: one mio thread accepting and echoing every connection), reads
+//! itself, opens N connections to the peer one after the other through the blocking API,
+//! echoes M 64-byte messages on each (checked), reads itself again (idle), echoes BYTES more
+//! on each (busy) and reads itself again, closes them all and reads itself a last time.
+//! The readings come from /proc/self (VmRSS, VmPin + VmLck, fds, threads) and from
+//! [`rdmasock::census`] (regions and bytes registered by the connections).
+//!
+//! Stacks: `rdma` (RdmaSocket, on whichever provider serves ADDR: the userspace provider on
+//! loopback without kernel RDMA), `tcp` (TcpStream), and with `--rsocket LIB` `rsocket`:
+//! the TcpStream run again with both processes under `LD_PRELOAD=LIB` (rdma-core's
+//! librspreload.so, which turns the sockets into rsockets). The table prints each cost per
+//! connection (the change over the baseline, divided by N) with the ratio RdmaSocket ÷ each
+//! other stack. `--markdown FILE` writes the table into FILE's `bench-connections` section
+//! (normally docs/BENCHMARKS.md).
+//!
+//! Internal modes: `--measure STACK N BIND MESSAGES BYTES` (one measuring process, which
+//! prints one `run` line) and `--peer STACK BIND` (the peer, which prints `listening ADDR`
+//! and serves until its stdin closes).
+mod client;
+#[path = "../common/markdown.rs"]
+#[allow(dead_code)]
+mod markdown;
+mod measure;
+mod peer;
+mod report;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "usage: connections [--counts \"1 100 1000\"] [--bind ADDR] [--messages M] \
+                     [--busy BYTES] [--rsocket LIBRSPRELOAD] [--markdown FILE]";
+
+/// The options of a whole run.
+struct Options {
+    counts: Vec<usize>,
+    bind: String,
+    messages: usize,
+    busy: usize,
+    rsocket: Option<String>,
+    markdown: Option<PathBuf>,
+    command_line: String,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        counts: vec![1, 100, 1000],
+        bind: "127.0.0.1:0".to_string(),
+        messages: 4,
+        busy: 256 * 1024,
+        rsocket: None,
+        markdown: None,
+        command_line: String::new(),
+    };
+    let mut shown = vec!["connections".to_string()];
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{arg} needs a value\n{USAGE}"))?;
+        let number = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|e| format!("{arg} {v}: {e}\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--counts" => {
+                o.counts = value
+                    .split_whitespace()
+                    .map(number)
+                    .collect::<Result<_, _>>()?
+            }
+            "--bind" => o.bind = value.clone(),
+            "--messages" => o.messages = number(value)?,
+            "--busy" => o.busy = number(value)?,
+            "--rsocket" => o.rsocket = Some(value.clone()),
+            "--markdown" => {
+                o.markdown = Some(PathBuf::from(value));
+                continue;
+            }
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+        shown.push(format!("{arg} {value:?}").replace("\"", "'"));
+    }
+    o.command_line = shown.join(" ");
+    Ok(o)
+}
+
+/// Lifts the soft fd limit to the hard one: N connections need more than the usual 1,024.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+/// The peer: listens on `bind`, says where, and serves until its stdin closes.
+fn peer(stack: &str, bind: &str) -> Result<(), String> {
+    raise_fd_limit();
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        std::process::exit(0);
+    });
+    if stack == "rdma" {
+        let mut l = rdmasock::RdmaListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        println!("listening {}", l.local_addr().map_err(|e| e.to_string())?);
+        peer::serve(&mut l).map_err(|e| e.to_string())
+    } else {
+        // Thread per connection: rsocket's preload library turns poll(2) into rpoll, not
+        // epoll, so the TCP peer does without mio.
+        let l = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+        println!("listening {}", l.local_addr().map_err(|e| e.to_string())?);
+        for s in l.incoming() {
+            let s = s.map_err(|e| format!("accept: {e}"))?;
+            let _ = s.set_nodelay(true);
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || echo_thread(s))
+                .map_err(|e| format!("a thread for a connection: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+fn echo_thread(mut s: TcpStream) {
+    let mut buf = [0u8; 16 * 1024];
+    while let Ok(n @ 1..) = s.read(&mut buf) {
+        if s.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+}
+
+/// One measuring process: prints its `run` line.
+fn measure(args: &[String]) -> Result<(), String> {
+    let [stack, n, bind, messages, busy] = args else {
+        return Err("--measure STACK N BIND MESSAGES BYTES".to_string());
+    };
+    let num = |v: &String| v.parse::<usize>().map_err(|e| format!("{v}: {e}"));
+    raise_fd_limit();
+    let run = client::run(stack, num(n)?, bind, num(messages)?, num(busy)?)?;
+    println!("{}", report::encode(&run));
+    Ok(())
+}
+
+/// Runs one measuring process for `stack` with `n` connections.
+fn measure_in_child(o: &Options, stack: &str, n: usize) -> Result<client::Run, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let mut cmd = Command::new(exe);
+    let tcp = if stack == "rsocket" { "tcp" } else { stack };
+    cmd.args(["--measure", tcp, &n.to_string(), &o.bind])
+        .args([o.messages.to_string(), o.busy.to_string()]);
+    if stack == "rsocket" {
+        cmd.env("LD_PRELOAD", o.rsocket.as_deref().unwrap_or_default());
+    }
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("starting the {stack} run: {e}"))?;
+    let line = BufReader::new(&out.stdout[..])
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("run "));
+    match line.and_then(|l| report::decode(&l)) {
+        Some(run) if out.status.success() => Ok(run),
+        _ => Err(format!("the {stack} run of {n} failed ({})", out.status)),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("--peer") if args.len() == 3 => peer(&args[1], &args[2]),
+        Some("--measure") => measure(&args[1..]),
+        _ => parse(&args).and_then(|o| whole(&o)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("connections: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every count on every stack, then the table.
+fn whole(o: &Options) -> Result<(), String> {
+    let mut stacks = vec!["rdma", "tcp"];
+    if o.rsocket.is_some() {
+        stacks.push("rsocket");
+    }
+    let mut table = String::new();
+    for &n in &o.counts {
+        let mut runs = Vec::new();
+        for stack in &stacks {
+            runs.push((*stack, measure_in_child(o, stack, n)?));
+        }
+        let text = report::table(n, &runs);
+        print!("{text}");
+        std::io::stdout().flush().ok();
+        table.push_str(&text);
+        table.push('\n');
+    }
+    if let Some(file) = &o.markdown {
+        let body = format!(
+            "Latest run: {}, `{}`, {}. Costs per connection: the change over the process's \
+             baseline divided by N; ratio = RdmaSocket ÷ the other stack.\n\n```text\n{table}```\n",
+            markdown::now_utc(),
+            o.command_line,
+            markdown::machine(),
+        );
+        markdown::replace_section(file, "bench-connections", &body)
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        eprintln!(
+            "connections: wrote the bench-connections section of {}",
+            file.display()
+        );
+    }
+    Ok(())
+}
