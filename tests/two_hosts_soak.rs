@@ -16,9 +16,10 @@ use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use rdmasock_uiwarp::UiwarpCm;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 #[path = "rsocket_support/mod.rs"]
 mod rsocket_support;
@@ -189,20 +190,40 @@ fn exchange(
     (closing, sent, received)
 }
 
-/// What one side's soak did.
+/// The folder the soak's rows go to (`RDMASOCK_SOAK_OUT`), if any.
+fn out_folder() -> Option<PathBuf> {
+    std::env::var_os("RDMASOCK_SOAK_OUT").map(PathBuf::from)
+}
+
+/// Now, on the host's clock: the time the host gives a file it writes in `folder` (a
+/// folder the host shares with the VM). A guest's clock can run at the wrong rate (its TSC
+/// calibrated at boot while the host was busy); the host's cannot.
+fn host_now(folder: &Path, name: &str) -> SystemTime {
+    let path = folder.join(name);
+    std::fs::write(&path, b"soak")
+        .and_then(|()| std::fs::metadata(&path))
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("the host's time from {}: {e}", path.display()))
+}
+
+/// What one side's soak did; its times are on the host's clock when the soak had the
+/// rows' folder to read it from.
 struct Soak {
     connections: u32,
     /// From each close's start to the next connection's arrival (one per reconnect).
     reconnects: Vec<Duration>,
     /// From the first connection's arrival to the last close's end.
     elapsed: Duration,
+    /// This guest's clock rate against the host's (`None` when not measured).
+    clock: Option<f64>,
     sent: u64,
     received: u64,
 }
 
 /// One side of the soak: `next(i)` gives connection `i` (the first may wait for the peer;
 /// the others must come at once, every call's failure failing the soak).
-fn soak(role: Role, mut next: impl FnMut(u32) -> RdmaSocket, what: &str) -> Soak {
+/// `name` names this side's files in the rows' folder, where it reads the host's clock.
+fn soak(role: Role, mut next: impl FnMut(u32) -> RdmaSocket, what: &str, name: &str) -> Soak {
     let (total, segment) = (total(), segment());
     let (client, server) = (Stream::new(CLIENT_SEED), Stream::new(SERVER_SEED));
     let (out, incoming) = match role {
@@ -213,9 +234,11 @@ fn soak(role: Role, mut next: impl FnMut(u32) -> RdmaSocket, what: &str) -> Soak
         connections: 0,
         reconnects: Vec::new(),
         elapsed: Duration::ZERO,
+        clock: None,
         sent: 0,
         received: 0,
     };
+    let folder = out_folder();
     let mut start = None;
     let mut closed: Option<Instant> = None;
     let mut at = 0u64;
@@ -225,7 +248,12 @@ fn soak(role: Role, mut next: impl FnMut(u32) -> RdmaSocket, what: &str) -> Soak
         if let Some(closed) = closed {
             soak.reconnects.push(opened - closed);
         }
-        start.get_or_insert(opened);
+        start.get_or_insert_with(|| {
+            let host = folder
+                .as_ref()
+                .map(|f| host_now(f, &format!("{name}.start")));
+            (opened, host)
+        });
         soak.connections += 1;
         let len = segment.min(total - at);
         let what = format!(
@@ -239,7 +267,19 @@ fn soak(role: Role, mut next: impl FnMut(u32) -> RdmaSocket, what: &str) -> Soak
         soak.received += received;
         at += len;
     }
-    soak.elapsed = start.expect("at least one connection").elapsed();
+    let (start, host_start) = start.expect("at least one connection");
+    soak.elapsed = start.elapsed();
+    if let (Some(folder), Some(host_start)) = (&folder, host_start) {
+        let host = host_now(folder, &format!("{name}.end"))
+            .duration_since(host_start)
+            .unwrap_or_else(|e| panic!("{what}: the host's clock went back: {e}"));
+        let rate = soak.elapsed.as_secs_f64() / host.as_secs_f64();
+        for d in &mut soak.reconnects {
+            *d = d.div_f64(rate);
+        }
+        soak.elapsed = host;
+        soak.clock = Some(rate);
+    }
     assert_eq!(soak.sent, total, "{what}: sent the whole stream");
     assert_eq!(
         soak.received, total,
@@ -248,7 +288,7 @@ fn soak(role: Role, mut next: impl FnMut(u32) -> RdmaSocket, what: &str) -> Soak
     soak
 }
 
-/// `soak`'s row of the soak's table: printed, and written to the file `PORT.SIDE` in the
+/// `soak`'s row of the soak's table: printed, and written to the file `PORT.SIDE.row` in the
 /// folder `RDMASOCK_SOAK_OUT` names, when it names one (`tests/vm/soak.sh` collects them
 /// in the order of the tests' ports).
 fn report(soak: &Soak, test: &str, port: u16, side: &str) {
@@ -261,8 +301,9 @@ fn report(soak: &Soak, test: &str, port: u16, side: &str) {
             per_reconnect(*soak.reconnects.iter().max().expect("a reconnect")),
         ),
     };
+    let clock = soak.clock.map_or("-".to_string(), |r| format!("{r:.2}"));
     let row = format!(
-        "| {test} | {side} | {} | {} | {:.1} | {} | {} | {mean} / {max} | {seconds:.1} |",
+        "| {test} | {side} | {} | {} | {:.1} | {} | {} | {mean} / {max} | {seconds:.1} | {clock} |",
         soak.sent / MIB,
         soak.received / MIB,
         soak.sent as f64 / seconds / 1e6,
@@ -270,8 +311,8 @@ fn report(soak: &Soak, test: &str, port: u16, side: &str) {
         soak.reconnects.len(),
     );
     println!("{row}");
-    if let Some(folder) = std::env::var_os("RDMASOCK_SOAK_OUT") {
-        let path = std::path::Path::new(&folder).join(format!("{port}.{side}"));
+    if let Some(folder) = out_folder() {
+        let path = folder.join(format!("{port}.{side}.row"));
         std::fs::write(&path, format!("{row}\n"))
             .unwrap_or_else(|e| panic!("writing the soak's row to {}: {e}", path.display()));
     }
@@ -310,7 +351,13 @@ fn serve(addr: SocketAddr, cm: Option<&'static UiwarpCm>, test: &str) {
         assert_ne!(peer.ip(), addr.ip(), "the client is on the other host");
         bounded(s)
     };
-    let soak = soak(Role::Server, next, &format!("soak server at {addr}"));
+    let what = format!("soak server at {addr}");
+    let soak = soak(
+        Role::Server,
+        next,
+        &what,
+        &format!("{}.server", addr.port()),
+    );
     report(&soak, test, addr.port(), "server");
 }
 
@@ -341,7 +388,13 @@ fn call(addr: SocketAddr, netdev: &str, cm: Option<&'static UiwarpCm>, test: &st
         }
     };
     let (tx0, rx0) = (nic_bytes(netdev, "tx_bytes"), nic_bytes(netdev, "rx_bytes"));
-    let soak = soak(Role::Client, next, &format!("soak client to {addr}"));
+    let what = format!("soak client to {addr}");
+    let soak = soak(
+        Role::Client,
+        next,
+        &what,
+        &format!("{}.client", addr.port()),
+    );
     let (tx, rx) = (
         nic_bytes(netdev, "tx_bytes") - tx0,
         nic_bytes(netdev, "rx_bytes") - rx0,
