@@ -1,6 +1,8 @@
-//! The two-host tests' fixtures (`two_hosts.rs`): the VM's role and devices, bounded waits,
-//! the ping-pong programs, this side of the wire for failure messages, and the wire cut.
-//! The including test declares `vm_support` at its root.
+//! The two-host tests' fixtures (`two_hosts.rs`, `two_hosts_soak.rs`): the VM's role and
+//! devices, bounded waits, the ping-pong programs, this side of the wire for failure
+//! messages, and the wire cut. The including test declares `vm_support` and
+//! `rsocket_support` at its root.
+#![allow(dead_code)] // each test binary uses a different part
 
 use rdmasock::verbs::{DeviceList, GidType};
 use rdmasock::RdmaSocket;

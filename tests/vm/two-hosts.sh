@@ -3,7 +3,10 @@
 # each) wired NIC to NIC through qemu socket netdevs on the host's loopback, so that the
 # bytes leave one guest's rxe0/siw0 on its wire and enter the other's.
 #
-#   tests/vm/two-hosts.sh [--timeout S] [FILTER...]   (FILTER: test names to run, as libtest takes them)
+#   tests/vm/two-hosts.sh [--timeout S] [--test NAME] [FILTER...]
+#     FILTER: test names to run, and other arguments, as libtest takes them
+#     --test NAME: the test binary tests/NAME.rs (default two_hosts; tests/vm/soak.sh runs
+#     two_hosts_soak, which a plain run leaves out)
 #
 # Builds tests/two_hosts.rs and the rc_pingpong example (dev profile), starts VM A (host 2, the server role, listening
 # wire), then VM B (host 3, the client role, connecting wire); each runs that binary with
@@ -21,19 +24,21 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 timeout_s=900
+test_name=two_hosts
 while [ $# -gt 0 ]; do
   case $1 in
     --timeout) timeout_s=$2; shift 2 ;;
-    -*) echo "usage: $0 [--timeout S] [FILTER...]" >&2; exit 2 ;;
+    --test) test_name=$2; shift 2 ;;
+    -*) echo "usage: $0 [--timeout S] [--test NAME] [FILTER...]" >&2; exit 2 ;;
     *) break ;;
   esac
 done
 filters=""; [ $# -gt 0 ] && filters=$(printf ' %q' "$@")
 cd "$ROOT"
 
-echo "two-hosts: building tests/two_hosts.rs and the rc_pingpong example" >&2
+echo "two-hosts: building tests/$test_name.rs and the rc_pingpong example" >&2
 cargo build --example rc_pingpong || { echo "two-hosts: cargo build --example rc_pingpong failed" >&2; exit 125; }
-bin=$(cargo test --no-run --test two_hosts --message-format=json-render-diagnostics \
+bin=$(cargo test --no-run --test "$test_name" --message-format=json-render-diagnostics \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -n "$bin" ] && [ -x "$bin" ] || { echo "two-hosts: the test binary was not built" >&2; exit 125; }
 
