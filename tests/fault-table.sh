@@ -93,6 +93,16 @@ if [ -n "$markdown" ]; then
 [^siw-cut]: siw's TCP socket is the kernel's, so only TCP's retransmission limit ends the
     connection (about 15 minutes by default, `net.ipv4.tcp_retries2`), beyond the runner's
     budget; see `RdmaSocket::set_keepalive`.
+
+Each stream fault comes once the peer has received every byte a flush vouched for; the
+writer then goes on writing and flushing until a call fails. Keepalive: 500 ms. SIGSTOP
+waits 5 s (uiwarp: past the 2.5 s in which a cut wire is found), 20 s on rxe0 (past its
+queue pair's retries), 5 s on siw0. rxe0's wire cut runs across two VMs
+(`tests/two_hosts.rs`); uiwarp's cuts a veth pair to a network namespace. The bytes lost on
+uiwarp's wire cut are a known bug: the userspace provider completes a WRITE once its TCP
+socket took the bytes, so a flush's `Ok` vouches for the local TCP, and what it held when
+the wire was cut never arrives; the close then fails
+(`tests/uiwarp_faults.rs`, `known_bug_a_flush_vouches_for_bytes_a_cut_wire_loses`).
 <!-- fault-table:end -->
 NOTES
   } > "$section"

@@ -374,6 +374,9 @@ const CUT: Duration = Duration::from_secs(45);
 /// accepts two connections on rxe0 and one over uiwarp, each with a 500 ms keepalive; the
 /// client echoes a byte on each, cuts eth0's wire for [`CUT`] ([`WireCut`]: the frames are
 /// dropped inside the guest, the NIC stays up), then mends it for the tests after this one.
+/// Bytes the server writes on rxe0 once the cut is in place (the uiwarp connection failed)
+/// are never vouched for: their flush fails.
+/// The server prints the fault table's wire-cut row of rxe (`tests/fault-table.sh`).
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
 fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
@@ -426,8 +429,24 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                 let r = s.read(&mut [0u8; 1]);
                 (r, start.elapsed())
             };
+            // Bytes written once the cut is in place (the uiwarp connection on the same wire
+            // failed): no flush may vouch for them, they cannot cross.
+            let (cut_seen, cut_in_place) = mpsc::channel();
+            let writing = {
+                let mut w = blocking.try_clone().expect("clone the blocking connection");
+                thread::spawn(move || {
+                    let _ = cut_in_place.recv();
+                    let bytes = vec![0x77u8; 64 << 10];
+                    let flushed = w.write_all(&bytes).and_then(|_| w.flush());
+                    (bytes.len() as u64, flushed)
+                })
+            };
             let reader = thread::spawn(move || read_until_failure(blocking));
-            let uiwarp_reader = thread::spawn(move || read_until_failure(over_tcp));
+            let uiwarp_reader = thread::spawn(move || {
+                let failed = read_until_failure(over_tcp);
+                let _ = cut_seen.send(());
+                failed
+            });
             use mio::{Events, Interest, Poll, Token};
             registered.set_nonblocking(true).unwrap();
             let mut poll = Poll::new().unwrap();
@@ -447,6 +466,20 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             let mio_waited = start.elapsed();
             let (blocking_result, blocking_waited) = reader.join().expect("reader thread");
             let (uiwarp_result, uiwarp_waited) = uiwarp_reader.join().expect("uiwarp reader");
+            let (after_cut, flushed) = writing.join().expect("the writer");
+            eprintln!("{after_cut} bytes written after the cut; the flush: {flushed:?}");
+            let lost = if flushed.is_ok() { after_cut } else { 0 };
+            // The fault table's row (tests/fault-table.sh gathers it).
+            if let Err(e) = &blocking_result {
+                eprintln!(
+                    "fault-table-row 23 | rxe | wire cut (keepalive on) | {:.1} s | {:?}: {} \
+                     | {lost} |",
+                    blocking_waited.as_secs_f64(),
+                    e.kind(),
+                    e.to_string().replace('|', "\\|")
+                );
+            }
+            assert_eq!(lost, 0, "a flush vouched for bytes written after the cut");
             // rxe: 6 retries of the QP's ack timeout; uiwarp: the 2 s TCP user timeout a
             // 500 ms keepalive sets, after the first keepalive that goes unacknowledged.
             let (rxe_bound, uiwarp_bound) = (Duration::from_secs(40), Duration::from_secs(10));

@@ -232,10 +232,10 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
                 "nothing: the transport stays up (the stopped peer's {} keeps acknowledging); \
                  the application's own timeout is the answer. After SIGCONT all {got} bytes \
                  arrived",
-                if f.provider.is_kernel_device() {
-                    "device"
-                } else {
-                    "kernel's TCP"
+                match f.provider {
+                    Provider::Uiwarp => "kernel TCP",
+                    Provider::Rxe => "rxe device",
+                    Provider::Siw => "siw device and kernel TCP",
                 }
             ),
             (None, _) => "nothing".to_string(),
