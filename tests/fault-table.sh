@@ -47,8 +47,13 @@ else
 fi
 
 echo "=== fault table: the wire cut across two VMs" >&2
+# the server VM writes its row into the target directory's tmp/ (CARGO_TARGET_TMPDIR)
+target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+wire_cut_row=$target_dir/tmp/fault-table-wire-cut.row
+rm -f "$wire_cut_row"
 tests/vm/two-hosts.sh peer_vanishes_keepalive_fails_the_connection_across_hosts 2>&1 \
   | tee -a "$log" || status=1
+[ -f "$wire_cut_row" ] && cat "$wire_cut_row" >> "$log"
 
 tr -d '\r' < "$log" | sed -n 's/.*fault-table-row \([0-9]*\) | /\1 | /p' > "$rows"
 # The rows that no test measures, by key (provider: 1 uiwarp, 2 rxe, 3 siw; then the fault),

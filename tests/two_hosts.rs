@@ -366,6 +366,10 @@ fn rstream_and_rdmasocket_across_hosts() {
 /// the client sends when it comes back (a DREQ) can be what ended the server's connections.
 const CUT: Duration = Duration::from_secs(45);
 
+/// Where the server of [`peer_vanishes_keepalive_fails_the_connection_across_hosts`] writes
+/// rxe0's wire-cut row of the fault table (`tests/fault-table.sh`).
+const WIRE_CUT_ROW: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-table-wire-cut.row");
+
 /// A peer that vanishes without a word (its wire cut: no DREQ, no reset) fails the
 /// connection within the keepalive time plus the transport's retries, on a blocking reader
 /// and on a socket that only sits registered with mio (its keepalives come from the readiness
@@ -376,7 +380,7 @@ const CUT: Duration = Duration::from_secs(45);
 /// dropped inside the guest, the NIC stays up), then mends it for the tests after this one.
 /// Bytes the server writes on rxe0 once the cut is in place (the uiwarp connection failed)
 /// are never vouched for: their flush fails.
-/// The server prints the fault table's wire-cut row of rxe (`tests/fault-table.sh`).
+/// The server writes the fault table's wire-cut row of rxe to [`WIRE_CUT_ROW`].
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
 fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
@@ -469,15 +473,18 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             let (after_cut, flushed) = writing.join().expect("the writer");
             eprintln!("{after_cut} bytes written after the cut; the flush: {flushed:?}");
             let lost = if flushed.is_ok() { after_cut } else { 0 };
-            // The fault table's row (tests/fault-table.sh gathers it).
+            // The fault table's row, in a file of the target directory, which
+            // tests/fault-table.sh reads (libtest keeps a passing test's output).
             if let Err(e) = &blocking_result {
-                eprintln!(
+                let row = format!(
                     "fault-table-row 23 | rxe | wire cut (keepalive on) | {:.1} s | {:?}: {} \
                      | {lost} |",
                     blocking_waited.as_secs_f64(),
                     e.kind(),
                     e.to_string().replace('|', "\\|")
                 );
+                eprintln!("{row}");
+                std::fs::write(WIRE_CUT_ROW, row + "\n").expect("write the fault table's row");
             }
             assert_eq!(lost, 0, "a flush vouched for bytes written after the cut");
             // rxe: 6 retries of the QP's ack timeout; uiwarp: the 2 s TCP user timeout a

@@ -34,7 +34,9 @@ fn stream(s: RdmaSocket) -> (u64, u64) {
         let mut at = 0u64;
         while at < STREAM {
             pattern(at, &mut buf);
-            writer.write_all(&buf).expect("the streaming connection's write");
+            writer
+                .write_all(&buf)
+                .expect("the streaming connection's write");
             at += buf.len() as u64;
         }
         writer.flush().map(|_| at).unwrap_or(0)
@@ -43,7 +45,9 @@ fn stream(s: RdmaSocket) -> (u64, u64) {
     let mut buf = vec![0u8; 64 << 10];
     let mut intact = 0u64;
     while intact < STREAM {
-        let n = reader.read(&mut buf).expect("the streaming connection's read");
+        let n = reader
+            .read(&mut buf)
+            .expect("the streaming connection's read");
         assert!(n > 0, "end of stream after {intact} bytes");
         assert!(is_pattern(intact, &buf[..n]), "corrupt at {intact}");
         intact += n as u64;
@@ -117,6 +121,9 @@ pub(crate) fn flood(f: &Fixture) -> Row {
     );
     assert_eq!(vouched, STREAM, "the streaming connection's flush");
     assert_eq!(intact, vouched, "bytes vouched for and lost");
-    assert!(second < SECOND_BOUND, "the second connection took {second:?}");
+    assert!(
+        second < SECOND_BOUND,
+        "the second connection took {second:?}"
+    );
     row
 }

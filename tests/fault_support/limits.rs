@@ -3,7 +3,7 @@
 //! for `RdmaSocket::connect` and for `RdmaListener::accept`.
 
 use super::peer::{is_pattern, pattern, report, Peer};
-use super::{child_test_name, Detection, Fault, Row};
+use super::{Detection, Fault, Row};
 use crate::conformance::Fixture;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use rdmasock::{RdmaListener, RdmaSocket};
@@ -164,7 +164,7 @@ pub(crate) fn fds(f: &Fixture, case: &str) -> Row {
     let (l, addr) = f.listener();
     echo_all(l);
     let role = format!("fds {addr} {BEFORE_LIMIT}");
-    let mut peer = Peer::spawn(&child_test_name(f, case), &role, None);
+    let mut peer = Peer::spawn(&f.test_name(case), &role, None);
     let failed = peer.wait_for("failed ", STEP);
     let kept = peer.wait_for("kept ", STEP);
     let (_, said) = peer.finish(STEP);
@@ -221,7 +221,7 @@ pub(crate) fn memlock_connect(f: &Fixture, case: &str) -> Row {
     let (l, addr) = f.listener();
     echo_all(l);
     let role = format!("memlock-connect {addr}");
-    let mut peer = Peer::spawn(&child_test_name(f, case), &role, None);
+    let mut peer = Peer::spawn(&f.test_name(case), &role, None);
     let failed = peer.wait_for("failed ", STEP);
     let (_, said) = peer.finish(STEP);
     memlock_row(f, Fault::MemlockConnect, failed, &said)
@@ -231,7 +231,7 @@ pub(crate) fn memlock_connect(f: &Fixture, case: &str) -> Row {
 /// its rings; a connection from here makes its `accept` fail.
 pub(crate) fn memlock_accept(f: &Fixture, case: &str) -> Row {
     let role = format!("memlock-accept {}", f.ip);
-    let mut peer = Peer::spawn(&child_test_name(f, case), &role, None);
+    let mut peer = Peer::spawn(&f.test_name(case), &role, None);
     let addr: SocketAddr = peer
         .wait_for("listening ", STEP)
         .unwrap_or_else(|| panic!("the peer did not listen: {:?}", peer.said))

@@ -22,7 +22,7 @@ pub(crate) mod peer;
 pub(crate) mod removal;
 pub(crate) mod stream;
 
-use crate::conformance::{Fixture, Provider};
+use crate::conformance::Provider;
 use std::time::Duration;
 
 /// The faults, in the table's order.
@@ -136,9 +136,4 @@ impl Row {
 /// `text` fit for a markdown table cell: one line, `|` escaped.
 fn cell(text: &str) -> String {
     text.replace('\n', " ").replace('|', "\\|")
-}
-
-/// The test name of `case` in the binary the fixture's test runs in (for a child process).
-pub(crate) fn child_test_name(f: &Fixture, case: &str) -> String {
-    f.test_name(case)
 }

@@ -123,11 +123,6 @@ impl Peer {
         }
     }
 
-    /// The peer's process id.
-    pub(crate) fn id(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Takes the next report within `timeout`; `None` when none came (or the peer ended).
     pub(crate) fn next(&mut self, timeout: Duration) -> Option<String> {
         match self.lines.recv_timeout(timeout) {
@@ -174,7 +169,11 @@ impl Peer {
             .arg(self.child.id().to_string())
             .status()
             .expect("run kill");
-        assert!(status.success(), "kill -{name} {}: {status}", self.child.id());
+        assert!(
+            status.success(),
+            "kill -{name} {}: {status}",
+            self.child.id()
+        );
     }
 
     /// Waits up to `timeout` for the peer to end (killing it then), takes its last reports

@@ -4,7 +4,7 @@
 
 use super::peer::{pattern, Peer};
 use super::removal::SpareDevice;
-use super::{child_test_name, Detection, Fault, Row};
+use super::{Detection, Fault, Row};
 use crate::conformance::{Fixture, Provider, Wire};
 use rdmasock::{RdmaListener, SocketOptions};
 use std::io::{self, ErrorKind, Read, Write};
@@ -102,7 +102,7 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
         _ => None,
     };
     let mut peer = Peer::spawn(
-        &child_test_name(f, case),
+        &f.test_name(case),
         &format!("reader {addr}"),
         namespace.as_deref(),
     );
