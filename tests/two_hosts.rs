@@ -366,6 +366,22 @@ fn rstream_and_rdmasocket_across_hosts() {
 /// the client sends when it comes back (a DREQ) can be what ended the server's connections.
 const CUT: Duration = Duration::from_secs(45);
 
+/// siw0's wire cut, for the fault table (`two_hosts_support::siw_cut`): with keepalive on,
+/// nothing fails within the window (only TCP's retransmission limit ends a siw connection),
+/// and the bytes written during the cut arrive intact once the wire is mended. The server
+/// writes the row to [`SIW_WIRE_CUT_ROW`].
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn siw_wire_cut_is_not_detected_and_loses_nothing_once_mended() {
+    device("siw0");
+    two_hosts_support::siw_cut::run(SIW_WIRE_CUT_ROW);
+}
+
+/// Where the server of [`siw_wire_cut_is_not_detected_and_loses_nothing_once_mended`] writes
+/// siw0's wire-cut row of the fault table (`tests/fault-table.sh`).
+const SIW_WIRE_CUT_ROW: &str =
+    concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-table-siw-wire-cut.row");
+
 /// Where the server of [`peer_vanishes_keepalive_fails_the_connection_across_hosts`] writes
 /// rxe0's wire-cut row of the fault table (`tests/fault-table.sh`).
 const WIRE_CUT_ROW: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-table-wire-cut.row");

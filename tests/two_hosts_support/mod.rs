@@ -2,6 +2,8 @@
 //! the ping-pong programs, this side of the wire for failure messages, and the wire cut.
 //! The including test declares `vm_support` at its root.
 
+pub(crate) mod siw_cut;
+
 use rdmasock::verbs::{DeviceList, GidType};
 use rdmasock::RdmaSocket;
 use std::net::IpAddr;
