@@ -1,7 +1,8 @@
 //! siw0's wire cut across two hosts, for the fault table: the client cuts eth1 (siw0's NIC)
 //! and says so over a TCP connection on eth0, which stays up; the server, its keepalive on,
 //! writes and flushes after the cut and waits [`WINDOW`] for a call to fail; then the
-//! client mends the wire, reads what was written and reports how much arrived intact. siw's
+//! client mends the wire, reads what was written and reports how much arrived intact (the
+//! flush waits through the cut and returns once the mended wire carried the bytes). siw's
 //! TCP socket is the kernel's: only TCP's retransmission limit (`net.ipv4.tcp_retries2`,
 //! about 15 minutes) would end the connection, so nothing fails within the window, and the
 //! bytes written meanwhile arrive once the wire is mended.
@@ -53,14 +54,23 @@ pub(crate) fn run(row_file: &str) {
             ctl.read_exact(&mut b)
                 .expect("the client's word that the wire is cut");
             let start = Instant::now();
-            let bytes: Vec<u8> = (0..AFTER_CUT).map(pattern).collect();
-            let flushed = s.write_all(&bytes).and_then(|_| s.flush());
+            let writing = {
+                let mut w = s.try_clone().expect("clone the connection");
+                thread::spawn(move || {
+                    let bytes: Vec<u8> = (0..AFTER_CUT).map(pattern).collect();
+                    let flushed = w.write_all(&bytes).and_then(|_| w.flush());
+                    (flushed, start.elapsed())
+                })
+            };
             s.set_read_timeout(Some(WINDOW)).unwrap();
             let read = s.read(&mut b);
             let waited = start.elapsed();
-            eprintln!("after the cut: the flush {flushed:?}; the read {read:?} after {waited:?}");
+            eprintln!("after the cut: the read {read:?} after {waited:?}");
             ctl.write_all(b"m")
                 .expect("ask the client to mend the wire");
+            // The flush returns once the mended wire carried the bytes (or fails).
+            let (flushed, flush_took) = writing.join().expect("the writer");
+            eprintln!("the flush: {flushed:?} after {flush_took:?}");
             let mut count = [0u8; 8];
             ctl.read_exact(&mut count).expect("the client's count");
             let got = u64::from_le_bytes(count);
