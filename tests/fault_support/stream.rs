@@ -183,13 +183,13 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
     }
     let (read_after, read_result) = reading.join().expect("the reader");
     match read_result {
-        Err(error) if !is_timeout(&error) => {
-            if first.as_ref().is_none_or(|f| read_after < f.after) {
-                first = Some(Failure {
-                    after: read_after,
-                    error,
-                });
-            }
+        Err(error)
+            if !is_timeout(&error) && first.as_ref().is_none_or(|f| read_after < f.after) =>
+        {
+            first = Some(Failure {
+                after: read_after,
+                error,
+            });
         }
         Ok(n) => panic!("a read returned Ok({n}), but the peer sends nothing"),
         _ => {}
