@@ -106,7 +106,10 @@ cuts a veth pair to a network namespace. Bytes lost on uiwarp are a known bug: t
 provider (like the kernel's siw) completes a WRITE once its TCP socket took the bytes, so a
 flush's `Ok` vouches for the local TCP, and what TCP held when the wire was cut (or when a
 killed peer's kernel reset the connection) never arrives; the close then fails
-(`tests/uiwarp_faults.rs`, `known_bug_a_flush_vouches_for_bytes_a_cut_wire_loses`).
+(`tests/uiwarp_faults.rs`, `known_bug_a_flush_vouches_for_bytes_a_cut_wire_loses`). Also a
+known bug: once a stopped uiwarp peer's TCP window is full, the TCP user timeout its
+keepalive sets gives up on it as on a vanished peer, some runs
+(`known_bug_a_stopped_peer_with_a_full_window_is_declared_lost`).
 <!-- fault-table:end -->
 NOTES
   } > "$section"
