@@ -366,6 +366,26 @@ fn rstream_and_rdmasocket_across_hosts() {
 /// the client sends when it comes back (a DREQ) can be what ended the server's connections.
 const CUT: Duration = Duration::from_secs(45);
 
+/// siw0's wire cut, for the fault table (`two_hosts_support::siw_cut`): with keepalive on,
+/// nothing fails within the window (only TCP's retransmission limit ends a siw connection),
+/// and the bytes written during the cut arrive intact once the wire is mended. The server
+/// writes the row to [`SIW_WIRE_CUT_ROW`].
+#[test]
+#[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
+fn siw_wire_cut_is_not_detected_and_loses_nothing_once_mended() {
+    device("siw0");
+    two_hosts_support::siw_cut::run(SIW_WIRE_CUT_ROW);
+}
+
+/// Where the server of [`siw_wire_cut_is_not_detected_and_loses_nothing_once_mended`] writes
+/// siw0's wire-cut row of the fault table (`tests/fault-table.sh`).
+const SIW_WIRE_CUT_ROW: &str =
+    concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-table-siw-wire-cut.row");
+
+/// Where the server of [`peer_vanishes_keepalive_fails_the_connection_across_hosts`] writes
+/// rxe0's wire-cut row of the fault table (`tests/fault-table.sh`).
+const WIRE_CUT_ROW: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-table-wire-cut.row");
+
 /// A peer that vanishes without a word (its wire cut: no DREQ, no reset) fails the
 /// connection within the keepalive time plus the transport's retries, on a blocking reader
 /// and on a socket that only sits registered with mio (its keepalives come from the readiness
@@ -374,6 +394,9 @@ const CUT: Duration = Duration::from_secs(45);
 /// accepts two connections on rxe0 and one over uiwarp, each with a 500 ms keepalive; the
 /// client echoes a byte on each, cuts eth0's wire for [`CUT`] ([`WireCut`]: the frames are
 /// dropped inside the guest, the NIC stays up), then mends it for the tests after this one.
+/// Bytes the server writes on rxe0 once the cut is in place (the uiwarp connection failed)
+/// are never vouched for: their flush fails.
+/// The server writes the fault table's wire-cut row of rxe to [`WIRE_CUT_ROW`].
 #[test]
 #[ignore = "needs two wired VMs: run tests/vm/two-hosts.sh"]
 fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
@@ -426,8 +449,24 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                 let r = s.read(&mut [0u8; 1]);
                 (r, start.elapsed())
             };
+            // Bytes written once the cut is in place (the uiwarp connection on the same wire
+            // failed): no flush may vouch for them, they cannot cross.
+            let (cut_seen, cut_in_place) = mpsc::channel();
+            let writing = {
+                let mut w = blocking.try_clone().expect("clone the blocking connection");
+                thread::spawn(move || {
+                    let _ = cut_in_place.recv();
+                    let bytes = vec![0x77u8; 64 << 10];
+                    let flushed = w.write_all(&bytes).and_then(|_| w.flush());
+                    (bytes.len() as u64, flushed)
+                })
+            };
             let reader = thread::spawn(move || read_until_failure(blocking));
-            let uiwarp_reader = thread::spawn(move || read_until_failure(over_tcp));
+            let uiwarp_reader = thread::spawn(move || {
+                let failed = read_until_failure(over_tcp);
+                let _ = cut_seen.send(());
+                failed
+            });
             use mio::{Events, Interest, Poll, Token};
             registered.set_nonblocking(true).unwrap();
             let mut poll = Poll::new().unwrap();
@@ -447,6 +486,23 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
             let mio_waited = start.elapsed();
             let (blocking_result, blocking_waited) = reader.join().expect("reader thread");
             let (uiwarp_result, uiwarp_waited) = uiwarp_reader.join().expect("uiwarp reader");
+            let (after_cut, flushed) = writing.join().expect("the writer");
+            eprintln!("{after_cut} bytes written after the cut; the flush: {flushed:?}");
+            let lost = if flushed.is_ok() { after_cut } else { 0 };
+            // The fault table's row, in a file of the target directory, which
+            // tests/fault-table.sh reads (libtest keeps a passing test's output).
+            if let Err(e) = &blocking_result {
+                let row = format!(
+                    "fault-table-row 23 | rxe | wire cut (keepalive on) | {:.1} s | {:?}: {} \
+                     | {lost} |",
+                    blocking_waited.as_secs_f64(),
+                    e.kind(),
+                    e.to_string().replace('|', "\\|")
+                );
+                eprintln!("{row}");
+                std::fs::write(WIRE_CUT_ROW, row + "\n").expect("write the fault table's row");
+            }
+            assert_eq!(lost, 0, "a flush vouched for bytes written after the cut");
             // rxe: 6 retries of the QP's ack timeout; uiwarp: the 2 s TCP user timeout a
             // 500 ms keepalive sets, after the first keepalive that goes unacknowledged.
             let (rxe_bound, uiwarp_bound) = (Duration::from_secs(40), Duration::from_secs(10));

@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 
 pub(crate) use super::resources::{InitQpFailed, Resources};
 
-/// How long a closing connection polls for its flushed receives.
-const FLUSH_WAIT: Duration = Duration::from_millis(200);
+/// How long a closing connection polls for its flushed receives: they come at once on a
+/// machine at ease, and this bounds the wait on one whose device posts them late (an
+/// emulated one, busy retrying a send). A wait cut short would leave a broken connection
+/// looking closed: its reads would return end-of-stream instead of the error.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// A connection: engine plus resources, and the socket-level settings clones share.
 #[derive(Debug)]

@@ -149,17 +149,19 @@ fn vanishing_peer(addr: &str) -> ! {
 }
 
 /// A veth pair whose far end is in a network namespace of its own; taken down on drop.
-struct Wire {
-    namespace: String,
+pub(crate) struct Wire {
+    /// The far end's network namespace.
+    pub(crate) namespace: String,
     near: String,
     far: String,
-    near_ip: Ipv4Addr,
+    /// The near end's address (a listener here is reached from the namespace by it).
+    pub(crate) near_ip: Ipv4Addr,
     far_ip: Ipv4Addr,
 }
 
 impl Wire {
     /// Sets the pair up (names and a /30 of 10.250.0.0/16 after this process's id).
-    fn new() -> Wire {
+    pub(crate) fn new() -> Wire {
         let id = std::process::id();
         let base = (id % 16_384) * 4;
         let ip =
@@ -195,7 +197,7 @@ impl Wire {
     }
 
     /// Takes the far end down: from now on nothing passes either way, and nothing says so.
-    fn cut(&self) {
+    pub(crate) fn cut(&self) {
         sh(&format!(
             "ip netns exec {} ip link set {} down",
             self.namespace, self.far

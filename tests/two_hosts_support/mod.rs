@@ -4,6 +4,8 @@
 //! `rsocket_support` at its root.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub(crate) mod siw_cut;
+
 use rdmasock::verbs::{DeviceList, GidType};
 use rdmasock::RdmaSocket;
 use std::net::IpAddr;
