@@ -242,11 +242,22 @@ fi
 # ttyS0 carries the command's output (our stdout); ttyS1 the kernel console and the
 # guest's setup log (kept in console.log).  Each NIC sits alone on its own qemu hub, or
 # (--wire) on a socket to the other VM's.
+# Under TCG the guest's TSC is the host's own (qemu hands out the host's counter), so the
+# guest is told its rate instead of timing it at boot: on a busy host that timing can be
+# off several times over, and with tsc=reliable nothing corrects it, so every clock in the
+# guest would run fast or slow. The rate is the one the host's kernel found (its log).
+tsc_khz=""
+if [[ "${RDMASOCK_VM_ACCEL:-tcg}" == tcg* ]]; then
+  tsc_khz=$(dmesg 2>/dev/null | sed -n -e 's/.*tsc: Refined TSC clocksource calibration: \([0-9.]*\) MHz.*/\1/p' \
+    -e 's/.*tsc: Detected \([0-9.]*\) MHz processor.*/\1/p' | tail -n 1 | awk '$1 > 0 { printf "%d", $1 * 1000 }')
+fi
+append="console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable"
+[ -n "$tsc_khz" ] && append+=" tsc_early_khz=$tsc_khz"
 t0=$(date +%s.%N)
 timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \
   -accel "${RDMASOCK_VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu "${RDMASOCK_VM_CPU:-max}" -m "$mem" -smp "$cpus" \
   -kernel "$boot_image" -initrd "$INITRD" \
-  -append "console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable" \
+  -append "$append" \
   -chardev stdio,id=out,signal=off -serial chardev:out -serial "file:$CTL/console.log" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
   -virtfs "local,path=$CTL,mount_tag=vmctl,security_model=none" \
