@@ -501,3 +501,45 @@ impl Shared {
         }
     }
 }
+
+impl Shared {
+    /// One nonblocking look at whether a read (`write` false) or a write would go on, for
+    /// the async adapter's `readable`/`writable`: makes the progress there is, and when the
+    /// direction must wait, arms the completion queue (polling once more after, as a
+    /// nonblocking call does) and marks the direction as waited for, so that another
+    /// handle's progress raises its eventfd; `false` then.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn try_ready(&self, write: bool) -> io::Result<bool> {
+        let mut g = self.lock();
+        if let Some(e) = self.ready.take_enroll_error() {
+            return Err(e);
+        }
+        loop {
+            let r = g.readiness();
+            if (write && r.writable) || (!write && r.readable) {
+                self.report(&g);
+                return Ok(true);
+            }
+            if g.progress()? || g.arm()? {
+                self.wake_others(&g);
+                continue;
+            }
+            self.report(&g);
+            if write {
+                self.ready.write_blocked();
+            } else {
+                self.ready.read_blocked();
+            }
+            return Ok(false);
+        }
+    }
+
+    /// An async task drives the socket from now on (`on`), or no longer: its nonblocking
+    /// calls spin before `WouldBlock` while it does, when the options ask for it
+    /// ([`SocketOptionsBuilder::spin_in_poll`](super::SocketOptionsBuilder::spin_in_poll)).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn set_task_driven(&self, on: bool) {
+        let mut g = self.lock();
+        g.spin_in_poll = on && g.opts.spin_in_poll;
+    }
+}

@@ -168,10 +168,10 @@ impl Shared {
             Direction::Write => g.write_timeout,
             Direction::Other(t) => t,
         };
-        CallWait::new(
-            timeout,
-            g.nonblocking && !matches!(dir, Direction::Other(_)),
-        )
+        let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
+        let mut call = CallWait::new(timeout, nonblocking);
+        call.may_spin = nonblocking && g.spin_in_poll;
+        call
     }
 
     /// The attempt went through (or failed): the policy learns how long the call waited,
@@ -279,7 +279,7 @@ impl Shared {
 
     /// Tells the mio registration which waited-for directions can go on now: the one place
     /// where a call's progress reaches readiness (with [`report_blocked`](Self::report_blocked)).
-    fn report(&self, g: &Connection) {
+    pub(super) fn report(&self, g: &Connection) {
         // A flag is set under the connection's lock (a `WouldBlock`) or by a registration,
         // which reports under the lock after setting it: a flag missed here is reported then.
         if !self.ready.waiting() {
@@ -356,7 +356,7 @@ impl Shared {
     }
 
     /// Wakes the callers waiting on the condition variable and the one sleeping in poll(2).
-    fn wake_others(&self, g: &Connection) {
+    pub(super) fn wake_others(&self, g: &Connection) {
         // A notify is a futex system call even with no one waiting: skip it then (waiters
         // register under the lock, so none can be missed).
         if g.sleepers.cond_waiters > 0 {
