@@ -2,8 +2,7 @@
 //! one table with the ratios.
 //!
 //! ```text
-//! bench_tokio [--rounds R] [--iters N] [--requests N] [--megabytes M] [--spin-in-poll]
-//!             [--markdown FILE]
+//! bench_tokio [--rounds R] [--iters N] [--requests N] [--megabytes M] [--markdown FILE]
 //! bench_tokio --vm [IP] [same options]
 //! ```
 //! Build with `--release --features tokio`. On the host (the default): RdmaStream over the
@@ -19,9 +18,7 @@
 //! on fresh connections; the table gives each side's median and range, the ratio of the
 //! medians, and the median of each round's own ratio ("paired"). `--markdown FILE` also
 //! writes the table, with the date and the machine, into FILE's `bench-tokio` (host) or
-//! `bench-tokio-vm` (`--vm`) section, leaving the rest as it is. `--spin-in-poll` gives
-//! the RdmaStreams of the latency, requests and stream rows
-//! `SocketOptionsBuilder::spin_in_poll(true)` (tonic's keep the defaults).
+//! `bench-tokio-vm` (`--vm`) section, leaving the rest as it is.
 
 #[path = "../async_net/mod.rs"]
 mod async_net;
@@ -45,9 +42,6 @@ struct Args {
     requests: usize,
     megabytes: usize,
     markdown: Option<PathBuf>,
-    /// `--spin-in-poll`: the RdmaStreams spin before they return `Pending`
-    /// (`SocketOptionsBuilder::spin_in_poll`).
-    spin_in_poll: bool,
     /// The options given, for the markdown section (without `--markdown FILE`).
     command_line: String,
 }
@@ -60,7 +54,6 @@ fn args() -> Result<Args, String> {
         requests: 20_000,
         megabytes: 256,
         markdown: None,
-        spin_in_poll: false,
         command_line: String::new(),
     };
     let mut shown = vec!["bench_tokio".to_string()];
@@ -89,11 +82,6 @@ fn args() -> Result<Args, String> {
             }
             "--markdown" => {
                 a.markdown = Some(it.next().ok_or("--markdown needs a file")?.into());
-                continue;
-            }
-            "--spin-in-poll" => {
-                a.spin_in_poll = true;
-                shown.push(arg);
                 continue;
             }
             "--vm" => {
@@ -152,7 +140,7 @@ fn main() {
         Err(e) => {
             eprintln!(
                 "bench_tokio: {e}\nusage: bench_tokio [--vm [IP]] [--rounds R] [--iters N] \
-                 [--requests N] [--megabytes M] [--spin-in-poll] [--markdown FILE]"
+                 [--requests N] [--megabytes M] [--markdown FILE]"
             );
             std::process::exit(2);
         }
@@ -171,10 +159,6 @@ fn main() {
         iters: a.iters,
         requests: a.requests,
         bytes: a.megabytes << 20,
-        stream_options: rdmasock::SocketOptions::builder()
-            .spin_in_poll(a.spin_in_poll)
-            .build()
-            .expect("options"),
     };
     let mut table = String::from(
         "| workload | against | against, median [min-max] | RdmaStream, median [min-max] | \

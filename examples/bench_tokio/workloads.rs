@@ -112,8 +112,6 @@ pub(crate) struct Sizes {
     pub requests: usize,
     /// Bytes of the stream workload.
     pub bytes: usize,
-    /// The RdmaStream side's options (`--spin-in-poll`: spinning before `Pending`).
-    pub stream_options: SocketOptions,
 }
 
 /// Runs `workload` once on `side` on address `ip`; its one number.
@@ -149,14 +147,10 @@ pub(crate) fn measure(
             run_async(workload, pair, sizes).await
         }),
         (_, _) => runtime.block_on(async {
-            let options = &sizes.stream_options;
-            let listener = AsyncListener::bind_with((ip, 0), options)
-                .await
-                .expect("bind");
+            let listener = AsyncListener::bind((ip, 0)).await.expect("bind");
             let addr = listener.local_addr().expect("local_addr");
             let pair = || async {
-                let (client, accepted) =
-                    tokio::join!(RdmaStream::connect_with(addr, options), listener.accept());
+                let (client, accepted) = tokio::join!(RdmaStream::connect(addr), listener.accept());
                 let (client, server) = (client.expect("connect"), accepted.expect("accept").0);
                 // as TCP_NODELAY on the TcpStreams: the userspace provider sends a small
                 // write at once instead of holding it for the next

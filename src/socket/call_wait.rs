@@ -9,11 +9,8 @@ use std::time::{Duration, Instant};
 /// One blocking call's wait: from its first look that found nothing to its result.
 #[derive(Debug)]
 pub(crate) struct CallWait {
-    /// A nonblocking call never sleeps, and spins only when `may_spin`.
+    /// A nonblocking call never spins or sleeps.
     pub(super) nonblocking: bool,
-    /// A nonblocking call of the async adapter that spins as the wait mode says (never
-    /// naps) before it returns `WouldBlock`.
-    pub(super) may_spin: bool,
     /// The timeout the call obeys (for its error text).
     pub(super) timeout: Option<Duration>,
     /// When the timeout runs out.
@@ -40,7 +37,6 @@ impl CallWait {
     pub(crate) fn new(timeout: Option<Duration>, nonblocking: bool) -> CallWait {
         CallWait {
             nonblocking,
-            may_spin: false,
             timeout,
             deadline: timeout.map(|t| Instant::now() + t),
             spinning: None,

@@ -37,9 +37,6 @@ pub(crate) struct Connection {
     pub(crate) nonblocking: bool,
     pub(crate) read_timeout: Option<Duration>,
     pub(crate) write_timeout: Option<Duration>,
-    /// Nonblocking calls spin as the wait mode says before `WouldBlock`: the socket is
-    /// driven by an async task and its options ask for it (`SocketOptions::spin_in_poll`).
-    pub(crate) spin_in_poll: bool,
     /// `set_nodelay(true)`: every post goes to the transport at once (see
     /// `QueuePair::set_send_coalescing`).
     pub(crate) nodelay: bool,
@@ -77,7 +74,6 @@ impl Connection {
             read_timeout: None,
             write_timeout: None,
             nodelay: false,
-            spin_in_poll: false,
             sleepers: Sleepers::default(),
             wait,
             lent_spans: Vec::new(),

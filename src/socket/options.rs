@@ -14,9 +14,6 @@ pub struct SocketOptions {
     pub(crate) close_timeout: Duration,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) backlog: u32,
-    /// The async adapter's reads and writes spin as the wait mode says before they return
-    /// `Pending` ([`SocketOptionsBuilder::spin_in_poll`]).
-    pub(crate) spin_in_poll: bool,
     /// The send ring's and the receive ring's sizes were chosen by the user (else a device
     /// whose registrations pin nothing gets [`UNPINNED_RING`]).
     pub(crate) rings_chosen: (bool, bool),
@@ -51,7 +48,6 @@ impl Default for SocketOptions {
             close_timeout: Duration::from_secs(2),
             keepalive: None,
             backlog: 128,
-            spin_in_poll: false,
             rings_chosen: (false, false),
             interval_chosen: false,
         }
@@ -90,11 +86,6 @@ impl SocketOptions {
     /// The listen backlog.
     pub fn backlog(&self) -> u32 {
         self.backlog
-    }
-    /// Whether the async adapter's reads and writes spin before they return `Pending` (see
-    /// [`SocketOptionsBuilder::spin_in_poll`]).
-    pub fn spin_in_poll(&self) -> bool {
-        self.spin_in_poll
     }
 
     /// Gives each ring the user did not size [`UNPINNED_RING`] bytes, and the signalling
@@ -199,16 +190,6 @@ impl SocketOptionsBuilder {
     /// for how soon on each kind of device).
     pub fn keepalive(mut self, interval: Option<Duration>) -> Self {
         self.rest.keepalive = interval;
-        self
-    }
-    /// With `true`, a read or write of the async adapter (`rdmasock::tokio`) that finds
-    /// nothing to do busy-polls the completion queue as the wait mode says (event mode: not
-    /// at all; busy-poll: up to its spin; adaptive: as long as recent waits lasted, up to its
-    /// cap, never napping) before it returns `Pending`, on the task's thread, which runs no
-    /// other task meanwhile. Off by default: the task returns `Pending` at once and the
-    /// completion channel's event wakes it.
-    pub fn spin_in_poll(mut self, spin: bool) -> Self {
-        self.rest.spin_in_poll = spin;
         self
     }
     /// The listen backlog (at least 1).

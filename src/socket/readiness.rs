@@ -533,13 +533,4 @@ impl Shared {
             return Ok(false);
         }
     }
-
-    /// An async task drives the socket from now on (`on`), or no longer: its nonblocking
-    /// calls spin before `WouldBlock` while it does, when the options ask for it
-    /// ([`SocketOptionsBuilder::spin_in_poll`](super::SocketOptionsBuilder::spin_in_poll)).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn set_task_driven(&self, on: bool) {
-        let mut g = self.lock();
-        g.spin_in_poll = on && g.opts.spin_in_poll;
-    }
 }

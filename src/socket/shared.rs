@@ -168,10 +168,10 @@ impl Shared {
             Direction::Write => g.write_timeout,
             Direction::Other(t) => t,
         };
-        let nonblocking = g.nonblocking && !matches!(dir, Direction::Other(_));
-        let mut call = CallWait::new(timeout, nonblocking);
-        call.may_spin = nonblocking && g.spin_in_poll;
-        call
+        CallWait::new(
+            timeout,
+            g.nonblocking && !matches!(dir, Direction::Other(_)),
+        )
     }
 
     /// The attempt went through (or failed): the policy learns how long the call waited,

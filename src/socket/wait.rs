@@ -97,16 +97,11 @@ impl WaitPolicy {
     /// the clock, learns from the wait before and is counted.
     #[inline]
     pub(crate) fn next_step(&mut self, call: &mut CallWait) -> Step {
-        if call.nonblocking && !call.may_spin {
+        if call.nonblocking {
             return Step::ArmAndSleep;
         }
         if let Some((_, end)) = call.spinning {
             return Step::Spin(end);
-        }
-        if call.nonblocking && !self.plan().nap.is_zero() {
-            // Recent waits ran past the cap: a spin would not reach the progress, and a
-            // nonblocking call never naps.
-            return Step::ArmAndSleep;
         }
         let start = Instant::now();
         self.learn_ended_wait();

@@ -62,7 +62,6 @@ impl RdmaStream {
     /// `TcpStream::from_std`.
     pub fn from_std(socket: RdmaSocket) -> io::Result<RdmaStream> {
         let events = Readiness::register(&socket)?;
-        socket.shared.set_task_driven(true);
         if socket.keepalive()?.is_some() {
             // The readiness thread sends them (see `set_keepalive`).
             socket.shared.enroll()?;
@@ -79,12 +78,10 @@ impl RdmaStream {
     /// `TcpStream::into_std`.
     pub fn into_std(mut self) -> io::Result<RdmaSocket> {
         drop(self.events.take());
-        let socket = self
+        Ok(self
             .socket
             .take()
-            .expect("a stream holds its socket until it is dropped");
-        socket.shared.set_task_driven(false);
-        Ok(socket)
+            .expect("a stream holds its socket until it is dropped"))
     }
 
     pub(crate) fn socket(&self) -> &RdmaSocket {
