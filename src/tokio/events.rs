@@ -82,13 +82,9 @@ pub(crate) struct Readiness {
 }
 
 impl Readiness {
-    /// Registers `socket` (nonblocking from now on) with the current runtime's reactor, and
-    /// makes one progress pass at once: what the socket queued goes out now, not at the
-    /// task's first call (a new connection's credits: an iWARP responder's accept waits for
-    /// the initiator's first frame).
+    /// Registers `socket` (nonblocking from now on) with the current runtime's reactor.
     pub(crate) fn register(socket: &RdmaSocket) -> io::Result<Readiness> {
         socket.set_nonblocking(true)?;
-        socket.shared.progress_for_readiness();
         let ready = &socket.shared.ready;
         Ok(Readiness {
             read: Watch::register(socket, ready.read_fd(), Way::Read)?,
