@@ -18,7 +18,8 @@
 //! `tests/vm/run.sh --both -- 'target/release/examples/bench_poll --device siw0'`.
 //! `--markdown FILE` also writes the table, with the date and the machine, into the
 //! `bench-poll` section of FILE (between `<!-- bench-poll:begin -->` and
-//! `<!-- bench-poll:end -->`), leaving the rest as it is.
+//! `<!-- bench-poll:end -->`; with `--device NAME`, the `bench-poll-NAME` section),
+//! leaving the rest as it is. `tests/vm/bench-poll.sh` runs it on rxe0 and siw0 in the VM.
 
 mod common;
 
@@ -333,9 +334,13 @@ fn main() {
             a.command_line,
             markdown::machine(),
         );
-        match markdown::replace_section(file, "bench-poll", &body) {
+        let section = match &a.device {
+            Some(device) => format!("bench-poll-{device}"),
+            None => "bench-poll".to_string(),
+        };
+        match markdown::replace_section(file, &section, &body) {
             Ok(()) => eprintln!(
-                "bench_poll: wrote the bench-poll section of {}",
+                "bench_poll: wrote the {section} section of {}",
                 file.display()
             ),
             Err(e) => fail(&format!("cannot write {}", file.display()), e),

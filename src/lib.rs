@@ -135,8 +135,9 @@
 //! waits on those sockets' completion channels and connection-manager fds, makes their
 //! progress and sends their keepalives; and `uiwarp-engine`, the userspace provider's
 //! progress thread, started when that provider is first used. Blocking calls wait on the
-//! caller's thread; the kernel devices (rxe, siw) and the rdma-core bridge add no thread of
-//! rdmasock's. A listener's fd needs neither thread.
+//! caller's thread, and `rdmasock::tokio`'s streams on the runtime's; the kernel devices
+//! (rxe, siw) and the rdma-core bridge add no thread of rdmasock's. A listener's fd needs
+//! neither thread.
 //!
 //! ```
 //! use mio::{Events, Interest, Poll, Token};

@@ -296,7 +296,7 @@ impl Shared {
 
     /// Tells the mio registration which waited-for directions can go on now: the one place
     /// where a call's progress reaches readiness (with [`report_blocked`](Self::report_blocked)).
-    fn report(&self, g: &Connection) {
+    pub(super) fn report(&self, g: &Connection) {
         // A flag is set under the connection's lock (a `WouldBlock`) or by a registration,
         // which reports under the lock after setting it: a flag missed here is reported then.
         if !self.ready.waiting() {
@@ -373,7 +373,7 @@ impl Shared {
     }
 
     /// Wakes the callers waiting on the condition variable and the one sleeping in poll(2).
-    fn wake_others(&self, g: &Connection) {
+    pub(super) fn wake_others(&self, g: &Connection) {
         // A notify is a futex system call even with no one waiting: skip it then (waiters
         // register under the lock, so none can be missed).
         if g.sleepers.cond_waiters > 0 {

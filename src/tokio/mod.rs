@@ -29,15 +29,29 @@
 //!
 //! ## How readiness reaches the runtime
 //!
-//! A stream hands tokio's reactor (`AsyncFd`) its socket's two readiness eventfds: one
-//! turns readable when a read that returned `WouldBlock` can go on, the other writable when
-//! a write (or a flush) can. The per-process readiness thread (`rdmasock-mio`, the one
-//! [`mio`] registrations use) watches the completion channels and rdma_cm fds of every
-//! stream, makes their progress and raises those eventfds; every call into a stream reports
-//! what its own progress made possible as well. A process with streams therefore has the
-//! runtime's threads, that one readiness thread, and the runtime's blocking pool for the one
-//! thing that must not run on a worker: the graceful close of a dropped stream. No thread
-//! per stream.
+//! A stream is driven by the task that polls it. Its reads and writes watch the
+//! connection's own notification fds with tokio's reactor (`AsyncFd`): the completion
+//! channel (on the userspace provider, the fd its engine signals) and the connection
+//! manager's event fd (a disconnect). A call that cannot go on leaves the completion queue
+//! armed (and polls it once more after arming, as a blocking call does before it sleeps)
+//! and returns `Pending`; the channel's next event wakes the task, whose next poll reaps the
+//! completions, feeds them to the stream engine and posts what it queued, all on the task.
+//! No thread stands between the device and the runtime.
+//!
+//! Each direction also watches one of the socket's readiness eventfds: when the reader of
+//! a split stream takes the completion the writer waits on (or the reverse), its progress
+//! raises the writer's eventfd, so that neither half waits for an event the other consumed.
+//!
+//! The blocking socket's per-process readiness thread (`rdmasock-mio`, the one [`mio`]
+//! registrations and the handed-out fd use) is not in the path. A stream puts its socket
+//! under it only to send keepalives (a stream with a keepalive interval set), or when the
+//! application asks for the fd ([`AsFd`](std::os::fd::AsFd)); the thread then makes
+//! progress too and raises the same eventfds, and the stream works the same. A socket moves
+//! between the two freely: [`RdmaStream::from_std`] takes a blocking socket (even one
+//! registered with mio) and [`RdmaStream::into_std`] gives it back; what drives its
+//! progress is whoever calls or waits on it. A process with streams therefore has the
+//! runtime's threads and the runtime's blocking pool for the one thing that must not run on
+//! a worker: the graceful close of a dropped stream. No thread per stream.
 //!
 //! A connect is a [`Connecting`](crate::Connecting) whose fd the reactor watches, with a
 //! timer for its deadline (the runtime needs its time driver, as `enable_all` gives it).

@@ -1,7 +1,7 @@
 //! [`RdmaStream`]: a connected RDMA byte stream for tokio, like `tokio::net::TcpStream`.
 #![forbid(unsafe_code)]
 
-use super::events::Readiness;
+use super::events::{Readiness, Way};
 use super::split::{self, OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use crate::socket::{RdmaSocket, SocketOptions};
 use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf, Ready};
@@ -62,6 +62,10 @@ impl RdmaStream {
     /// `TcpStream::from_std`.
     pub fn from_std(socket: RdmaSocket) -> io::Result<RdmaStream> {
         let events = Readiness::register(&socket)?;
+        if socket.keepalive()?.is_some() {
+            // The readiness thread sends them (see `set_keepalive`).
+            socket.shared.enroll()?;
+        }
         Ok(RdmaStream {
             events: Some(events),
             socket: Some(socket),
@@ -115,7 +119,11 @@ impl RdmaStream {
     /// Sets the keepalive interval (see [`RdmaSocket::set_keepalive`]): the readiness
     /// thread sends them, and a vanished peer fails the stream's reads and writes.
     pub fn set_keepalive(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.socket().set_keepalive(interval)
+        self.socket().set_keepalive(interval)?;
+        if interval.is_some() {
+            self.socket().shared.enroll()?;
+        }
+        Ok(())
     }
 
     /// Always `None`, as [`RdmaSocket::take_error`].
@@ -130,13 +138,15 @@ impl RdmaStream {
         poll_fn(|cx| {
             let mut ready = Ready::EMPTY;
             if interest.is_readable() {
-                if let Poll::Ready(guard) = self.events().read.poll_read_ready(cx) {
-                    ready |= guard?.ready();
+                if let Poll::Ready(r) = self.poll_read_ready(cx) {
+                    r?;
+                    ready |= Ready::READABLE;
                 }
             }
             if interest.is_writable() {
-                if let Poll::Ready(guard) = self.events().write.poll_write_ready(cx) {
-                    ready |= guard?.ready();
+                if let Poll::Ready(r) = self.poll_write_ready(cx) {
+                    r?;
+                    ready |= Ready::WRITABLE;
                 }
             }
             if ready.is_empty() {
@@ -163,42 +173,38 @@ impl RdmaStream {
     /// Polls for read readiness: `Ready` when a read may make progress. Only the last task
     /// that polled is woken.
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.events().read.poll_read_ready(cx).map_ok(drop)
+        self.events().drive(cx, Way::Read, || {
+            would_block(self.socket().shared.try_ready(false)?)
+        })
     }
 
     /// Polls for write readiness: `Ready` when a write may make progress.
     pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.events().write.poll_write_ready(cx).map_ok(drop)
+        self.events().drive(cx, Way::Write, || {
+            would_block(self.socket().shared.try_ready(true)?)
+        })
     }
 
     /// Reads what is there without waiting: `WouldBlock` when nothing is (and read readiness
     /// is cleared until bytes come), `Ok(0)` at end-of-stream.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.events()
-            .read
-            .try_io(Interest::READABLE, |_| (&mut self.socket()).read(buf))
+        (&mut self.socket()).read(buf)
     }
 
     /// [`try_read`](Self::try_read) into several buffers.
     pub fn try_read_vectored(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.events().read.try_io(Interest::READABLE, |_| {
-            (&mut self.socket()).read_vectored(bufs)
-        })
+        (&mut self.socket()).read_vectored(bufs)
     }
 
     /// Writes what fits without waiting: `WouldBlock` when nothing does (and write
     /// readiness is cleared until room comes).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.events()
-            .write
-            .try_io(Interest::WRITABLE, |_| (&mut self.socket()).write(buf))
+        (&mut self.socket()).write(buf)
     }
 
     /// [`try_write`](Self::try_write) from several buffers.
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.events().write.try_io(Interest::WRITABLE, |_| {
-            (&mut self.socket()).write_vectored(bufs)
-        })
+        (&mut self.socket()).write_vectored(bufs)
     }
 
     /// Receives bytes without removing them from the stream, waiting until there are some
@@ -218,18 +224,12 @@ impl RdmaStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<usize>> {
-        loop {
-            let mut guard = ready!(self.events().read.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            match guard.try_io(|_| self.socket().peek(unfilled)) {
-                Ok(Ok(n)) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(n));
-                }
-                Ok(Err(e)) => return Poll::Ready(Err(e)),
-                Err(_would_block) => continue,
-            }
-        }
+        let unfilled = buf.initialize_unfilled();
+        let n = ready!(self
+            .events()
+            .drive(cx, Way::Read, || self.socket().peek(unfilled)))?;
+        buf.advance(n);
+        Poll::Ready(Ok(n))
     }
 
     /// Splits the stream into a read half and a write half borrowing it, for use in one
@@ -249,18 +249,12 @@ impl RdmaStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        loop {
-            let mut guard = ready!(self.events().read.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            match guard.try_io(|_| (&mut self.socket()).read(unfilled)) {
-                Ok(Ok(n)) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Ok(Err(e)) => return Poll::Ready(Err(e)),
-                Err(_would_block) => continue,
-            }
-        }
+        let unfilled = buf.initialize_unfilled();
+        let n = ready!(self
+            .events()
+            .drive(cx, Way::Read, || (&mut self.socket()).read(unfilled)))?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 
     pub(crate) fn poll_write_priv(
@@ -268,13 +262,8 @@ impl RdmaStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            let mut guard = ready!(self.events().write.poll_write_ready(cx))?;
-            match guard.try_io(|_| (&mut self.socket()).write(buf)) {
-                Ok(result) => return Poll::Ready(result),
-                Err(_would_block) => continue,
-            }
-        }
+        self.events()
+            .drive(cx, Way::Write, || (&mut self.socket()).write(buf))
     }
 
     pub(crate) fn poll_write_vectored_priv(
@@ -282,29 +271,15 @@ impl RdmaStream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            let mut guard = ready!(self.events().write.poll_write_ready(cx))?;
-            match guard.try_io(|_| (&mut self.socket()).write_vectored(bufs)) {
-                Ok(result) => return Poll::Ready(result),
-                Err(_would_block) => continue,
-            }
-        }
+        self.events()
+            .drive(cx, Way::Write, || (&mut self.socket()).write_vectored(bufs))
     }
 
     /// Ready once every byte written was placed in the peer's memory.
     pub(crate) fn poll_flush_priv(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        loop {
-            let mut guard = ready!(self.events().write.poll_write_ready(cx))?;
-            let flushed = guard.try_io(|_| match self.socket().shared.try_flush() {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
-                Err(e) => Err(e),
-            });
-            match flushed {
-                Ok(result) => return Poll::Ready(result),
-                Err(_would_block) => continue,
-            }
-        }
+        self.events().drive(cx, Way::Write, || {
+            would_block(self.socket().shared.try_flush()?)
+        })
     }
 
     /// Half-close: end-of-stream after the data written (sent once), then a flush.
@@ -397,6 +372,15 @@ impl Drop for RdmaStream {
         if let Some(socket) = self.socket.take() {
             close_in_background(socket);
         }
+    }
+}
+
+/// `Ok` when `done`, otherwise `WouldBlock` (for [`Readiness::drive`]).
+fn would_block(done: bool) -> io::Result<()> {
+    if done {
+        Ok(())
+    } else {
+        Err(io::ErrorKind::WouldBlock.into())
     }
 }
 
