@@ -54,6 +54,7 @@ mod inline_write;
 mod msg;
 mod op;
 mod recv;
+mod rings;
 
 pub use config::{
     ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder, CONTROL_SLOTS, DEFAULT_MAX_SPIN,
@@ -68,3 +69,4 @@ pub use hello::{
 pub use inline_write::InlineWrite;
 pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
 pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};
+pub use rings::RingChange;
