@@ -1,5 +1,5 @@
 //! Rings that change size, on the simulated fabric of `stream_sim.rs`: rings that start
-//! small, grow while the stream is busy and shrink back when it is idle, with the bytes
+//! small, grow (to their largest size at once) while the stream is busy and shrink back when it is idle, with the bytes
 //! hash-checked end to end. Each new receive ring gets a new key and the old ring is dropped
 //! the moment the engine hands it back, so a write the peer aims at given-back memory fails
 //! the test ("write with unknown rkey"); a send ring is replaced the same way, so a posted
@@ -29,7 +29,7 @@ fn a_bulk_stream_grows_both_rings_to_their_largest() {
     f.run(64 * 1024);
     for s in &f.sides {
         assert_eq!(s.largest_rings, (32 * 1024, 32 * 1024), "{}", f.dump());
-        assert!(s.ring_changes.0 >= 3 && s.ring_changes.1 >= 3);
+        assert!(s.ring_changes.0 >= 1 && s.ring_changes.1 >= 1);
     }
 }
 
@@ -107,12 +107,11 @@ fn idle_rings_shrink_back_and_grow_again() {
             "the peer holds its buffers"
         );
     }
-    // A little traffic uses up the buffers the peers hold: then the receive rings change.
-    // (The ring under way is written in full first, then the small one: the peers slow
-    // down to the small ring's pace, and grow it again.)
+    // A little traffic uses up the buffers the peers hold: then the receive rings change
+    // (and grow again, as the burst fills the small ones).
     burst(&mut f, 64 * 1024);
     for s in &f.sides {
-        assert!(s.ring_changes.0 >= 4, "{:?}", s.ring_changes);
+        assert!(s.ring_changes.0 >= 2, "{:?}", s.ring_changes);
     }
     burst(&mut f, 1 << 20);
     for s in &f.sides {

@@ -221,7 +221,7 @@ impl StreamConfigBuilder {
         self.0.recv_ring_min = bytes;
         self
     }
-    /// A send ring that starts at `min` bytes, grows (doubling) up to `max` while writers
+    /// A send ring that starts at `min` bytes, grows to `max` while writers
     /// find it full, and shrinks back to `min` when the connection is idle. Each size as for
     /// [`send_ring`](Self::send_ring); `min <= max`.
     pub fn send_ring_range(mut self, min: usize, max: usize) -> Self {
@@ -229,7 +229,7 @@ impl StreamConfigBuilder {
         self.0.send_ring = max;
         self
     }
-    /// A receive ring that starts at `min` bytes, grows (doubling) up to `max` while the peer
+    /// A receive ring that starts at `min` bytes, grows to `max` while the peer
     /// keeps it full, and shrinks back to `min` when the connection is idle. Each size as for
     /// [`recv_ring`](Self::recv_ring); `min <= max`.
     pub fn recv_ring_range(mut self, min: usize, max: usize) -> Self {

@@ -109,6 +109,11 @@ pub struct StreamEngine {
     pub(crate) recv_grow_refused: bool,
     /// The message counters at the last idle tick (see `rings.rs`).
     pub(crate) idle_marks: (u16, u16),
+    /// The receive ring replaced last, while bytes the peer wrote there are unread: its
+    /// size and read offset (the peer writes there no more). Reads take these bytes first.
+    pub(crate) old_ring: (usize, usize),
+    /// Bytes unread in that old ring (0: none is held).
+    pub(crate) old_queued: usize,
 }
 
 impl StreamEngine {
@@ -162,6 +167,8 @@ impl StreamEngine {
             send_grow_refused: false,
             recv_grow_refused: false,
             idle_marks: (0, 0),
+            old_ring: (0, 0),
+            old_queued: 0,
             cfg,
             local,
         };
@@ -279,7 +286,7 @@ impl StreamEngine {
         let open = self.phase != Phase::Opening;
         let error = self.error.is_some();
         Readiness {
-            readable: self.rbuf_queued > 0 || (open && !self.readable) || error,
+            readable: self.rbuf_queued + self.old_queued > 0 || (open && !self.readable) || error,
             writable: (self.phase == Phase::Connected && self.writable && self.can_send())
                 || (open && !self.writable)
                 || error,

@@ -206,7 +206,7 @@ impl StreamEngine {
 
     /// Bytes received and not yet read.
     pub fn readable_bytes(&self) -> usize {
-        self.rbuf_queued
+        self.rbuf_queued + self.old_queued
     }
 
     /// The receive ring's offset just past the last byte received: where the peer's next
@@ -225,7 +225,7 @@ impl StreamEngine {
         if len == 0 {
             return Ok(0);
         }
-        if self.rbuf_queued == 0 {
+        if self.rbuf_queued + self.old_queued == 0 {
             if let Some(e) = &self.error {
                 return Err(e.clone());
             }
@@ -235,8 +235,15 @@ impl StreamEngine {
                 _ => Err(StreamError::WouldBlock),
             };
         }
-        let ring = self.rring_len;
-        let mut offset = self.rbuf_offset;
+        // Bytes left in a replaced ring come first, and one call reads from one ring
+        // ([`reads_old_recv_ring`](Self::reads_old_recv_ring) says which).
+        let old = self.old_queued > 0;
+        let (ring, mut offset, queued) = if old {
+            (self.old_ring.0, self.old_ring.1, self.old_queued)
+        } else {
+            (self.rring_len, self.rbuf_offset, self.rbuf_queued)
+        };
+        let len = len.min(queued);
         let mut done = 0;
         let mut index = 0;
         let mut front_left = 0;
@@ -278,12 +285,27 @@ impl StreamEngine {
             if front_left > 0 {
                 self.rmsg[0] = front_left as u32;
             }
-            self.rbuf_offset = offset;
-            self.rbuf_queued -= done;
-            self.rbuf_avail += done;
+            if old {
+                // The old ring's space is not the peer's again: it is given back once read.
+                self.old_ring.1 = offset;
+                self.old_queued -= done;
+            } else {
+                self.rbuf_offset = offset;
+                self.rbuf_queued -= done;
+                self.rbuf_avail += done;
+            }
             self.update_credits();
         }
         Ok(done)
+    }
+
+    /// Whether the next read or peek copies from the receive ring replaced last (bytes the
+    /// peer wrote there before the change are unread): the driver reads its spans from
+    /// that ring, and may give it back once this turns false
+    /// ([`holds_old_recv_ring`](Self::holds_old_recv_ring)).
+    #[inline]
+    pub fn reads_old_recv_ring(&self) -> bool {
+        self.old_queued > 0
     }
 
     fn control_slots_needed(&self) -> u32 {

@@ -1,6 +1,6 @@
 //! Rings that change size: each starts at its smallest size
 //! ([`StreamConfig::recv_ring_min`](super::StreamConfig::recv_ring_min),
-//! [`send_ring_min`](super::StreamConfig::send_ring_min)), doubles while it is what holds the
+//! [`send_ring_min`](super::StreamConfig::send_ring_min)), grows to the largest while it is what holds the
 //! stream back, up to the largest, and goes back to the smallest when the connection is idle.
 //! The engine decides; the driver provides the memory ([`StreamEngine::ring_change`]).
 //!
@@ -10,12 +10,13 @@
 //! full, in the order given, before the next, and takes address, key and length from the
 //! entry itself: so a new ring is announced by advertising its halves like any other, and
 //! nothing else on the wire changes. The one rule is when: the engine stops advertising
-//! halves of the current ring, and takes the new one only once every byte it advertised has
-//! been written by the peer and read by the application (`rbuf_avail` is the whole ring).
-//! Then the peer holds no entry into the old ring (it used them all up), no message in
-//! flight points into it (all arrived), and nothing queued refers to it: the driver may
-//! deregister it at once. The peer waits meanwhile only as long as it would have anyway:
-//! growth starts when it has used up everything it was given.
+//! halves of the current ring, and advertises the new one only once the peer has written
+//! every byte it was given in the old. Then the peer holds no entry into the old ring (it
+//! used them all up) and no write aimed there is in flight (all arrived): it writes there
+//! no more. Bytes there the application has not read are read first; once they are, the
+//! driver gives the old ring back. The peer waits meanwhile only as long as it would have
+//! anyway: growth starts when it has used up everything it was given, and the new ring is
+//! advertised at once, whether or not the application reads.
 //!
 //! The send ring is ours alone: a change waits until every send completed (no posted work
 //! request reads the ring), with writes held back meanwhile.
@@ -49,10 +50,17 @@ impl StreamEngine {
         self.sring_len
     }
 
-    /// Whether a ring change is under way (cheap: for the driver's check after every call).
+    /// Whether a ring change is under way, or a replaced receive ring is still held (cheap:
+    /// for the driver's check after every call).
     #[inline]
     pub fn ring_change_pending(&self) -> bool {
-        self.recv_resize.is_some() || self.send_resize.is_some()
+        self.recv_resize.is_some() || self.send_resize.is_some() || self.old_queued > 0
+    }
+
+    /// Whether the receive ring replaced last is still needed: bytes the peer wrote there
+    /// before the change are unread. Once false, the driver gives it back.
+    pub fn holds_old_recv_ring(&self) -> bool {
+        self.old_queued > 0
     }
 
     /// The ring change the driver is to carry out now, if one is due: after every call and
@@ -66,7 +74,9 @@ impl StreamEngine {
             return None;
         }
         if let Some(len) = self.recv_resize {
-            if self.rbuf_avail == self.rring_len {
+            // Every advertised byte written (the peer holds no entry into this ring), and
+            // no older ring still held.
+            if self.rbuf_queued + self.rbuf_avail == self.rring_len && self.old_queued == 0 {
                 return Some(RingChange::Receive(len));
             }
         }
@@ -76,10 +86,13 @@ impl StreamEngine {
         }
     }
 
-    /// The new receive ring the driver registered for [`RingChange::Receive`]: from now on
-    /// the old one is not used (no entry the peer holds points into it, and nothing queued
-    /// does), so the driver may deregister it as soon as this returns. Both halves of the new
-    /// ring are advertised at once.
+    /// The new receive ring the driver registered for [`RingChange::Receive`]. The peer
+    /// writes into the old one no more (it holds no entry into it, and nothing queued points
+    /// there); bytes it wrote there and the application has not read stay there, and reads
+    /// take them first ([`reads_old_recv_ring`](Self::reads_old_recv_ring)). The driver
+    /// keeps the old ring while [`holds_old_recv_ring`](Self::holds_old_recv_ring), and may
+    /// deregister it as soon as that is false. Both halves of the new ring are advertised at
+    /// once.
     pub fn install_recv_ring(&mut self, addr: u64, rkey: u32, len: usize) {
         if self.ring_change() != Some(RingChange::Receive(len)) {
             self.fail(StreamError::Protocol(format!(
@@ -89,6 +102,9 @@ impl StreamEngine {
         }
         self.local.recv_ring_addr = addr;
         self.local.recv_ring_rkey = rkey;
+        self.old_ring = (self.rring_len, self.rbuf_offset);
+        self.old_queued = self.rbuf_queued;
+        self.rbuf_queued = 0;
         self.rring_len = len;
         self.rbuf_offset = 0;
         self.rbuf_avail = len;
@@ -157,7 +173,7 @@ impl StreamEngine {
     }
 
     /// The peer has written every byte it was given: the receive ring is what holds it back.
-    /// Grows the ring (doubling, up to the largest size), unless a change is under way (a
+    /// Grows the ring to its largest size, unless a change is under way (a
     /// shrink goes through, as its wait for the peer to use up its buffers ends just so,
     /// and the ring grows again from there if the stream stays busy).
     #[inline(never)]
@@ -166,7 +182,7 @@ impl StreamEngine {
             && !self.recv_grow_refused
             && self.rring_len < self.cfg.recv_ring
         {
-            self.recv_resize = Some((self.rring_len * 2).min(self.cfg.recv_ring));
+            self.recv_resize = Some(self.cfg.recv_ring);
         }
     }
 
@@ -182,11 +198,11 @@ impl StreamEngine {
             && self.target[self.target_index].length != 0
     }
 
-    /// Asks for a send ring twice the size (up to the largest): writes wait until every send
-    /// completed, and the last one posted is made to signal.
+    /// Asks for the largest send ring: writes wait until every send completed, and the last
+    /// one posted is made to signal (one wait, however far it grows).
     #[inline(never)]
     pub(crate) fn grow_send_ring(&mut self) {
-        self.send_resize = Some((self.sring_len * 2).min(self.cfg.send_ring));
+        self.send_resize = Some(self.cfg.send_ring);
         self.completion_wanted = true;
         self.signal_last_send();
     }

@@ -56,6 +56,9 @@ pub(crate) struct Side {
     /// old one (into a ring given back) fails the test.
     pub recv_key: u32,
     pub recv_base: u64,
+    /// The receive ring replaced last, for reading the bytes left in it (no write may land
+    /// there: its key is gone).
+    pub old_recv_ring: Vec<u8>,
     /// Ring changes carried out: (receive, send).
     pub ring_changes: (usize, usize),
     /// The largest receive and send rings this side had.
@@ -111,6 +114,7 @@ impl Side {
             recv_ring: vec![0; cfg.recv_ring_min()],
             recv_key: RECV_KEY[side],
             recv_base: base(side),
+            old_recv_ring: Vec::new(),
             ring_changes: (0, 0),
             largest_rings: (cfg.recv_ring_min(), cfg.send_ring_min()),
             refuse_growth: false,
@@ -171,7 +175,7 @@ impl Side {
                     self.ring_changes.0 += 1;
                     self.recv_key += 0x1_0000;
                     self.recv_base += 0x1000_0000;
-                    self.recv_ring = vec![0xEE; len];
+                    self.old_recv_ring = std::mem::replace(&mut self.recv_ring, vec![0xEE; len]);
                     self.largest_rings.0 = self.largest_rings.0.max(len);
                     self.engine
                         .install_recv_ring(self.recv_base, self.recv_key, len);
@@ -366,7 +370,7 @@ impl Side {
     /// The application reads up to `n` bytes (peeking first, half the time) and checks them.
     pub(crate) fn app_read(&mut self, n: usize, peek: bool) -> Result<usize, StreamError> {
         let mut buf = vec![0u8; n];
-        let ring = &self.recv_ring;
+        let ring = Self::reading_ring(&self.engine, &self.old_recv_ring, &self.recv_ring);
         let mut copy = |c: CopySpan| {
             buf[c.data_offset..c.data_offset + c.len]
                 .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
@@ -378,7 +382,7 @@ impl Side {
             self.check(&buf[..k]);
             buf.fill(0);
         }
-        let ring = &self.recv_ring;
+        let ring = Self::reading_ring(&self.engine, &self.old_recv_ring, &self.recv_ring);
         let r = self.engine.read(n, |c: CopySpan| {
             buf[c.data_offset..c.data_offset + c.len]
                 .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
@@ -399,6 +403,15 @@ impl Side {
             self.post_all_ops();
         }
         r
+    }
+
+    /// The receive ring the engine reads from now.
+    fn reading_ring<'a>(engine: &StreamEngine, old: &'a [u8], current: &'a [u8]) -> &'a [u8] {
+        if engine.reads_old_recv_ring() {
+            old
+        } else {
+            current
+        }
     }
 
     pub(crate) fn check(&mut self, got: &[u8]) {

@@ -29,6 +29,9 @@ struct Receiver {
     rings: HashMap<u32, (u64, Vec<u8>)>,
     key: u32,
     next_key: u32,
+    /// The ring replaced last, for the bytes left in it (its key is gone: no write may
+    /// land there).
+    old_ring: Vec<u8>,
     posted: VecDeque<WrId>,
     events: VecDeque<Event>,
     expected: Stream,
@@ -79,8 +82,9 @@ impl Receiver {
             let addr = 0x1000_0000 * u64::from(self.key);
             self.rings.insert(self.key, (addr, vec![0xEE; len]));
             self.engine.install_recv_ring(addr, self.key, len);
-            // Handed back: gone at once.
-            self.rings.remove(&old);
+            // The peer writes there no more: its key is gone at once; bytes left in it are
+            // read from a copy.
+            self.old_ring = self.rings.remove(&old).unwrap().1;
             self.changes += 1;
             self.largest = self.largest.max(len);
         }
@@ -102,7 +106,11 @@ impl Receiver {
     }
 
     fn read(&mut self, n: usize, sender: &mut Sender) -> usize {
-        let (_, ring) = &self.rings[&self.key];
+        let ring = if self.engine.reads_old_recv_ring() {
+            &self.old_ring
+        } else {
+            &self.rings[&self.key].1
+        };
         let mut buf = vec![0u8; n];
         let Ok(k) = self.engine.read(n, |c| {
             buf[c.data_offset..c.data_offset + c.len]
@@ -222,6 +230,7 @@ pub(crate) fn run(seed: u64, total: usize) {
         rings: HashMap::from([(key, (0x1000_0000, vec![0xEE; 4096]))]),
         key,
         next_key: 2,
+        old_ring: Vec::new(),
         posted: VecDeque::new(),
         events: VecDeque::new(),
         expected: Stream::new(seed),
