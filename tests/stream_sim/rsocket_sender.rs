@@ -159,7 +159,7 @@ impl Sender {
 
     fn write_target(&mut self, addr: u64, bytes: &[u8]) {
         let at = (addr - TARGET_ADDR) as usize;
-        assert!(at % SGE_LEN == 0 && at + bytes.len() <= self.target.len());
+        assert!(at.is_multiple_of(SGE_LEN) && at + bytes.len() <= self.target.len());
         let i = at / SGE_LEN;
         assert_eq!(
             self.entry(i).length,
