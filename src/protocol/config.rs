@@ -75,6 +75,8 @@ pub struct ConfigError(pub String);
 pub struct StreamConfig {
     pub(crate) send_ring: usize,
     pub(crate) recv_ring: usize,
+    pub(crate) send_ring_min: usize,
+    pub(crate) recv_ring_min: usize,
     pub(crate) send_queue_depth: u16,
     pub(crate) recv_queue_depth: u16,
     pub(crate) inline_threshold: u32,
@@ -90,6 +92,8 @@ impl Default for StreamConfig {
         StreamConfig {
             send_ring: 128 * 1024,
             recv_ring: 128 * 1024,
+            send_ring_min: 128 * 1024,
+            recv_ring_min: 128 * 1024,
             send_queue_depth: 384,
             recv_queue_depth: 384,
             inline_threshold: 64,
@@ -112,13 +116,32 @@ impl StreamConfig {
         StreamConfigBuilder(StreamConfig::default())
     }
 
-    /// Send-ring size in bytes (register this much, plus [`Self::control_area_len`]).
+    /// The send ring's largest size in bytes (a fixed ring's size). A connection starts
+    /// with [`send_ring_min`](Self::send_ring_min) bytes (register that much, plus
+    /// [`Self::control_area_len`]) and grows up to this while its writers find the ring
+    /// full (see [`StreamEngine::ring_change`](super::StreamEngine::ring_change)).
     pub fn send_ring(&self) -> usize {
         self.send_ring
     }
-    /// Receive-ring size in bytes (register this much, remotely writable).
+    /// The receive ring's largest size in bytes (a fixed ring's size). A connection starts
+    /// with [`recv_ring_min`](Self::recv_ring_min) bytes (register that much, remotely
+    /// writable) and grows up to this while the peer keeps it full.
     pub fn recv_ring(&self) -> usize {
         self.recv_ring
+    }
+    /// The send ring's size at connect, and the size an idle connection's send ring shrinks
+    /// back to; equal to [`send_ring`](Self::send_ring) for a fixed ring.
+    pub fn send_ring_min(&self) -> usize {
+        self.send_ring_min
+    }
+    /// The receive ring's size at connect, and the size an idle connection's receive ring
+    /// shrinks back to; equal to [`recv_ring`](Self::recv_ring) for a fixed ring.
+    pub fn recv_ring_min(&self) -> usize {
+        self.recv_ring_min
+    }
+    /// Whether either ring may change size during the connection.
+    pub fn rings_adapt(&self) -> bool {
+        self.send_ring_min != self.send_ring || self.recv_ring_min != self.recv_ring
     }
     /// Send-queue depth to create the queue pair with.
     pub fn send_queue_depth(&self) -> u16 {
@@ -183,15 +206,35 @@ impl StreamConfig {
 pub struct StreamConfigBuilder(StreamConfig);
 
 impl StreamConfigBuilder {
-    /// Send-ring size in bytes (at least 4 KiB; rsocket's `wmem_default`).
+    /// A fixed send-ring size in bytes (at least 4 KiB; rsocket's `wmem_default`): sets both
+    /// the largest and the smallest size.
     pub fn send_ring(mut self, bytes: usize) -> Self {
         self.0.send_ring = bytes;
+        self.0.send_ring_min = bytes;
         self
     }
-    /// Receive-ring size in bytes: even, at least 4 KiB, each half below 512 MiB (the 29-bit
-    /// message limit); rsocket's `mem_default`.
+    /// A fixed receive-ring size in bytes: even, at least 4 KiB, each half below 512 MiB (the
+    /// 29-bit message limit); rsocket's `mem_default`. Sets both the largest and the
+    /// smallest size.
     pub fn recv_ring(mut self, bytes: usize) -> Self {
         self.0.recv_ring = bytes;
+        self.0.recv_ring_min = bytes;
+        self
+    }
+    /// A send ring that starts at `min` bytes, grows to `max` while writers
+    /// find it full, and shrinks back to `min` when the connection is idle. Each size as for
+    /// [`send_ring`](Self::send_ring); `min <= max`.
+    pub fn send_ring_range(mut self, min: usize, max: usize) -> Self {
+        self.0.send_ring_min = min;
+        self.0.send_ring = max;
+        self
+    }
+    /// A receive ring that starts at `min` bytes, grows to `max` while the peer
+    /// keeps it full, and shrinks back to `min` when the connection is idle. Each size as for
+    /// [`recv_ring`](Self::recv_ring); `min <= max`.
+    pub fn recv_ring_range(mut self, min: usize, max: usize) -> Self {
+        self.0.recv_ring_min = min;
+        self.0.recv_ring = max;
         self
     }
     /// Send-queue depth (16…65534).
@@ -247,6 +290,22 @@ impl StreamConfigBuilder {
             return err(format!(
                 "receive ring of {} bytes must be even and at least 4096",
                 c.recv_ring
+            ));
+        }
+        if c.send_ring_min < 4096 || c.send_ring_min > c.send_ring {
+            return err(format!(
+                "smallest send ring of {} bytes must be between 4096 and the largest ({})",
+                c.send_ring_min, c.send_ring
+            ));
+        }
+        if c.recv_ring_min < 4096
+            || !c.recv_ring_min.is_multiple_of(2)
+            || c.recv_ring_min > c.recv_ring
+        {
+            return err(format!(
+                "smallest receive ring of {} bytes must be even and between 4096 and the \
+                 largest ({})",
+                c.recv_ring_min, c.recv_ring
             ));
         }
         if c.recv_ring / 2 > DATA_MASK as usize {
@@ -308,6 +367,24 @@ mod tests {
         assert!(StreamConfig::builder().send_ring(100).build().is_err());
         assert!(StreamConfig::builder().recv_queue_depth(8).build().is_err());
         assert!(StreamConfig::builder().signal_interval(0).build().is_err());
+        assert!(StreamConfig::builder()
+            .recv_ring_range(8192, 4096)
+            .build()
+            .is_err());
+        assert!(StreamConfig::builder()
+            .recv_ring_range(8193, 16384)
+            .build()
+            .is_err());
+        assert!(StreamConfig::builder()
+            .send_ring_range(1024, 16384)
+            .build()
+            .is_err());
+        let c = StreamConfig::builder()
+            .recv_ring_range(16384, 1 << 20)
+            .build()
+            .unwrap();
+        assert!(c.rings_adapt());
+        assert_eq!((c.recv_ring_min(), c.recv_ring()), (16384, 1 << 20));
         assert!(StreamConfig::builder()
             .write_with_send(true)
             .inline_threshold(0)

@@ -102,6 +102,27 @@ pub struct StreamEngine {
     pub(crate) rseq_no: u16,
     pub(crate) rseq_comp: u16,
     pub(crate) next_msg_slot: u32,
+    // Ring sizes (see `rings.rs`).
+    /// The send ring's size now.
+    pub(crate) sring_len: usize,
+    /// The receive ring's size now.
+    pub(crate) rring_len: usize,
+    /// The send ring is to change to this size: writes wait until every send completed.
+    pub(crate) send_resize: Option<usize>,
+    /// The receive ring is to change to this size: no half of the current ring is
+    /// advertised any more, and it changes once the peer has written and we have read all
+    /// that was.
+    pub(crate) recv_resize: Option<usize>,
+    /// The driver could not provide a bigger ring: no more growth on this side.
+    pub(crate) send_grow_refused: bool,
+    pub(crate) recv_grow_refused: bool,
+    /// The message counters at the last idle tick (see `rings.rs`).
+    pub(crate) idle_marks: (u16, u16),
+    /// The receive ring replaced last, while bytes the peer wrote there are unread: its
+    /// size and read offset (the peer writes there no more). Reads take these bytes first.
+    pub(crate) old_ring: (usize, usize),
+    /// Bytes unread in that old ring (0: none is held).
+    pub(crate) old_queued: usize,
 }
 
 impl StreamEngine {
@@ -109,7 +130,7 @@ impl StreamEngine {
     /// receive-queue entry ([`StreamConfig::recv_posted`]); post them before connecting or
     /// accepting.
     pub fn new(cfg: StreamConfig, local: LocalRegions) -> Self {
-        let half = cfg.recv_ring / 2;
+        let half = cfg.recv_ring_min / 2;
         let mut e = StreamEngine {
             phase: Phase::Opening,
             readable: false,
@@ -128,7 +149,7 @@ impl StreamEngine {
             remote_sgl: RemoteSge::default(),
             remote_sge: 1,
             sbuf_head: 0,
-            sbuf_avail: cfg.send_ring,
+            sbuf_avail: cfg.send_ring_min,
             sqe_avail: u32::from(cfg.send_queue_depth) - CONTROL_SLOTS,
             ctrl_in_use: 0,
             ctrl_seqno: 0,
@@ -150,6 +171,15 @@ impl StreamEngine {
             rseq_no: 0,
             rseq_comp: cfg.recv_queue_depth / 2,
             next_msg_slot: 0,
+            sring_len: cfg.send_ring_min,
+            rring_len: cfg.recv_ring_min,
+            send_resize: None,
+            recv_resize: None,
+            send_grow_refused: false,
+            recv_grow_refused: false,
+            idle_marks: (0, 0),
+            old_ring: (0, 0),
+            old_queued: 0,
             cfg,
             local,
         };
@@ -182,7 +212,7 @@ impl StreamEngine {
             data_buf: RemoteSge::new(
                 self.local.recv_ring_addr,
                 self.local.recv_ring_rkey,
-                (self.cfg.recv_ring / 2) as u32,
+                (self.rring_len / 2) as u32,
             ),
         }
     }
@@ -268,7 +298,7 @@ impl StreamEngine {
         let open = self.phase != Phase::Opening;
         let error = self.error.is_some();
         Readiness {
-            readable: self.rbuf_queued > 0 || (open && !self.readable) || error,
+            readable: self.rbuf_queued + self.old_queued > 0 || (open && !self.readable) || error,
             writable: (self.phase == Phase::Connected && self.writable && self.can_send())
                 || (open && !self.writable)
                 || error,
@@ -303,7 +333,7 @@ impl StreamEngine {
         self.queued_receives = 0;
     }
 
-    fn sqes_per_message(&self) -> u32 {
+    pub(crate) fn sqes_per_message(&self) -> u32 {
         if self.cfg.write_with_send {
             2
         } else {
@@ -311,8 +341,8 @@ impl StreamEngine {
         }
     }
 
-    fn send_low_water(&self) -> usize {
-        SEND_LOW_WATER.min(self.cfg.send_ring)
+    pub(crate) fn send_low_water(&self) -> usize {
+        SEND_LOW_WATER.min(self.sring_len)
     }
 
     /// rsocket's `rs_can_send`: a send-queue slot, the send-ring low-water mark free, a credit,
@@ -322,6 +352,7 @@ impl StreamEngine {
             && self.sbuf_avail >= self.send_low_water()
             && self.sseq_no != self.sseq_comp
             && self.target[self.target_index].length != 0
+            && self.send_resize.is_none()
     }
 
     /// Whether the send side has half or more of its send-queue slots and send ring, a
@@ -338,7 +369,7 @@ impl StreamEngine {
             && self.pending_ctrl.is_none()
             && !self.completion_wanted
             && self.sqe_avail >= half_queue
-            && self.sbuf_avail >= self.cfg.send_ring / 2
+            && self.sbuf_avail >= self.sring_len / 2
             && credits >= self.cfg.recv_queue_depth / 4
             && self.target[self.target_index].length != 0
     }
@@ -367,7 +398,7 @@ impl StreamEngine {
                 .min(self.cfg.max_transfer as usize)
                 .min(self.sbuf_avail)
                 .min(self.target[self.target_index].length as usize);
-            let first_len = xfer.min(self.cfg.send_ring - self.sbuf_head);
+            let first_len = xfer.min(self.sring_len - self.sbuf_head);
             let first = RingSpan {
                 offset: self.sbuf_head,
                 len: first_len,
@@ -389,9 +420,12 @@ impl StreamEngine {
                 });
                 s
             });
-            self.sbuf_head = (self.sbuf_head + xfer) % self.cfg.send_ring;
+            self.sbuf_head = (self.sbuf_head + xfer) % self.sring_len;
             self.post_data(Payload::SendRing { first, second }, xfer);
             done += xfer;
+        }
+        if done < len && self.send_ring_is_short() {
+            self.grow_send_ring();
         }
         if done == 0 && len > 0 {
             Err(StreamError::WouldBlock)

@@ -8,8 +8,9 @@
 #![forbid(unsafe_code)]
 
 use super::{
-    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Op, Payload, Received, RemoteSge,
-    StreamConfig, StreamEngine, WrId, CONTROL_SLOTS, HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
+    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Message, Op, Payload, Received,
+    RemoteSge, RingChange, StreamConfig, StreamEngine, WrId, CONTROL_SLOTS, HELLO_LEN, SGE_LEN,
+    TARGET_LIST_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -54,12 +55,14 @@ impl Input<'_> {
     }
 }
 
-/// The configuration picked by one byte: mode, byte order, ring sizes, depths and signalling.
+/// The configuration picked by one byte: mode, byte order, ring sizes, depths and signalling
+/// (signalling pick 3: every send, with rings that start at 4 KiB and grow to the ring size).
 pub(crate) fn config(pick: u8) -> StreamConfig {
     let ring = [4096usize, 8192, 65536, 131072][usize::from(pick >> 4 & 3)];
     let depth = [16u16, 17, 64, 384][usize::from(pick >> 6)];
     let signal = [1u16, 2, 8][usize::from(pick >> 2 & 3) % 3];
-    StreamConfig::builder()
+    let adaptive = pick >> 2 & 3 == 3;
+    let builder = StreamConfig::builder()
         .write_with_send(pick & 1 != 0)
         .byte_order(if pick & 2 != 0 {
             ByteOrder::Big
@@ -71,9 +74,30 @@ pub(crate) fn config(pick: u8) -> StreamConfig {
         .send_queue_depth(depth)
         .recv_queue_depth(depth)
         .signal_interval(signal)
-        .max_transfer((ring / 4).max(SGE_LEN) as u32)
+        .max_transfer((ring / 4).max(SGE_LEN) as u32);
+    let builder = if adaptive {
+        builder
+            .send_ring_range(4096, ring)
+            .recv_ring_range(4096, ring)
+    } else {
+        builder
+    };
+    builder
         .build()
         .expect("every pick is a valid configuration")
+}
+
+/// Our receive ring as the driver registered it, and what happened in it: the bytes of
+/// ring we advertised (the hello's half and each buffer update) and the data bytes the
+/// engine accepted. A ring may be given back only when the two are equal: then no entry the
+/// peer holds points into it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OurRing {
+    pub(crate) addr: u64,
+    pub(crate) key: u32,
+    pub(crate) len: usize,
+    pub(crate) advertised: u64,
+    pub(crate) written: u64,
 }
 
 /// What the driver has posted and not yet seen complete.
@@ -88,12 +112,31 @@ pub(crate) struct Driver {
     /// Every buffer the peer has advertised for our writes: its hello's data buffer, its
     /// target list (for our ring updates) and each entry it wrote into our target list.
     advertised: Vec<RemoteSge>,
+    /// Our receive ring now.
+    pub(crate) ring: OurRing,
+    /// The byte order the peer reads our buffer updates in.
+    pub(crate) peer_order: ByteOrder,
+    /// Receive rings replaced.
+    pub(crate) ring_changes: usize,
+    /// Whether every message fed goes through [`fed`](Self::fed), so that `ring` counts the
+    /// bytes written (a driver that feeds completions another way checks less).
+    pub(crate) counts_written: bool,
 }
 
 impl Driver {
     /// Nothing posted yet, nothing advertised.
-    pub(crate) fn new(cfg: StreamConfig) -> Driver {
+    pub(crate) fn new(cfg: StreamConfig, local: &LocalRegions) -> Driver {
         Driver {
+            ring: OurRing {
+                addr: local.recv_ring_addr,
+                key: local.recv_ring_rkey,
+                len: cfg.recv_ring_min(),
+                advertised: cfg.recv_ring_min() as u64 / 2,
+                written: 0,
+            },
+            peer_order: ByteOrder::native(),
+            ring_changes: 0,
+            counts_written: true,
             cfg,
             receives: VecDeque::new(),
             sends: VecDeque::new(),
@@ -104,6 +147,7 @@ impl Driver {
 
     /// Notes the buffers of the peer's hello: its data buffer and its target list.
     pub(crate) fn advertise_hello(&mut self, peer: &Hello) {
+        self.peer_order = ByteOrder::from_big_endian_flag(peer.big_endian());
         self.advertised.push(peer.data_buf);
         let sgl = peer.target_sgl;
         let len = u64::from(sgl.length) * SGE_LEN as u64;
@@ -142,8 +186,75 @@ impl Driver {
         );
     }
 
+    /// A message the peer sent was fed: counts the data bytes the engine accepted.
+    pub(crate) fn fed(&mut self, e: &StreamEngine, word: u32, failed_before: bool) {
+        if let (Message::Data(len), false, None) = (Message::decode(word), failed_before, e.error())
+        {
+            self.ring.written += u64::from(len);
+            assert!(
+                !self.counts_written || self.ring.written <= self.ring.advertised,
+                "the engine accepted {} bytes in a ring it advertised {} bytes of",
+                self.ring.written,
+                self.ring.advertised
+            );
+        }
+    }
+
+    /// A buffer update we send: it lies inside our current ring.
+    fn check_advertisement(&mut self, payload: Payload) {
+        let Some(bytes) = payload.small_bytes().filter(|b| b.len() == SGE_LEN) else {
+            return;
+        };
+        let sge = RemoteSge::decode(bytes, self.peer_order).expect("16 bytes");
+        let r = self.ring;
+        assert!(
+            sge.key == r.key
+                && sge.addr >= r.addr
+                && sge.addr + u64::from(sge.length) <= r.addr + r.len as u64,
+            "we advertised {sge:?} outside our ring {r:?}"
+        );
+        self.ring.advertised += u64::from(sge.length);
+    }
+
+    /// Carries out the ring changes the engine asks for: a receive ring is given back only
+    /// once the peer wrote every byte we advertised in it (the new one gets a new key).
+    pub(crate) fn change_rings(&mut self, e: &mut StreamEngine) {
+        while let Some(change) = e.ring_change() {
+            match change {
+                RingChange::Receive(len) => {
+                    assert!(
+                        !self.counts_written || self.ring.advertised == self.ring.written,
+                        "a receive ring was given back with advertised bytes unwritten: {:?}",
+                        self.ring
+                    );
+                    assert!(len >= self.cfg.recv_ring_min() && len <= self.cfg.recv_ring());
+                    self.ring_changes += 1;
+                    self.ring = OurRing {
+                        addr: self.ring.addr + 0x100_0000,
+                        key: self.ring.key.wrapping_add(0x100),
+                        len,
+                        advertised: 0,
+                        written: 0,
+                    };
+                    e.install_recv_ring(self.ring.addr, self.ring.key, len);
+                }
+                RingChange::Send(len) => {
+                    assert!(
+                        self.sends.is_empty(),
+                        "a send ring changed under posted sends"
+                    );
+                    assert!(len >= self.cfg.send_ring_min() && len <= self.cfg.send_ring());
+                    e.install_send_ring(len);
+                }
+            }
+            assert!(e.error().is_none(), "{:?}", e.error());
+            self.take_ops(e);
+        }
+    }
+
     /// Carries out the engine's ops, checking each against the configuration.
     pub(crate) fn take_ops(&mut self, e: &mut StreamEngine) {
+        let send_ring = e.send_ring_len();
         while let Some(op) = e.pop_op() {
             match op {
                 Op::PostRecv {
@@ -181,8 +292,9 @@ impl Driver {
                     ..
                 } => {
                     assert!(!wr_id.is_receive(), "{op:?}");
-                    self.check_payload(payload);
+                    self.check_payload(payload, send_ring);
                     self.check_remote(remote_addr, rkey, payload.len());
+                    self.check_advertisement(payload);
                     self.sends.push_back((wr_id, signaled));
                     assert!(
                         self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
@@ -196,7 +308,7 @@ impl Driver {
                     ..
                 } => {
                     assert!(!wr_id.is_receive(), "{op:?}");
-                    self.check_payload(payload);
+                    self.check_payload(payload, send_ring);
                     self.sends.push_back((wr_id, signaled));
                     assert!(
                         self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
@@ -209,10 +321,12 @@ impl Driver {
             e.queued_receives, 0,
             "the count of queued receive reposts is off once the queue is empty"
         );
+        if e.ring_change_pending() {
+            self.change_rings(e);
+        }
     }
 
-    fn check_payload(&self, payload: Payload) {
-        let ring = self.cfg.send_ring();
+    fn check_payload(&self, payload: Payload, ring: usize) {
         match payload {
             Payload::Empty => {}
             Payload::SendRing { first, second } => {
@@ -287,7 +401,7 @@ pub fn engine(data: &[u8]) -> Reached {
         target_list_rkey: 0x22,
     };
     let mut e = StreamEngine::new(cfg.clone(), local);
-    let mut d = Driver::new(cfg);
+    let mut d = Driver::new(cfg, &local);
     d.take_ops(&mut e);
     let peer = if input.byte() & 1 == 0 {
         let mut raw = [0u8; HELLO_LEN];
@@ -322,12 +436,15 @@ pub fn engine(data: &[u8]) -> Reached {
                 let word = input.bytes4();
                 let list = d.target_list;
                 d.advertise_targets(&list);
-                let received = if d.cfg.write_with_send() {
-                    Received::Message(word)
+                let (received, host_word) = if d.cfg.write_with_send() {
+                    (Received::Message(word), d.cfg.byte_order().word_from(word))
                 } else {
-                    Received::Immediate(u32::from_le_bytes(word))
+                    let imm = u32::from_le_bytes(word);
+                    (Received::Immediate(imm), imm)
                 };
+                let failed = e.error().is_some();
                 e.on_receive(wr_id, received, &d.target_list);
+                d.fed(&e, host_word, failed);
             }
             2 => {
                 // The peer RDMA-writes part of our target list.
@@ -347,7 +464,11 @@ pub fn engine(data: &[u8]) -> Reached {
             6 | 7 => {
                 buf_len = usize::from(input.u16());
                 let mut total = 0;
-                let ring = d.cfg.recv_ring();
+                let ring = if e.reads_old_recv_ring() {
+                    e.old_ring.0
+                } else {
+                    e.recv_ring_len()
+                };
                 let peek = input.byte() & 1 != 0;
                 let copy = |s: CopySpan| check_span(s, ring, buf_len, &mut total);
                 let got = if peek {
@@ -384,7 +505,7 @@ pub fn engine(data: &[u8]) -> Reached {
             8 | 9 => {
                 buf_len = usize::from(input.u16());
                 let mut total = 0;
-                let ring = d.cfg.send_ring();
+                let ring = e.send_ring_len();
                 let got = e.write(buf_len, |s| check_span(s, ring, buf_len, &mut total));
                 if let Ok(n) = got {
                     assert!(
@@ -402,9 +523,12 @@ pub fn engine(data: &[u8]) -> Reached {
                     let _ = e.flush();
                 }
             },
-            _ => match input.byte() % 2 {
+            _ => match input.byte() % 3 {
                 0 => {
                     e.keepalive();
+                }
+                1 => {
+                    e.on_idle_tick();
                 }
                 _ => e.on_cm_disconnected(),
             },

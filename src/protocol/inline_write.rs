@@ -54,7 +54,7 @@ impl StreamEngine {
         if !fits {
             return None;
         }
-        self.sbuf_head = (self.sbuf_head + len) % self.cfg.send_ring;
+        self.sbuf_head = (self.sbuf_head + len) % self.sring_len;
         let (dest, signaled) = self.take_data_slot(len);
         let wr_id = self.track(false, len, false, signaled);
         Some(InlineWrite {

@@ -5,8 +5,9 @@
 //! no sockets, no clock, no memory. The socket layer (the *driver*) glues it to a queue pair,
 //! its completion queue and the connection manager:
 //!
-//! 1. Register a send ring (`send_ring` bytes + [`StreamConfig::control_area_len`]), a
-//!    remotely writable receive ring (`recv_ring` bytes), a remotely writable, zeroed 32-byte
+//! 1. Register a send ring ([`StreamConfig::send_ring_min`] bytes +
+//!    [`StreamConfig::control_area_len`]), a remotely writable receive ring
+//!    ([`StreamConfig::recv_ring_min`] bytes), a remotely writable, zeroed 32-byte
 //!    target list, and in write+send mode a message area
 //!    ([`StreamConfig::message_area_len`]). Create an RC queue pair with the configured depths
 //!    (two send SGEs, the inline threshold, a completion queue of send + receive depth), and
@@ -27,7 +28,12 @@
 //!    are the exception: they may go after the sends queued with them, and up to
 //!    [`RECV_DEFER_MAX`] of them may wait for the next call when nothing else is queued
 //!    ([`StreamEngine::only_receives_queued`]).
-//! 5. Feed every completion: [`StreamEngine::on_send_completion`],
+//! 5. When [`StreamEngine::ring_change_pending`], after posting, carry out each
+//!    [`StreamEngine::ring_change`] (register the ring asked for and install it, or refuse
+//!    it); call [`StreamEngine::on_idle_tick`] on a timer while a ring is above its smallest
+//!    size (see `rings.rs` for the rules that keep a plain rsocket peer's writes inside
+//!    memory we still hold).
+//! 6. Feed every completion: [`StreamEngine::on_send_completion`],
 //!    [`StreamEngine::on_receive`] (with a snapshot of the target list) or
 //!    [`StreamEngine::on_receive_failed`]; and the CM's DISCONNECTED event.
 //!
@@ -54,6 +60,7 @@ mod inline_write;
 mod msg;
 mod op;
 mod recv;
+mod rings;
 
 pub use config::{
     ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder, CONTROL_SLOTS, DEFAULT_MAX_SPIN,
@@ -68,3 +75,4 @@ pub use hello::{
 pub use inline_write::InlineWrite;
 pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
 pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};
+pub use rings::RingChange;

@@ -129,7 +129,7 @@ impl StreamEngine {
             self.rseq_no = self.rseq_no.wrapping_add(1);
             return;
         }
-        let ring = self.cfg.recv_ring;
+        let ring = self.rring_len;
         let half = ring / 2;
         let pos = (self.rbuf_offset + self.rbuf_queued) % ring;
         let half_end = (pos / half + 1) * half;
@@ -142,6 +142,10 @@ impl StreamEngine {
         }
         self.rmsg.push_back(len as u32);
         self.rbuf_queued += len;
+        if self.rbuf_queued == advertised {
+            // The peer has used every byte it was given: it waits for us.
+            self.peer_filled_recv_ring();
+        }
     }
 
     /// Adopts the target-list entry the peer writes next, once ours is used up and the
@@ -202,13 +206,13 @@ impl StreamEngine {
 
     /// Bytes received and not yet read.
     pub fn readable_bytes(&self) -> usize {
-        self.rbuf_queued
+        self.rbuf_queued + self.old_queued
     }
 
     /// The receive ring's offset just past the last byte received: where the peer's next
     /// bytes land.
     pub fn received_end(&self) -> usize {
-        (self.rbuf_offset + self.rbuf_queued) % self.cfg.recv_ring
+        (self.rbuf_offset + self.rbuf_queued) % self.rring_len
     }
 
     #[inline]
@@ -221,7 +225,7 @@ impl StreamEngine {
         if len == 0 {
             return Ok(0);
         }
-        if self.rbuf_queued == 0 {
+        if self.rbuf_queued + self.old_queued == 0 {
             if let Some(e) = &self.error {
                 return Err(e.clone());
             }
@@ -231,8 +235,15 @@ impl StreamEngine {
                 _ => Err(StreamError::WouldBlock),
             };
         }
-        let ring = self.cfg.recv_ring;
-        let mut offset = self.rbuf_offset;
+        // Bytes left in a replaced ring come first, and one call reads from one ring
+        // ([`reads_old_recv_ring`](Self::reads_old_recv_ring) says which).
+        let old = self.old_queued > 0;
+        let (ring, mut offset, queued) = if old {
+            (self.old_ring.0, self.old_ring.1, self.old_queued)
+        } else {
+            (self.rring_len, self.rbuf_offset, self.rbuf_queued)
+        };
+        let len = len.min(queued);
         let mut done = 0;
         let mut index = 0;
         let mut front_left = 0;
@@ -274,12 +285,27 @@ impl StreamEngine {
             if front_left > 0 {
                 self.rmsg[0] = front_left as u32;
             }
-            self.rbuf_offset = offset;
-            self.rbuf_queued -= done;
-            self.rbuf_avail += done;
+            if old {
+                // The old ring's space is not the peer's again: it is given back once read.
+                self.old_ring.1 = offset;
+                self.old_queued -= done;
+            } else {
+                self.rbuf_offset = offset;
+                self.rbuf_queued -= done;
+                self.rbuf_avail += done;
+            }
             self.update_credits();
         }
         Ok(done)
+    }
+
+    /// Whether the next read or peek copies from the receive ring replaced last (bytes the
+    /// peer wrote there before the change are unread): the driver reads its spans from
+    /// that ring, and may give it back once this turns false
+    /// ([`holds_old_recv_ring`](Self::holds_old_recv_ring)).
+    #[inline]
+    pub fn reads_old_recv_ring(&self) -> bool {
+        self.old_queued > 0
     }
 
     fn control_slots_needed(&self) -> u32 {
@@ -309,7 +335,7 @@ impl StreamEngine {
     /// [`send_due_credits`](Self::send_due_credits)).
     #[inline]
     fn credits_due(&self) -> bool {
-        self.rbuf_avail >= self.cfg.recv_ring / 2
+        (self.rbuf_avail >= self.rring_len / 2 && self.recv_resize.is_none())
             || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0
     }
 
@@ -336,11 +362,11 @@ impl StreamEngine {
 
     fn send_credits(&mut self) {
         let rq = self.cfg.recv_queue_depth;
-        let half = self.cfg.recv_ring / 2;
+        let half = self.rring_len / 2;
         self.rseq_comp = self.rseq_no.wrapping_add(rq / 2);
         // rsocket sends the un-truncated sum; the receiver compares it in 16 bits.
         let msg = Message::Sgl(u32::from(self.rseq_no) + u32::from(rq)).encode();
-        if self.rbuf_avail >= half {
+        if self.rbuf_avail >= half && self.recv_resize.is_none() {
             let sge = RemoteSge::new(
                 self.local.recv_ring_addr + self.rbuf_free_offset as u64,
                 self.local.recv_ring_rkey,
@@ -356,7 +382,7 @@ impl StreamEngine {
             let rkey = self.remote_sgl.key;
             self.post_write_msg(payload, msg, addr, rkey, inline, true, true, 0);
             self.rbuf_avail -= half;
-            self.rbuf_free_offset = (self.rbuf_free_offset + half) % self.cfg.recv_ring;
+            self.rbuf_free_offset = (self.rbuf_free_offset + half) % self.rring_len;
             self.remote_sge = (self.remote_sge + 1) % self.remote_sgl.length;
         } else {
             self.post_ctrl_message(msg, false);

@@ -134,6 +134,9 @@ impl Connection {
             }
             progress |= n > 0;
             if n < POLL_BATCH {
+                if self.engine.ring_change_pending() {
+                    self.change_rings()?;
+                }
                 if progress && self.res.recv_warm.is_some() {
                     // The next bytes land behind these: bring their pages in.
                     let end = self.engine.received_end();

@@ -8,10 +8,13 @@
 
 use super::completions::CompletionState;
 use super::options::SocketOptions;
+use super::options::RING_IDLE;
 use super::shared::Sleepers;
 use super::wait::WaitPolicy;
 use crate::cm::{CmEndpoint, CmNotice};
-use crate::protocol::{CopySpan, Hello, Readiness, StreamEngine, StreamError, RECV_DEFER_MAX};
+use crate::protocol::{
+    CopySpan, Hello, Readiness, RingChange, StreamEngine, StreamError, RECV_DEFER_MAX,
+};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +40,8 @@ pub(crate) struct Connection {
     disconnect_started: bool,
     pub(crate) scratch_offset: usize,
     keepalive_due: Option<Instant>,
+    /// When the rings' idle timer next runs (see `ring_idle_tick`).
+    ring_idle_due: Option<Instant>,
     pub(crate) nonblocking: bool,
     pub(crate) read_timeout: Option<Duration>,
     pub(crate) write_timeout: Option<Duration>,
@@ -61,13 +66,14 @@ impl Connection {
         opts: SocketOptions,
     ) -> io::Result<Connection> {
         let engine = StreamEngine::new(opts.stream.clone(), res.regions());
-        let scratch_offset = opts.stream.send_ring() + opts.stream.control_area_len();
+        let scratch_offset = opts.stream.send_ring_min() + opts.stream.control_area_len();
         let wait = WaitPolicy::new(opts.stream.progress());
         let mut c = Connection {
             engine,
             res,
             endpoint,
             keepalive_due: opts.keepalive.map(|k| Instant::now() + k),
+            ring_idle_due: None,
             opts,
             completions: CompletionState::new(),
             cm_closed: false,
@@ -177,7 +183,10 @@ impl Connection {
     /// uncalled starves no one; a credit update or anything else queued is posted now.
     #[inline]
     pub(crate) fn progress_after_read(&mut self) -> io::Result<bool> {
-        if self.last_read == 0 || !self.engine.only_receives_queued(RECV_DEFER_MAX) {
+        if self.last_read == 0
+            || !self.engine.only_receives_queued(RECV_DEFER_MAX)
+            || self.engine.ring_change_pending()
+        {
             // A read that returned nothing (end-of-stream, or a read side shut down) may be
             // called in a loop that counts on it to take what arrives: it makes the pass.
             return self.progress();
@@ -232,16 +241,94 @@ impl Connection {
         }
     }
 
-    /// Sends a keepalive when one is due; returns how long until the next.
+    /// Sends a keepalive when one is due, and runs the rings' idle timer; returns how long
+    /// until the next of either.
     pub(crate) fn keepalive_tick(&mut self) -> Option<Duration> {
-        let interval = self.opts.keepalive?;
+        let rings = self.ring_idle_tick();
+        let Some(interval) = self.opts.keepalive else {
+            return rings;
+        };
         let now = Instant::now();
         let due = self.keepalive_due.get_or_insert(now + interval);
         if now >= *due {
             *due = now + interval;
             self.engine.keepalive();
         }
-        Some(due.saturating_duration_since(now))
+        let keepalive = due.saturating_duration_since(now);
+        Some(rings.map_or(keepalive, |r| r.min(keepalive)))
+    }
+
+    /// The rings' idle timer: while a ring is above its smallest size, tells the engine
+    /// every [`RING_IDLE`] (which shrinks the rings once a whole period passed without
+    /// data) and carries out a change that is due. Returns how long until the next tick
+    /// (`None`: both rings are at their smallest, nothing to time).
+    fn ring_idle_tick(&mut self) -> Option<Duration> {
+        let cfg = self.engine.config();
+        let grown = self.engine.recv_ring_len() > cfg.recv_ring_min()
+            || self.engine.send_ring_len() > cfg.send_ring_min();
+        if !grown {
+            self.ring_idle_due = None;
+            return None;
+        }
+        let now = Instant::now();
+        let due = self.ring_idle_due.get_or_insert(now + RING_IDLE);
+        if now >= *due {
+            *due = now + RING_IDLE;
+            self.engine.on_idle_tick();
+            // A failure fails the stream, which the next call reports.
+            let _ = self.change_rings();
+        }
+        self.ring_idle_due.map(|d| d.saturating_duration_since(now))
+    }
+
+    /// Carries out the ring changes the engine asks for ([`StreamEngine::ring_change`]):
+    /// registers the new ring in place of the old (which the engine no longer uses), or
+    /// tells the engine it cannot be had (memory, RLIMIT_MEMLOCK) and the current ring stays;
+    /// then posts what the change queued (the new receive ring's advertisements).
+    #[inline(never)]
+    pub(crate) fn change_rings(&mut self) -> io::Result<()> {
+        if !self.engine.holds_old_recv_ring() {
+            // Every byte in the replaced receive ring was read: give it back.
+            self.res.old_recv_mr = None;
+        }
+        while let Some(change) = self.engine.ring_change() {
+            match change {
+                RingChange::Receive(len) => match self.res.replace_recv_ring(len) {
+                    Ok(()) => {
+                        let regions = self.res.regions();
+                        self.engine.install_recv_ring(
+                            regions.recv_ring_addr,
+                            regions.recv_ring_rkey,
+                            len,
+                        );
+                        if !self.engine.holds_old_recv_ring() {
+                            self.res.old_recv_mr = None;
+                        }
+                    }
+                    Err(_) => self.engine.refuse_ring_change(change),
+                },
+                RingChange::Send(len) => {
+                    let control = self.opts.stream.control_area_len();
+                    match self.res.replace_send_ring(len, control) {
+                        Ok(()) => {
+                            self.scratch_offset = len + control;
+                            self.engine.install_send_ring(len);
+                        }
+                        Err(_) => self.engine.refuse_ring_change(change),
+                    }
+                }
+            }
+        }
+        let cfg = self.engine.config();
+        let grown = self.engine.recv_ring_len() > cfg.recv_ring_min()
+            || self.engine.send_ring_len() > cfg.send_ring_min();
+        if grown && self.ring_idle_due.is_none() {
+            // Start the idle timer, and have the readiness hub (which times registered
+            // sockets) look at it.
+            self.ring_idle_due = Some(Instant::now() + RING_IDLE);
+            super::readiness::keepalive_changed();
+        }
+        self.post_ops()
     }
 
     /// Copies up to `buf.len()` bytes into the send ring, or posts them inline at once.

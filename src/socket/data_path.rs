@@ -107,7 +107,7 @@ impl Connection {
         &mut self,
         bufs: &mut [IoSliceMut<'_>],
     ) -> Result<usize, StreamError> {
-        let mr = &self.res.recv_mr;
+        let mr = self.res.reading_ring(self.engine.reads_old_recv_ring());
         let total = vectored::total_len(bufs.iter().map(|b| b.len()));
         let mut copied = Ok(());
         let result = self.engine.read(total, |s| {
@@ -115,13 +115,14 @@ impl Connection {
         });
         let result = self.copied(result, copied);
         self.last_read = *result.as_ref().unwrap_or(&0);
+        self.give_back_read_ring();
         result
     }
 
     /// Copies up to `buf.len()` received bytes out (`peek`: leaves them queued).
     #[inline]
     pub(crate) fn read(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, StreamError> {
-        let mr = &self.res.recv_mr;
+        let mr = self.res.reading_ring(self.engine.reads_old_recv_ring());
         let len = buf.len();
         // In range by the engine's arithmetic; a failure (a bug) aborts the stream. Two
         // closures, so that each has one caller.
@@ -137,7 +138,18 @@ impl Connection {
         };
         let result = self.copied(result, copied);
         self.last_read = *result.as_ref().unwrap_or(&0);
+        self.give_back_read_ring();
         result
+    }
+}
+
+impl Connection {
+    /// Deregisters the receive ring replaced last once every byte in it was read.
+    #[inline]
+    fn give_back_read_ring(&mut self) {
+        if self.res.old_recv_mr.is_some() && !self.engine.holds_old_recv_ring() {
+            self.res.old_recv_mr = None;
+        }
     }
 }
 

@@ -113,7 +113,8 @@ pub fn completions(data: &[u8]) -> Reached {
         .then(|| RegisteredMemory::allocate(cfg.message_area_len()).expect("a small message area"));
     let target_list = RegisteredMemory::allocate(TARGET_LIST_LEN).expect("a target list");
     let mut e = StreamEngine::new(cfg.clone(), local);
-    let mut d = Driver::new(cfg);
+    let mut d = Driver::new(cfg, &local);
+    d.counts_written = false;
     let mut state = CompletionState::new();
     d.take_ops(&mut e);
     let mut peer = e.hello();
@@ -175,7 +176,11 @@ pub fn completions(data: &[u8]) -> Reached {
             }
             6 | 7 => {
                 let len = usize::from(input.u16());
-                let ring = d.cfg.recv_ring();
+                let ring = if e.reads_old_recv_ring() {
+                    e.old_ring.0
+                } else {
+                    e.recv_ring_len()
+                };
                 let mut total = 0;
                 if let Ok(n) = e.read(len, |s| check_span(s, ring, len, &mut total)) {
                     assert!(n <= len && n == total, "read {n} of {len}, copied {total}");
@@ -184,7 +189,7 @@ pub fn completions(data: &[u8]) -> Reached {
             }
             8 => {
                 let len = usize::from(input.u16());
-                let ring = d.cfg.send_ring();
+                let ring = e.send_ring_len();
                 let mut total = 0;
                 if let Ok(n) = e.write(len, |s| check_span(s, ring, len, &mut total)) {
                     assert!(n <= len && n == total, "wrote {n} of {len}, copied {total}");

@@ -59,6 +59,9 @@ pub use crate::cm::{
 pub use census::{census, Census};
 pub use connecting::Connecting;
 pub use listener::{Incoming, RdmaListener};
-pub use options::{SocketOptions, SocketOptionsBuilder, UNPINNED_RING, UNPINNED_SIGNAL_INTERVAL};
+pub use options::{
+    SocketOptions, SocketOptionsBuilder, DEFAULT_RING_MIN, RING_IDLE, UNPINNED_RING,
+    UNPINNED_SIGNAL_INTERVAL,
+};
 pub use rdma_socket::RdmaSocket;
 pub use wait::WaitStats;

@@ -40,10 +40,27 @@ pub const UNPINNED_SIGNAL_INTERVAL: u16 = 8;
 /// per page on the data path.
 pub const UNPINNED_RING: usize = 1 << 20;
 
+/// The size each ring starts at, and shrinks back to when idle, unless the user sized it:
+/// a connection that moves little pins little (rsocket pins 128 KiB each way whatever the
+/// traffic), and one that streams grows its rings to the largest size (128 KiB on a
+/// kernel device, [`UNPINNED_RING`] on the userspace provider) while they are what holds it
+/// back (see [`crate::protocol`]'s rings). 16 KiB holds a ping-pong of messages up to 8 KiB
+/// without growth: the receive ring is advertised in halves, one message per half.
+pub const DEFAULT_RING_MIN: usize = 16 * 1024;
+
+/// How long a connection whose rings grew must see no data before its rings go back to
+/// their smallest size.
+pub const RING_IDLE: Duration = Duration::from_secs(1);
+
 impl Default for SocketOptions {
     fn default() -> Self {
+        let stream = StreamConfig::builder()
+            .send_ring_range(DEFAULT_RING_MIN, 128 * 1024)
+            .recv_ring_range(DEFAULT_RING_MIN, 128 * 1024)
+            .build()
+            .expect("the default rings are valid");
         SocketOptions {
-            stream: StreamConfig::default(),
+            stream,
             connect_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(2),
             keepalive: None,
@@ -55,14 +72,17 @@ impl Default for SocketOptions {
 }
 
 impl SocketOptions {
-    /// A builder starting from the defaults: rsocket's stream configuration (128 KiB rings,
-    /// or [`UNPINNED_RING`] on the userspace provider unless set; 384-deep queues, 64-byte
+    /// A builder starting from the defaults: rsocket's stream configuration (rings up to
+    /// 128 KiB, or [`UNPINNED_RING`] on the userspace provider unless set, starting at
+    /// [`DEFAULT_RING_MIN`] and growing while busy; 384-deep queues, 64-byte
     /// inline, every send signalled) with an adaptive busy-poll of at most 1 ms per wait
     /// (see [`adaptive`](SocketOptionsBuilder::adaptive)), a 10 s connect timeout, a 2 s
     /// bound on a graceful close, no keepalive, a backlog of 128.
     pub fn builder() -> SocketOptionsBuilder {
         SocketOptionsBuilder {
-            stream: StreamConfig::builder(),
+            stream: StreamConfig::builder()
+                .send_ring_range(DEFAULT_RING_MIN, 128 * 1024)
+                .recv_ring_range(DEFAULT_RING_MIN, 128 * 1024),
             rest: SocketOptions::default(),
         }
     }
@@ -88,7 +108,7 @@ impl SocketOptions {
         self.backlog
     }
 
-    /// Gives each ring the user did not size [`UNPINNED_RING`] bytes, and the signalling
+    /// Lets each ring the user did not size grow to [`UNPINNED_RING`] bytes, and the signalling
     /// interval [`UNPINNED_SIGNAL_INTERVAL`] unless the user chose one (a device whose
     /// registrations pin nothing: the userspace provider).
     pub(crate) fn unpinned_rings(&mut self) {
@@ -113,17 +133,33 @@ pub struct SocketOptionsBuilder {
 }
 
 impl SocketOptionsBuilder {
-    /// Send-ring size in bytes (at least 4 KiB). Default: 128 KiB, or [`UNPINNED_RING`] on
-    /// a device whose registrations pin no memory (the userspace provider).
+    /// A fixed send-ring size in bytes (at least 4 KiB): the ring keeps this size. Default:
+    /// from [`DEFAULT_RING_MIN`] growing up to 128 KiB, or up to [`UNPINNED_RING`] on a
+    /// device whose registrations pin no memory (the userspace provider).
     pub fn send_ring(mut self, bytes: usize) -> Self {
         self.stream = self.stream.send_ring(bytes);
         self.rest.rings_chosen.0 = true;
         self
     }
-    /// Receive-ring size in bytes (even, at least 4 KiB, each half below 512 MiB). Default
-    /// as for [`send_ring`](Self::send_ring).
+    /// A fixed receive-ring size in bytes (even, at least 4 KiB, each half below 512 MiB).
+    /// Default as for [`send_ring`](Self::send_ring).
     pub fn recv_ring(mut self, bytes: usize) -> Self {
         self.stream = self.stream.recv_ring(bytes);
+        self.rest.rings_chosen.1 = true;
+        self
+    }
+    /// A send ring that starts at `min` bytes, grows to `max` while writes find it
+    /// full, and goes back to `min` after [`RING_IDLE`] without data.
+    pub fn send_ring_range(mut self, min: usize, max: usize) -> Self {
+        self.stream = self.stream.send_ring_range(min, max);
+        self.rest.rings_chosen.0 = true;
+        self
+    }
+    /// A receive ring that starts at `min` bytes, grows to `max` while the peer keeps
+    /// it full, and goes back to `min` after [`RING_IDLE`] without data (once the peer has
+    /// used the buffers it holds). Each size even.
+    pub fn recv_ring_range(mut self, min: usize, max: usize) -> Self {
+        self.stream = self.stream.recv_ring_range(min, max);
         self.rest.rings_chosen.1 = true;
         self
     }
@@ -254,6 +290,8 @@ mod tests {
         o.unpinned_rings();
         assert_eq!(o.stream().send_ring(), UNPINNED_RING);
         assert_eq!(o.stream().recv_ring(), 8192, "a size the user chose stays");
+        assert_eq!(o.stream().recv_ring_min(), 8192, "and is fixed");
+        assert_eq!(o.stream().send_ring_min(), DEFAULT_RING_MIN);
     }
 
     #[test]
@@ -285,6 +323,8 @@ mod tests {
     fn defaults_are_rsockets() {
         let o = SocketOptions::default();
         assert_eq!(o.stream().send_ring(), 128 * 1024);
+        assert_eq!(o.stream().send_ring_min(), DEFAULT_RING_MIN);
+        assert_eq!(o.stream().recv_ring_min(), DEFAULT_RING_MIN);
         assert_eq!(o.stream().recv_queue_depth(), 384);
         assert_eq!(SocketOptions::builder().build().unwrap(), o);
     }

@@ -230,7 +230,7 @@ impl Connection {
                 let offset = if inline {
                     self.scratch_offset + 16 * index
                 } else {
-                    self.opts.stream.send_ring() + 16 * usize::from(control_slot)
+                    self.engine.send_ring_len() + 16 * usize::from(control_slot)
                 };
                 let len = usize::from(len);
                 mr.write_at(offset, &bytes[..len])?;

@@ -28,9 +28,11 @@ pub(crate) struct Resources {
     pub(crate) cq: CompletionQueue,
     pub(crate) send_mr: MemoryRegion,
     pub(crate) recv_mr: MemoryRegion,
+    /// The receive ring replaced last, while the engine still reads from it.
+    pub(crate) old_recv_mr: Option<MemoryRegion>,
     pub(crate) target_mr: MemoryRegion,
     pub(crate) message_mr: Option<MemoryRegion>,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
     pub(crate) cq_channel: CompletionChannel,
     _context: Context,
     /// The largest message posted from the caller's buffer where the queue pair lends inline
@@ -97,9 +99,10 @@ impl Resources {
         endpoint
             .init_qp(&qp)
             .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
-        let send_len = cfg.send_ring() + cfg.control_area_len() + SCRATCH_LEN;
+        // Rings start at their smallest size (see `replace_recv_ring`).
+        let send_len = send_area_len(cfg.send_ring_min(), cfg.control_area_len());
         let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
-        let recv_mr = pd.register(cfg.recv_ring(), REMOTE)?;
+        let recv_mr = pd.register(cfg.recv_ring_min(), REMOTE)?;
         let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
         let message_mr = match cfg.message_area_len() {
             0 => None,
@@ -112,8 +115,8 @@ impl Resources {
         };
         let (send_warm, recv_warm) = if unpinned {
             (
-                Some(RingWarmer::new(&send_mr, cfg.send_ring())),
-                Some(RingWarmer::new(&recv_mr, cfg.recv_ring())),
+                Some(RingWarmer::new(&send_mr, cfg.send_ring_min())),
+                Some(RingWarmer::new(&recv_mr, cfg.recv_ring_min())),
             )
         } else {
             (None, None)
@@ -138,12 +141,50 @@ impl Resources {
             cq,
             send_mr,
             recv_mr,
+            old_recv_mr: None,
             target_mr,
             message_mr,
-            _pd: pd,
+            pd,
             cq_channel,
             _context: context,
         })
+    }
+
+    /// Registers a receive ring of `len` bytes in place of the current one, which is kept
+    /// as `old_recv_mr` for the bytes in it not yet read: only when the engine asks for it
+    /// ([`RingChange::Receive`](crate::protocol::RingChange)), when the peer can no longer
+    /// write into the old one. On an error the current ring stays.
+    pub(crate) fn replace_recv_ring(&mut self, len: usize) -> io::Result<()> {
+        let mr = self.pd.register(len, REMOTE)?;
+        if self.recv_warm.is_some() {
+            self.recv_warm = Some(RingWarmer::new(&mr, len));
+        }
+        self.old_recv_mr = Some(std::mem::replace(&mut self.recv_mr, mr));
+        Ok(())
+    }
+
+    /// The receive ring a read copies from now.
+    #[inline]
+    pub(crate) fn reading_ring(&self, old: bool) -> &MemoryRegion {
+        match (&self.old_recv_mr, old) {
+            (Some(mr), true) => mr,
+            _ => &self.recv_mr,
+        }
+    }
+
+    /// Registers a send ring of `len` bytes, with the control and scratch areas after it,
+    /// in place of the current one: only when the engine asks for it
+    /// ([`RingChange::Send`](crate::protocol::RingChange)), when no posted work request
+    /// reads the old one. On an error the current ring stays.
+    pub(crate) fn replace_send_ring(&mut self, len: usize, control_area: usize) -> io::Result<()> {
+        let mr = self
+            .pd
+            .register(send_area_len(len, control_area), AccessFlags::LOCAL_WRITE)?;
+        if self.send_warm.is_some() {
+            self.send_warm = Some(RingWarmer::new(&mr, len));
+        }
+        self.send_mr = mr;
+        Ok(())
     }
 
     /// Where the peer writes: the receive ring and the target list, with their keys.
@@ -155,6 +196,11 @@ impl Resources {
             target_list_rkey: self.target_mr.rkey().0,
         }
     }
+}
+
+/// The bytes of the send registration: the ring, the control slots, the scratch area.
+pub(crate) fn send_area_len(ring: usize, control_area: usize) -> usize {
+    ring + control_area + SCRATCH_LEN
 }
 
 /// The connection manager could not move a new queue pair to INIT (the error inside). On a

@@ -44,7 +44,7 @@ fn allowance(interval: Duration) -> Duration {
 /// the close fail); writes then fail.
 pub(crate) fn peer_vanishes_reads_end_within_keepalive_time(f: &Fixture) {
     if let Ok(addr) = std::env::var(VANISH_ADDR) {
-        vanishing_peer(&addr);
+        vanishing_peer(&addr, !f.provider.is_kernel_device());
     }
     if f.provider.is_kernel_device() {
         return killed_peer_ends_reads(f);
@@ -141,8 +141,17 @@ fn killed_peer_ends_reads(f: &Fixture) {
 
 /// The child of [`peer_vanishes_reads_end_within_keepalive_time`]: connects to `addr`, says
 /// hello and waits to be killed; it never returns, so it never counts as a test passed.
-fn vanishing_peer(addr: &str) -> ! {
-    let mut c = RdmaSocket::connect(addr).expect("the child connects");
+/// With `big_ring` its receive ring is a fixed `UNPINNED_RING` from the start (a default one
+/// starts small and grows only with traffic, which the cut wire stops), so that the writer
+/// can have more outstanding than the transport holds.
+fn vanishing_peer(addr: &str, big_ring: bool) -> ! {
+    let opts = if big_ring {
+        SocketOptions::builder().recv_ring(rdmasock::socket::UNPINNED_RING)
+    } else {
+        SocketOptions::builder()
+    };
+    let opts = opts.build().unwrap();
+    let mut c = RdmaSocket::connect_with(addr, &opts).expect("the child connects");
     c.write_all(b"h").unwrap();
     thread::sleep(Duration::from_secs(600));
     panic!("the vanishing peer was not killed within 600 s");

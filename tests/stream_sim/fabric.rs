@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use rdmasock::protocol::{
-    CopySpan, Hello, LocalRegions, Op, Payload, Received, StreamConfig, StreamEngine, StreamError,
-    WrId, RECV_DEFER_MAX, SGE_LEN, TARGET_LIST_LEN,
+    CopySpan, Hello, LocalRegions, Op, Payload, Received, RingChange, StreamConfig, StreamEngine,
+    StreamError, WrId, RECV_DEFER_MAX, SGE_LEN, TARGET_LIST_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -52,6 +52,20 @@ pub(crate) struct Side {
     pub send_ring: Vec<u8>,
     pub control: Vec<u8>,
     pub recv_ring: Vec<u8>,
+    /// The receive ring's key and address: a new ring gets a new key, and a write with an
+    /// old one (into a ring given back) fails the test.
+    pub recv_key: u32,
+    pub recv_base: u64,
+    /// The receive ring replaced last, for reading the bytes left in it (no write may land
+    /// there: its key is gone).
+    pub old_recv_ring: Vec<u8>,
+    /// Ring changes carried out: (receive, send).
+    pub ring_changes: (usize, usize),
+    /// The largest receive and send rings this side had.
+    pub largest_rings: (usize, usize),
+    /// Refuse every bigger ring (as a driver out of memory does); counted in `refused`.
+    pub refuse_growth: bool,
+    pub refused: (usize, usize),
     pub target: Vec<u8>,
     pub messages: Vec<u8>,
     pub sq: VecDeque<Posted>,
@@ -95,9 +109,16 @@ impl Side {
             target_list_rkey: TARGET_KEY[side],
         };
         Side {
-            send_ring: vec![0; cfg.send_ring()],
+            send_ring: vec![0; cfg.send_ring_min()],
             control: vec![0; cfg.control_area_len()],
-            recv_ring: vec![0; cfg.recv_ring()],
+            recv_ring: vec![0; cfg.recv_ring_min()],
+            recv_key: RECV_KEY[side],
+            recv_base: base(side),
+            old_recv_ring: Vec::new(),
+            ring_changes: (0, 0),
+            largest_rings: (cfg.recv_ring_min(), cfg.send_ring_min()),
+            refuse_growth: false,
+            refused: (0, 0),
             target: vec![0; TARGET_LIST_LEN],
             messages: vec![0; cfg.message_area_len()],
             engine: StreamEngine::new(cfg, local),
@@ -127,10 +148,49 @@ impl Side {
     /// socket layer does (see the field).
     pub(crate) fn drain_ops(&mut self) {
         self.rq.extend(self.late_receives.drain(..));
-        if self.defer_receives && self.engine.only_receives_queued(RECV_DEFER_MAX) {
+        if self.defer_receives
+            && self.engine.only_receives_queued(RECV_DEFER_MAX)
+            && !self.engine.ring_change_pending()
+        {
             return;
         }
         self.post_all_ops();
+    }
+
+    /// Carries out the ring changes the engine asks for, as the socket layer does after
+    /// posting: a new receive ring under a new key (the old one is dropped at once: a later
+    /// write into it fails the test), a new send ring.
+    pub(crate) fn change_rings(&mut self) {
+        while let Some(change) = self.engine.ring_change() {
+            match change {
+                RingChange::Receive(len) if self.refuse_growth && len > self.recv_ring.len() => {
+                    self.refused.0 += 1;
+                    self.engine.refuse_ring_change(change);
+                }
+                RingChange::Send(len) if self.refuse_growth && len > self.send_ring.len() => {
+                    self.refused.1 += 1;
+                    self.engine.refuse_ring_change(change);
+                }
+                RingChange::Receive(len) => {
+                    self.ring_changes.0 += 1;
+                    self.recv_key += 0x1_0000;
+                    self.recv_base += 0x1000_0000;
+                    self.old_recv_ring = std::mem::replace(&mut self.recv_ring, vec![0xEE; len]);
+                    self.largest_rings.0 = self.largest_rings.0.max(len);
+                    self.engine
+                        .install_recv_ring(self.recv_base, self.recv_key, len);
+                }
+                RingChange::Send(len) => {
+                    self.ring_changes.1 += 1;
+                    self.send_ring = vec![0xDD; len];
+                    self.control.fill(0xDD);
+                    self.largest_rings.1 = self.largest_rings.1.max(len);
+                    self.engine.install_send_ring(len);
+                }
+            }
+            assert_eq!(self.engine.error(), None);
+            self.post_all_ops();
+        }
     }
 
     /// Posts every queued op now (with `defer_receives`, the receives after the rest).
@@ -208,6 +268,9 @@ impl Side {
             }
         }
         self.late_receives = receives;
+        if self.engine.ring_change_pending() {
+            self.change_rings();
+        }
     }
 
     pub(crate) fn source(&mut self, payload: Payload, inline: bool) -> Source {
@@ -307,7 +370,7 @@ impl Side {
     /// The application reads up to `n` bytes (peeking first, half the time) and checks them.
     pub(crate) fn app_read(&mut self, n: usize, peek: bool) -> Result<usize, StreamError> {
         let mut buf = vec![0u8; n];
-        let ring = &self.recv_ring;
+        let ring = Self::reading_ring(&self.engine, &self.old_recv_ring, &self.recv_ring);
         let mut copy = |c: CopySpan| {
             buf[c.data_offset..c.data_offset + c.len]
                 .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
@@ -319,7 +382,7 @@ impl Side {
             self.check(&buf[..k]);
             buf.fill(0);
         }
-        let ring = &self.recv_ring;
+        let ring = Self::reading_ring(&self.engine, &self.old_recv_ring, &self.recv_ring);
         let r = self.engine.read(n, |c: CopySpan| {
             buf[c.data_offset..c.data_offset + c.len]
                 .copy_from_slice(&ring[c.ring_offset..c.ring_offset + c.len]);
@@ -340,6 +403,15 @@ impl Side {
             self.post_all_ops();
         }
         r
+    }
+
+    /// The receive ring the engine reads from now.
+    fn reading_ring<'a>(engine: &StreamEngine, old: &'a [u8], current: &'a [u8]) -> &'a [u8] {
+        if engine.reads_old_recv_ring() {
+            old
+        } else {
+            current
+        }
     }
 
     pub(crate) fn check(&mut self, got: &[u8]) {
@@ -409,6 +481,8 @@ pub(crate) struct Fabric {
     /// iWARP: a message that finds no receive posted breaks the connection (the test
     /// panics) instead of waiting for one, as InfiniBand's RNR retries do.
     pub no_rnr: bool,
+    /// Random steps include the socket layer's idle tick (`StreamEngine::on_idle_tick`).
+    pub idle_ticks: bool,
 }
 
 pub(crate) enum Step {
@@ -436,6 +510,7 @@ impl Fabric {
             dead: false,
             rng: Rng(seed | 1),
             no_rnr: false,
+            idle_ticks: false,
         }
     }
 
@@ -468,8 +543,8 @@ impl Fabric {
         let mut ok = true;
         if !matches!(wr.kind, Kind::Send) && !data.is_empty() {
             let b = base(to);
-            let (mem, start): (&mut Vec<u8>, u64) = if wr.rkey == RECV_KEY[to] {
-                (&mut dst.recv_ring, b)
+            let (mem, start): (&mut Vec<u8>, u64) = if wr.rkey == dst.recv_key {
+                (&mut dst.recv_ring, dst.recv_base)
             } else if wr.rkey == TARGET_KEY[to] {
                 (&mut dst.target, b + 0x1_0000_0000)
             } else {
@@ -535,6 +610,12 @@ impl Fabric {
             1 => 1 + self.rng.below(4096),
             _ => 1 + self.rng.below(max_io),
         } as usize;
+        if self.idle_ticks && self.rng.below(64) == 0 {
+            let side = &mut self.sides[s];
+            let started = side.engine.on_idle_tick();
+            side.drain_ops();
+            return started;
+        }
         match self.rng.below(6) {
             0 => self.app_write(s, n),
             1 => self.app_read(s, n),
