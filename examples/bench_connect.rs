@@ -4,16 +4,19 @@
 //! `LD_PRELOAD=librspreload.so`, where rdma-core is installed), side by side with ratios.
 //!
 //! ```text
-//! bench_connect [--count N] [--parallel P] [--device NAME] [--phases] [--markdown FILE]
+//! bench_connect [--rounds R] [--count N] [--parallel P] [--device NAME] [--phases]
+//!               [--markdown FILE]
 //! ```
 //! Build with `--release`. Each kind runs in a child process of its own (so that only the
 //! rsocket one has the preload), with an in-process listener on the address of
 //! `--device NAME` (default: the first RDMA device's, or loopback over the userspace provider
 //! where the kernel has none) whose server threads echo each connection's first byte and wait
 //! for its close. One connect is timed from the call to the client's receipt of the echoed
-//! byte (so the server has accepted); `N` (default 200) are made one after another, then `N`
-//! by `P` threads at once (default 64), each connection closed before its thread's next.
-//! Connections/s counts the closes too.
+//! byte (so the server has accepted); a round makes `N` (default 100) one after another,
+//! then `N` by `P` threads at once (default 64), each connection closed before its thread's
+//! next; connections/s counts the closes too. There are `R` rounds (default 3), the kinds
+//! taking turns; the latency columns are over every round's connects, the rates the median
+//! of the rounds, and the ratios the median of each round's own ratio.
 //!
 //! `--phases` also breaks an RdmaSocket connect into what rdmasock does around the
 //! connection manager's round trips, each timed alone (mean of 20): the address and route
@@ -24,7 +27,8 @@
 //!
 //! The TCP sockets are made with a plain `SOCK_STREAM` type and accepted with accept(2):
 //! librspreload turns only such sockets into rsockets. `--markdown FILE` also writes the
-//! table into the `bench-connect` section of FILE, leaving the rest as it is.
+//! table into the `bench-connect` section of FILE (`bench-connect-NAME` with `--device NAME`),
+//! leaving the rest as it is. In the test VM: `tests/vm/bench-connect.sh`.
 
 mod common;
 
@@ -49,6 +53,7 @@ const WARM: usize = 5;
 const PHASE_ROUNDS: u32 = 20;
 
 struct Args {
+    rounds: usize,
     count: usize,
     parallel: usize,
     device: Option<String>,
@@ -60,7 +65,7 @@ struct Args {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench_connect: {what}\nusage: bench_connect [--count N] [--parallel P] [--device NAME] \
+        "bench_connect: {what}\nusage: bench_connect [--rounds R] [--count N] [--parallel P] [--device NAME] \
          [--phases] [--markdown FILE]"
     );
     std::process::exit(2);
@@ -68,7 +73,8 @@ fn usage(what: &str) -> ! {
 
 fn parse() -> Args {
     let mut a = Args {
-        count: 200,
+        rounds: 3,
+        count: 100,
         parallel: 64,
         device: None,
         phases: false,
@@ -94,6 +100,7 @@ fn parse() -> Args {
             }
         };
         match arg.as_str() {
+            "--rounds" => a.rounds = number(&value),
             "--count" => a.count = number(&value),
             "--parallel" => a.parallel = number(&value),
             "--device" => a.device = Some(value.clone()),
@@ -124,17 +131,16 @@ fn main() {
     }
 }
 
-/// One kind's results, as a child prints them on one line.
-#[derive(Clone, Copy)]
-struct Result {
-    mean: f64,
-    median: f64,
-    p99: f64,
+/// One round of one kind, as its child prints it: each sequential connect's latency (µs) and
+/// the rates.
+struct Round {
+    samples: Vec<f64>,
     sequential: f64,
     parallel: f64,
 }
 
-/// Runs each kind in a child and prints the table.
+/// Runs each kind's child `rounds` times, the kinds taking turns (so that a machine whose
+/// load drifts loads each alike), and prints the table.
 fn parent(a: &Args, ip: IpAddr) {
     let me = std::env::current_exe().unwrap_or_else(|e| fail("own path", e));
     let mut kinds = vec!["rdmasock", "tcp"];
@@ -143,51 +149,27 @@ fn parent(a: &Args, ip: IpAddr) {
     } else {
         eprintln!("bench_connect: no rsocket row ({PRELOAD} missing, or no RDMA device)");
     }
-    let mut rows = Vec::new();
-    let mut phases = String::new();
-    for kind in kinds {
-        let mut cmd = Command::new(&me);
-        cmd.args(["--child", kind, "--count", &a.count.to_string()])
-            .args(["--parallel", &a.parallel.to_string()]);
-        if let Some(d) = &a.device {
-            cmd.args(["--device", d]);
-        }
-        if a.phases && kind == "rdmasock" {
-            cmd.arg("--phases");
-        }
-        if kind == "rsocket" {
-            cmd.env("LD_PRELOAD", PRELOAD);
-        }
-        let out = cmd.output().unwrap_or_else(|e| fail("start a child", e));
-        let text = String::from_utf8_lossy(&out.stdout);
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        if !out.status.success() {
-            eprintln!("bench_connect: the {kind} run failed ({})", out.status);
-            continue;
-        }
-        for line in text.lines() {
-            if let Some(r) = line.strip_prefix("result ") {
-                let v: Vec<f64> = r.split(' ').filter_map(|x| x.parse().ok()).collect();
-                if let [mean, median, p99, sequential, parallel] = v[..] {
-                    let r = Result {
-                        mean,
-                        median,
-                        p99,
-                        sequential,
-                        parallel,
-                    };
-                    rows.push((kind, r));
+    let mut rounds: Vec<Vec<Option<Round>>> = kinds.iter().map(|_| Vec::new()).collect();
+    let mut notes = String::new();
+    for round in 0..a.rounds {
+        for (k, kind) in kinds.iter().enumerate() {
+            let phases = a.phases && *kind == "rdmasock" && round + 1 == a.rounds;
+            match run_child(a, &me, kind, phases) {
+                Ok((r, text)) => {
+                    rounds[k].push(Some(r));
+                    notes.push_str(&text);
                 }
-            } else if line.starts_with("phase") || line.starts_with("  ") {
-                phases.push_str(line);
-                phases.push('\n');
+                Err(e) => {
+                    rounds[k].push(None);
+                    notes.push_str(&format!("{kind}, round {}: {e}\n", round + 1));
+                }
             }
         }
     }
-    let table = table(a, ip, &rows);
+    let table = table(a, ip, &kinds, &rounds);
     print!("{table}");
-    if !phases.is_empty() {
-        println!("\n{phases}");
+    if !notes.is_empty() {
+        println!("\n{notes}");
     }
     if let Some(file) = &a.markdown {
         let body = format!(
@@ -195,18 +177,17 @@ fn parent(a: &Args, ip: IpAddr) {
             markdown::now_utc(),
             a.command_line,
             markdown::machine(),
-            if phases.is_empty() {
+            if notes.is_empty() {
                 String::new()
             } else {
-                format!("\n{phases}")
+                format!("\n{notes}")
             }
         );
-        let section = if ip.is_loopback() {
-            "bench-connect"
-        } else {
-            "bench-connect-vm"
+        let section = match &a.device {
+            Some(device) => format!("bench-connect-{device}"),
+            None => "bench-connect".to_string(),
         };
-        match markdown::replace_section(file, section, &body) {
+        match markdown::replace_section(file, &section, &body) {
             Ok(()) => eprintln!(
                 "bench_connect: wrote the {section} section of {}",
                 file.display()
@@ -216,36 +197,111 @@ fn parent(a: &Args, ip: IpAddr) {
     }
 }
 
-fn table(a: &Args, ip: IpAddr, rows: &[(&str, Result)]) -> String {
+/// One child's round: its results, and the lines it printed besides (phases, failures).
+fn run_child(
+    a: &Args,
+    me: &std::path::Path,
+    kind: &str,
+    phases: bool,
+) -> std::result::Result<(Round, String), String> {
+    let mut cmd = Command::new(me);
+    cmd.args(["--child", kind, "--count", &a.count.to_string()])
+        .args(["--parallel", &a.parallel.to_string()]);
+    if let Some(d) = &a.device {
+        cmd.args(["--device", d]);
+    }
+    if phases {
+        cmd.arg("--phases");
+    }
+    if kind == "rsocket" {
+        cmd.env("LD_PRELOAD", PRELOAD);
+    }
+    let out = cmd.output().map_err(|e| format!("start a child: {e}"))?;
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(format!("the run failed ({})", out.status));
+    }
+    let (mut samples, mut rates, mut text) = (None, None, String::new());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let numbers =
+            |rest: &str| -> Vec<f64> { rest.split(' ').filter_map(|x| x.parse().ok()).collect() };
+        if let Some(rest) = line.strip_prefix("samples ") {
+            samples = Some(numbers(rest));
+        } else if let Some(rest) = line.strip_prefix("rates ") {
+            rates = Some(numbers(rest));
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    match (samples, rates.as_deref()) {
+        (Some(samples), Some(&[sequential, parallel])) if !samples.is_empty() => Ok((
+            Round {
+                samples,
+                sequential,
+                parallel,
+            },
+            text,
+        )),
+        _ => Err("the child printed no results".into()),
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn table(a: &Args, ip: IpAddr, kinds: &[&str], rounds: &[Vec<Option<Round>>]) -> String {
     let mut t = format!(
-        "connect+accept on {ip}: {} connects one at a time, {} by {} threads at once\n\
+        "connect+accept on {ip}, {} rounds, the kinds taking turns; each round {} connects one \
+         at a time, then {} by {} threads at once\n\
+         latency: from connect to the echo of the first byte, over every round's connects; \
+         conn/s: the median of the rounds\n\
          kind      mean µs  median µs   p99 µs   conn/s seq  conn/s x{}\n",
-        a.count, a.count, a.parallel, a.parallel
+        a.rounds, a.count, a.count, a.parallel, a.parallel
     );
-    for (kind, r) in rows {
+    for (kind, rs) in kinds.iter().zip(rounds) {
+        let rs: Vec<&Round> = rs.iter().flatten().collect();
+        let mut all: Vec<f64> = rs.iter().flat_map(|r| r.samples.iter().copied()).collect();
+        if all.is_empty() {
+            t.push_str(&format!("{kind:<8} (no round finished)\n"));
+            continue;
+        }
+        let mean = all.iter().sum::<f64>() / all.len() as f64;
+        let mid = median(&mut all);
+        let p99 = all[((all.len() - 1) as f64 * 0.99) as usize];
+        let seq = median(&mut rs.iter().map(|r| r.sequential).collect::<Vec<_>>());
+        let par = median(&mut rs.iter().map(|r| r.parallel).collect::<Vec<_>>());
         t.push_str(&format!(
-            "{kind:<8} {:>8.0} {:>10.0} {:>8.0} {:>12.0} {:>11.0}\n",
-            r.mean, r.median, r.p99, r.sequential, r.parallel
+            "{kind:<8} {mean:>8.0} {mid:>10.0} {p99:>8.0} {seq:>12.1} {par:>11.1}\n"
         ));
     }
-    let find = |k: &str| rows.iter().find(|(kind, _)| *kind == k).map(|(_, r)| *r);
-    if let Some(ours) = find("rdmasock") {
-        for other in ["rsocket", "tcp"] {
-            if let Some(r) = find(other) {
-                t.push_str(&format!(
-                    "rdmasock / {other}: latency (median) {:.2}, conn/s seq {:.2}, conn/s x{} {:.2}\n",
-                    ours.median / r.median,
-                    ours.sequential / r.sequential,
-                    a.parallel,
-                    ours.parallel / r.parallel
-                ));
-            }
-        }
-        if find("rsocket").is_some() {
-            t.push_str(
-                "targets: latency ratio ≤ 1.00 and conn/s x64 ratio ≥ 1.00 against rsocket\n",
-            );
-        }
+    // Paired: each round's own ratio (the kinds ran back to back), then the median of those.
+    let paired = |other: usize, metric: &dyn Fn(&Round) -> f64| -> f64 {
+        let mut ratios: Vec<f64> = rounds[0]
+            .iter()
+            .zip(&rounds[other])
+            .filter_map(|pair| match pair {
+                (Some(ours), Some(theirs)) => Some(metric(ours) / metric(theirs)),
+                _ => None,
+            })
+            .collect();
+        median(&mut ratios)
+    };
+    let latency = |r: &Round| median(&mut r.samples.clone());
+    for (k, other) in kinds.iter().enumerate().skip(1) {
+        t.push_str(&format!(
+            "rdmasock / {other}, the median of the rounds' own ratios: latency (median) {:.2}, \
+             conn/s seq {:.2}, conn/s x{} {:.2}\n",
+            paired(k, &latency),
+            paired(k, &|r| r.sequential),
+            a.parallel,
+            paired(k, &|r| r.parallel),
+        ));
+    }
+    if kinds.contains(&"rsocket") {
+        t.push_str("targets against rsocket: latency ratio ≤ 1.00, conn/s x64 ratio ≥ 1.00\n");
     }
     t
 }
@@ -312,22 +368,37 @@ fn child(a: &Args, kind: &str, ip: IpAddr) {
         .map(|_| {
             let connect = Arc::clone(&connect);
             thread::spawn(move || {
+                let mut failed = Vec::new();
                 for _ in 0..per_thread {
-                    cycle(&connect, addr).unwrap_or_else(|e| fail("parallel connect", e));
+                    if let Err(e) = cycle(&connect, addr) {
+                        failed.push(e);
+                    }
                 }
+                failed
             })
         })
         .collect();
+    let mut failed = Vec::new();
     for w in workers {
-        w.join()
-            .unwrap_or_else(|_| fail("parallel connect", "a thread panicked"));
+        failed.extend(
+            w.join()
+                .unwrap_or_else(|_| fail("parallel connect", "a thread panicked")),
+        );
     }
-    let parallel = (per_thread * a.parallel) as f64 / start.elapsed().as_secs_f64();
-    samples.sort_by(f64::total_cmp);
+    let made = per_thread * a.parallel - failed.len();
+    let parallel = made as f64 / start.elapsed().as_secs_f64();
+    if let Some(e) = failed.first() {
+        // Counted out of the rate, and said: a refusal or a timeout under the storm.
+        println!(
+            "failed {kind}: {} of {} parallel connects failed (the first: {e})",
+            failed.len(),
+            per_thread * a.parallel
+        );
+    }
     let mean = samples.iter().sum::<f64>() / samples.len() as f64;
-    let median = samples[samples.len() / 2];
-    let p99 = samples[((samples.len() - 1) as f64 * 0.99) as usize];
-    println!("result {mean} {median} {p99} {sequential} {parallel}");
+    let text: Vec<String> = samples.iter().map(|v| format!("{v:.1}")).collect();
+    println!("samples {}", text.join(" "));
+    println!("rates {sequential} {parallel}");
     if a.phases && kind == "rdmasock" {
         phases(addr, mean);
     }
