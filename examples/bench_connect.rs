@@ -49,6 +49,8 @@ use std::time::{Duration, Instant};
 const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
 /// The connects each child makes untimed first.
 const WARM: usize = 5;
+/// How long one child may run before it is killed (and its round counted as failed).
+const CHILD_LIMIT: Duration = Duration::from_secs(300);
 /// The rounds of each phase of `--phases`.
 const PHASE_ROUNDS: u32 = 20;
 
@@ -216,7 +218,26 @@ fn run_child(
     if kind == "rsocket" {
         cmd.env("LD_PRELOAD", PRELOAD);
     }
-    let out = cmd.output().map_err(|e| format!("start a child: {e}"))?;
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start a child: {e}"))?;
+    let id = child.id();
+    // A child that hangs (a connect that never completes) is killed after CHILD_LIMIT.
+    let (done, finished) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let timed_out = std::sync::mpsc::RecvTimeoutError::Timeout;
+        if finished.recv_timeout(CHILD_LIMIT) == Err(timed_out) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &id.to_string()])
+                .status();
+        }
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("wait for a child: {e}"))?;
+    let _ = done.send(());
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
         return Err(format!("the run failed ({})", out.status));
