@@ -154,3 +154,92 @@ fn removing_the_device_fails_its_sockets_and_listener_and_completes() {
     );
     drop(spare);
 }
+
+/// Several connections on one device share one device context (see
+/// `rdmasock::socket::open_device_contexts`): its removal fails every one of them with the
+/// removal error, the kernel completes the removal once they are dropped (the shared
+/// context closes with the last), and the device added again under the same name is opened
+/// afresh and carries a connection.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn a_removal_under_a_shared_context_fails_every_socket_on_it_and_completes() {
+    const CONNECTIONS: usize = 4;
+    let spare = SpareDevice::create();
+    let l = RdmaListener::bind(format!("{ADDRESS}:0")).expect("bind on rxe9's address");
+    let addr: SocketAddr = l.local_addr().unwrap();
+    let mut pairs = Vec::new();
+    for i in 0..CONNECTIONS {
+        // The listener answers a request within accept: the connect runs beside it.
+        let client = thread::spawn(move || RdmaSocket::connect(addr).expect("connect over rxe9"));
+        let (mut s, _) = l.accept().expect("accept on rxe9");
+        let mut c = client.join().expect("client thread");
+        c.write_all(&[i as u8]).unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(b[0], i as u8);
+        pairs.push((c, s));
+    }
+    assert_eq!(
+        rdmasock::socket::open_device_contexts(),
+        1,
+        "{} connections on {DEVICE} share one context",
+        2 * CONNECTIONS
+    );
+    let delete = Command::new("rdma")
+        .args(["link", "delete", DEVICE])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rdma link delete");
+    for (i, (c, s)) in pairs.iter_mut().enumerate() {
+        for (side, socket) in [("client", c), ("server", s)] {
+            socket
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            assert_ended_by_removal(
+                &format!("connection {i}'s {side} read"),
+                socket.read(&mut b),
+            );
+        }
+    }
+    drop(pairs);
+    drop(l);
+    let out = vm_support::finish_within(
+        delete,
+        Duration::from_secs(30),
+        &["rdma link delete".to_string(), DEVICE.to_string()],
+    );
+    assert!(
+        out.status.success(),
+        "rdma link delete {DEVICE}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rdmasock::socket::open_device_contexts(), 0);
+    drop(spare);
+
+    // The same name again: a new device, opened afresh.
+    let spare = SpareDevice::create();
+    let l = RdmaListener::bind(format!("{ADDRESS}:0")).expect("bind on the new rxe9's address");
+    let addr: SocketAddr = l.local_addr().unwrap();
+    let client =
+        thread::spawn(move || RdmaSocket::connect(addr).expect("connect over the new rxe9"));
+    let (mut s, _) = l.accept().expect("accept on the new rxe9");
+    let mut c = client.join().expect("client thread");
+    c.write_all(b"again").unwrap();
+    let mut b = [0u8; 5];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"again");
+    assert_eq!(rdmasock::socket::open_device_contexts(), 1);
+    drop((c, s, l));
+    assert_eq!(rdmasock::socket::open_device_contexts(), 0);
+    let out = Command::new("rdma")
+        .args(["link", "delete", DEVICE])
+        .output()
+        .expect("rdma link delete");
+    assert!(
+        out.status.success(),
+        "rdma link delete {DEVICE} after the test"
+    );
+    drop(spare);
+}

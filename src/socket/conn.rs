@@ -132,6 +132,7 @@ impl Connection {
                     )));
                 }
                 CmNotice::DeviceRemoved => {
+                    self.res.device.mark_removed();
                     self.engine.fail(StreamError::ConnectionReset(
                         "the RDMA device under this connection was removed (DEVICE_REMOVAL): \
                          drop the socket (the kernel completes the removal once the \

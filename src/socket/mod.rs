@@ -1,8 +1,9 @@
 //! The socket face: [`RdmaSocket`] and [`RdmaListener`], `std::net`'s `TcpStream` and
 //! `TcpListener` over RDMA, speaking rsocket's stream protocol ([`crate::protocol`]).
 //!
-//! A connection is the stream engine plus the verbs objects it drives (context, protection
-//! domain, memory regions, a completion queue with a completion channel, an RC queue pair)
+//! A connection is the stream engine plus the verbs objects it drives (memory regions, a
+//! completion queue with a completion channel, an RC queue pair, on a device context and
+//! protection domain that the process's connections on one device share)
 //! and a connection-manager endpoint ([`ConnectionManager`], whichever the registry picks:
 //! [`crate::connection_manager`]). Progress is made whenever a call comes in; blocking calls sleep in
 //! poll(2) on the completion channel and the endpoint's event fd, sending keepalives while
@@ -32,6 +33,7 @@ mod completions;
 mod conn;
 mod connecting;
 mod data_path;
+mod devices;
 mod fd;
 // The completion feed's fuzz entry point: built only for `cargo fuzz` (which sets
 // `--cfg fuzzing`) and for the seeded smoke test that `tests/run.sh` builds the same way.
@@ -58,6 +60,7 @@ pub use crate::cm::{
 };
 pub use census::{census, Census};
 pub use connecting::Connecting;
+pub use devices::open_device_contexts;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{
     SocketOptions, SocketOptionsBuilder, DEFAULT_RING_MIN, RING_IDLE, UNPINNED_RING,

@@ -1,19 +1,22 @@
-//! The verbs objects of one connection: context, protection domain, the registered rings,
-//! the completion queue with its channel and the RC queue pair, created for the stream
-//! protocol's configuration (step 1 of [`crate::protocol`]'s sequence).
+//! The verbs objects of one connection: the registered rings, the completion queue with its
+//! channel and the RC queue pair, created for the stream protocol's configuration (step 1 of
+//! [`crate::protocol`]'s sequence), on the device context and protection domain the
+//! process's connections on that device share (see `devices`).
 #![forbid(unsafe_code)]
 
 use super::census;
+use super::devices::{self, OpenDevice};
 use super::options::SocketOptions;
 use super::post::SCRATCH_LEN;
 use super::warm::RingWarmer;
 use crate::cm::CmEndpoint;
 use crate::protocol::{LocalRegions, TARGET_LIST_LEN};
 use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpCapabilities, QpInitAttributes, QueuePair, Transport,
+    AccessFlags, CompletionChannel, CompletionQueue, MemoryRegion, QpCapabilities,
+    QpInitAttributes, QueuePair, Transport,
 };
 use std::io;
+use std::sync::Arc;
 
 /// The bytes of write+send mode's message word, which goes as an inline SEND.
 const MESSAGE_WORD_LEN: u32 = 4;
@@ -21,7 +24,8 @@ const MESSAGE_WORD_LEN: u32 = 4;
 const LEND_REQUEST_CAP: u32 = 1 << 30;
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
-/// The verbs objects of a connection. Field order is drop order: the queue pair goes first.
+/// The verbs objects of a connection. Field order is drop order: the queue pair goes first,
+/// the shared device (which the last connection on it closes) last.
 #[derive(Debug)]
 pub(crate) struct Resources {
     pub(crate) qp: QueuePair,
@@ -32,9 +36,7 @@ pub(crate) struct Resources {
     pub(crate) old_recv_mr: Option<MemoryRegion>,
     pub(crate) target_mr: MemoryRegion,
     pub(crate) message_mr: Option<MemoryRegion>,
-    pd: ProtectionDomain,
     pub(crate) cq_channel: CompletionChannel,
-    _context: Context,
     /// The largest message posted from the caller's buffer where the queue pair lends inline
     /// sends (0: it does not, and only the writes the engine sends inline go from the
     /// caller's buffer; see `lend`).
@@ -45,16 +47,21 @@ pub(crate) struct Resources {
     pub(crate) recv_warm: Option<RingWarmer>,
     /// This connection in the process's census (regions and bytes registered).
     _census: census::Entry,
+    /// The device context and protection domain, shared with the process's other
+    /// connections on the device.
+    pub(crate) device: Arc<OpenDevice>,
 }
 
 impl Resources {
-    /// Opens the endpoint's device and creates everything the stream needs (step 1 of the
+    /// Creates everything the stream needs on the endpoint's device (opened, with its
+    /// protection domain, unless a live connection already shares it) (step 1 of the
     /// [`crate::protocol`] sequence); the queue pair is in INIT.
     pub(crate) fn create(
         endpoint: &dyn CmEndpoint,
         opts: &mut SocketOptions,
     ) -> io::Result<Resources> {
-        let context = endpoint.open_context(&crate::default_registry())?;
+        let device = devices::for_endpoint(endpoint)?;
+        let context = device.context();
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
         }
@@ -76,7 +83,7 @@ impl Resources {
         } else {
             cfg.inline_threshold()
         };
-        let pd = context.alloc_pd()?;
+        let pd = device.pd();
         let cq_channel = context.create_comp_channel()?;
         let depth = u32::from(cfg.send_queue_depth()) + cfg.recv_posted();
         let cq = context.create_cq(depth, Some(&cq_channel))?;
@@ -144,9 +151,8 @@ impl Resources {
             old_recv_mr: None,
             target_mr,
             message_mr,
-            pd,
             cq_channel,
-            _context: context,
+            device,
         })
     }
 
@@ -155,7 +161,7 @@ impl Resources {
     /// ([`RingChange::Receive`](crate::protocol::RingChange)), when the peer can no longer
     /// write into the old one. On an error the current ring stays.
     pub(crate) fn replace_recv_ring(&mut self, len: usize) -> io::Result<()> {
-        let mr = self.pd.register(len, REMOTE)?;
+        let mr = self.device.pd().register(len, REMOTE)?;
         if self.recv_warm.is_some() {
             self.recv_warm = Some(RingWarmer::new(&mr, len));
         }
@@ -178,7 +184,8 @@ impl Resources {
     /// reads the old one. On an error the current ring stays.
     pub(crate) fn replace_send_ring(&mut self, len: usize, control_area: usize) -> io::Result<()> {
         let mr = self
-            .pd
+            .device
+            .pd()
             .register(send_area_len(len, control_area), AccessFlags::LOCAL_WRITE)?;
         if self.send_warm.is_some() {
             self.send_warm = Some(RingWarmer::new(&mr, len));
