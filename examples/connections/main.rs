@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! connections [--counts "1 100 1000"] [--bind ADDR] [--messages M] [--busy BYTES]
-//!             [--rsocket LIBRSPRELOAD] [--markdown FILE]
+//!             [--rsocket LIBRSPRELOAD] [--markdown FILE] [--section NAME]
 //! ```
 //!
 //! For each count N and each stack, a fresh process (this program, re-run) spawns its peer
@@ -20,7 +20,8 @@
 //! librspreload.so, which turns the sockets into rsockets). The table prints each cost per
 //! connection (the change over the baseline, divided by N) with the ratio RdmaSocket ÷ each
 //! other stack. `--markdown FILE` writes the table into FILE's `bench-connections` section
-//! (normally docs/BENCHMARKS.md).
+//! (normally docs/BENCHMARKS.md); `--section NAME` names another section (the VM's run,
+//! `tests/vm/bench-connections.sh`, writes one per device).
 //!
 //! Internal modes: `--measure STACK N BIND MESSAGES BYTES` (one measuring process, which
 //! prints one `run` line) and `--peer STACK BIND` (the peer, which prints `listening ADDR`
@@ -39,7 +40,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: connections [--counts \"1 100 1000\"] [--bind ADDR] [--messages M] \
-                     [--busy BYTES] [--rsocket LIBRSPRELOAD] [--markdown FILE]";
+                     [--busy BYTES] [--rsocket LIBRSPRELOAD] [--markdown FILE] \
+                     [--section NAME]";
 
 /// The options of a whole run.
 struct Options {
@@ -49,6 +51,7 @@ struct Options {
     busy: usize,
     rsocket: Option<String>,
     markdown: Option<PathBuf>,
+    section: String,
     command_line: String,
 }
 
@@ -60,6 +63,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         busy: 256 * 1024,
         rsocket: None,
         markdown: None,
+        section: "bench-connections".to_string(),
         command_line: String::new(),
     };
     let mut shown = vec!["connections".to_string()];
@@ -85,6 +89,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--rsocket" => o.rsocket = Some(value.clone()),
             "--markdown" => {
                 o.markdown = Some(PathBuf::from(value));
+                continue;
+            }
+            "--section" => {
+                o.section = value.clone();
                 continue;
             }
             other => return Err(format!("unknown option {other}\n{USAGE}")),
@@ -220,10 +228,11 @@ fn whole(o: &Options) -> Result<(), String> {
             o.command_line,
             markdown::machine(),
         );
-        markdown::replace_section(file, "bench-connections", &body)
+        markdown::replace_section(file, &o.section, &body)
             .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         eprintln!(
-            "connections: wrote the bench-connections section of {}",
+            "connections: wrote the {} section of {}",
+            o.section,
             file.display()
         );
     }
