@@ -36,8 +36,7 @@ pub mod provider;
 pub mod wire;
 
 pub use driver::{
-    accepted, connect, dial_watcher, disconnect, Dial, Notice, Rejected, UiwarpListener,
-    UiwarpRequest,
+    accepted, connect, disconnect, Dial, Notice, Rejected, UiwarpListener, UiwarpRequest,
 };
 pub use manager::UiwarpCm;
 pub use provider::{device_info, UiwarpProvider, DEVICE_NAME, DRIVER_NAME};

@@ -8,7 +8,6 @@
 
 use crate::driver::Endpoint;
 use crate::{Dial, Notice, Rejected, UiwarpListener, UiwarpProvider, UiwarpRequest};
-use nix::sys::epoll::Epoll;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_cm::{
     CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters, IncomingRequest,
@@ -118,10 +117,8 @@ struct UiwarpEndpoint {
     /// Stands in for the QP's notice fd until the QP exists; never readable. Made only when
     /// asked for before the QP exists (an fd a connection would hold for nothing after).
     idle: OnceLock<EventFd>,
-    /// The active side's connect while it runs.
+    /// The active side's connect while it runs (its QP's notice fd says when to poll it).
     dial: Mutex<Option<Dial>>,
-    /// What the active side's connect waits for (see [`crate::dial_watcher`]), once it started.
-    dial_watcher: OnceLock<Epoll>,
 }
 
 impl UiwarpEndpoint {
@@ -138,7 +135,6 @@ impl UiwarpEndpoint {
             qp: OnceLock::new(),
             idle: OnceLock::new(),
             dial: Mutex::new(None),
-            dial_watcher: OnceLock::new(),
         })
     }
 
@@ -216,24 +212,20 @@ impl CmEndpoint for UiwarpEndpoint {
                 "a passive endpoint cannot connect",
             )
         })?;
-        if self.dial_watcher.get().is_none() {
-            let _ = self.dial_watcher.set(crate::dial_watcher()?);
-        }
-        let watcher = self.dial_watcher.get().expect("set above");
-        let dial = Dial::start(qp, dst, &parameters.private_data, timeout, watcher)?;
+        let dial = Dial::start(qp, dst, &parameters.private_data, timeout)?;
         *self.dial.lock().expect("uiwarp dial lock") = Some(dial);
         Ok(())
     }
 
     fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
         let mut dial = self.dial.lock().expect("uiwarp dial lock");
-        let (Some(watcher), Some(dial)) = (self.dial_watcher.get(), dial.as_mut()) else {
+        let Some(dial) = dial.as_mut() else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "no connect runs on this endpoint (start_connect first)",
             ));
         };
-        dial.poll(qp, watcher).map_err(explain)
+        dial.poll(qp).map_err(explain)
     }
 
     fn connect_timed_out(&self, qp: &QueuePair) -> io::Error {
@@ -247,10 +239,7 @@ impl CmEndpoint for UiwarpEndpoint {
     }
 
     fn connect_fd(&self) -> BorrowedFd<'_> {
-        match self.dial_watcher.get() {
-            Some(w) => w.0.as_fd(),
-            None => self.event_fd(),
-        }
+        self.event_fd()
     }
 
     fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {

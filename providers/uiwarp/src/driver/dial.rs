@@ -6,33 +6,32 @@ use super::cm::{close_endpoint, config_for, core_error, deadline_of, endpoint_of
 use super::endpoint::Outcome;
 use super::engine;
 use super::link::Link;
-use super::Target;
+use super::{Endpoint, Target};
 use crate::protocol::Connection;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use mio::unix::SourceFd;
+use mio::Interest;
 use rdmasock_verbs::{QpState, QueuePair};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A connect of a uiwarp queue pair in progress: [`Dial::start`] begins it, [`Dial::poll`]
-/// moves it on. Between polls, wait until the epoll fd given to them (the caller's, see
-/// [`dial_watcher`]) is readable. Dropped before it finished, it closes its TCP socket; a
-/// queue pair whose MPA exchange runs is closed with the queue pair.
+/// moves it on. Between polls, wait until the queue pair's notice fd
+/// ([`Endpoint::notice_fd`](super::Endpoint::notice_fd)) is readable: the engine raises it
+/// when the TCP connect ends and when the MPA exchange does, so a connect holds no fd of its
+/// own beyond the TCP socket. Dropped before it finished, it closes its TCP socket; a queue
+/// pair whose MPA exchange runs is closed with the queue pair.
 #[derive(Debug)]
 pub struct Dial {
     dst: SocketAddr,
     private_data: Vec<u8>,
     timeout: Duration,
+    endpoint: Arc<Endpoint>,
     /// The TCP socket while its connect runs; `None` once the MPA exchange runs.
     tcp: Option<Socket>,
-}
-
-/// An epoll fd for [`Dial::start`] and [`Dial::poll`] to put what they wait for in: readable
-/// (level-triggered) when the next poll may get further.
-pub fn dial_watcher() -> io::Result<Epoll> {
-    Ok(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?)
 }
 
 fn tcp_failed(dst: SocketAddr, e: io::Error) -> io::Error {
@@ -48,13 +47,12 @@ impl Dial {
     /// Starts connecting `qp` (on uiwarp0, in INIT or RESET) to the iWARP listener at `dst`
     /// with `private_data` in the MPA request: the TCP connect, without waiting for it.
     /// `timeout` is what the whole connect is given (for [`timed_out`](Self::timed_out)'s
-    /// words); the caller enforces it. `watcher` gets the TCP socket.
+    /// words); the caller enforces it. The engine watches the TCP socket until it connects.
     pub fn start(
         qp: &QueuePair,
         dst: SocketAddr,
         private_data: &[u8],
         timeout: Duration,
-        watcher: &Epoll,
     ) -> io::Result<Dial> {
         let endpoint = endpoint_of(qp)?;
         {
@@ -77,11 +75,22 @@ impl Dial {
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
             Err(e) => return Err(tcp_failed(dst, e)),
         }
-        watcher.add(&socket, EpollEvent::new(EpollFlags::EPOLLOUT, 0))?;
+        let engine = engine()?;
+        {
+            let mut st = endpoint.lock();
+            let token = engine.add(Target::Dialing(endpoint.clone()));
+            let fd = socket.as_raw_fd();
+            if let Err(e) = engine.register(&mut SourceFd(&fd), token, Interest::WRITABLE) {
+                engine.remove(token);
+                return Err(e);
+            }
+            st.dialing = Some(token);
+        }
         Ok(Dial {
             dst,
             private_data: private_data.to_vec(),
             timeout,
+            endpoint,
             tcp: Some(socket),
         })
     }
@@ -89,7 +98,7 @@ impl Dial {
     /// Moves the connect on without blocking: `Ok(Some(private_data))` with the peer's private
     /// data once `qp` is in RTS, `Ok(None)` while the connect runs, an error when it failed
     /// (TCP's, or a rejection with [`Rejected`] inside).
-    pub fn poll(&mut self, qp: &QueuePair, watcher: &Epoll) -> io::Result<Option<Vec<u8>>> {
+    pub fn poll(&mut self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
         let endpoint = endpoint_of(qp)?;
         if let Some(socket) = &self.tcp {
             if !tcp_done(socket)? {
@@ -99,11 +108,7 @@ impl Dial {
                 return Err(tcp_failed(self.dst, e));
             }
             let socket = self.tcp.take().expect("checked above");
-            let _ = watcher.delete(&socket);
-            watcher.add(
-                endpoint.notice_fd(),
-                EpollEvent::new(EpollFlags::EPOLLIN, 0),
-            )?;
+            endpoint.dial_over(engine()?, socket.as_fd());
             start_mpa(qp, socket.into(), &self.private_data)?;
         }
         match endpoint.take_outcome() {
@@ -160,6 +165,14 @@ impl Dial {
     }
 }
 
+impl Drop for Dial {
+    fn drop(&mut self) {
+        if let (Some(socket), Ok(engine)) = (&self.tcp, engine()) {
+            self.endpoint.dial_over(engine, socket.as_fd());
+        }
+    }
+}
+
 /// Whether the TCP connect of `socket` is over (connected or failed).
 fn tcp_done(socket: &Socket) -> io::Result<bool> {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -212,17 +225,17 @@ pub fn connect(
     timeout: Duration,
 ) -> io::Result<Vec<u8>> {
     let deadline = deadline_of(timeout);
-    let watcher = dial_watcher()?;
-    let mut dial = Dial::start(qp, dst, private_data, timeout, &watcher)?;
+    let mut dial = Dial::start(qp, dst, private_data, timeout)?;
+    let endpoint = endpoint_of(qp)?;
     loop {
-        if let Some(pd) = dial.poll(qp, &watcher)? {
+        if let Some(pd) = dial.poll(qp)? {
             return Ok(pd);
         }
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             return Err(dial.timed_out(qp));
         }
-        wait_readable(watcher.0.as_fd(), left)?;
+        wait_readable(endpoint.notice_fd(), left)?;
     }
 }
 

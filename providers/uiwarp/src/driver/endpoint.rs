@@ -13,7 +13,7 @@ use rdmasock_verbs::provider::CqOps;
 use rdmasock_verbs::{QpCapabilities, QpNumber, QpState, RegisteredMemory};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -65,6 +65,9 @@ pub(crate) struct EndpointState {
     /// The TCP user timeout asked for (see [`Endpoint::set_tcp_user_timeout`]): the link
     /// made by a later connect or accept gets it too.
     pub(crate) user_timeout: Option<Duration>,
+    /// The engine's token for the active side's TCP connect while it runs (see
+    /// `driver::dial`): its end raises the notice fd.
+    pub(crate) dialing: Option<mio::Token>,
 }
 
 impl EndpointState {
@@ -171,6 +174,7 @@ impl Endpoint {
                 local: None,
                 peer: None,
                 user_timeout: None,
+                dialing: None,
             }),
             changed: Condvar::new(),
             notice_fd,
@@ -219,6 +223,29 @@ impl Endpoint {
         }
         st.notices.push_back(Notice::Disconnected);
         self.changed.notify_all();
+    }
+
+    /// The engine saw the active side's TCP connect end (connected or failed): the notice fd
+    /// turns readable for the connect's next step, unless that step ran already.
+    pub(crate) fn dial_ended(&self) {
+        let st = self.lock();
+        if st.dialing.is_some() && st.notices.is_empty() {
+            let _ = self.notice_fd.write(1);
+        }
+    }
+
+    /// Stops the engine's watch of the active side's TCP connect (see [`Self::dial_ended`])
+    /// and takes back what it raised.
+    pub(crate) fn dial_over(&self, engine: &Engine, socket: BorrowedFd<'_>) {
+        let mut st = self.lock();
+        if let Some(token) = st.dialing.take() {
+            engine.remove(token);
+            let fd = socket.as_raw_fd();
+            engine.deregister(&mut mio::unix::SourceFd(&fd));
+            if st.notices.is_empty() {
+                let _ = self.notice_fd.read();
+            }
+        }
     }
 
     /// Readable while [`Endpoint::poll_notice`] has something.

@@ -30,7 +30,7 @@ mod pending;
 pub(crate) use cm::close_endpoint;
 pub use cm::{accepted, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
 pub use completion::{UiwarpChannel, UiwarpCq};
-pub use dial::{connect, dial_watcher, Dial};
+pub use dial::{connect, Dial};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Endpoint;
 pub use endpoint::Notice;
@@ -61,6 +61,8 @@ pub(crate) enum Target {
     Pending(Arc<Pending>),
     /// A listening socket.
     Listener(Arc<cm::ListenerShared>),
+    /// The active side's TCP connect of a queue pair's connection, while it runs.
+    Dialing(Arc<Endpoint>),
 }
 
 #[derive(Debug, Default)]
@@ -235,7 +237,7 @@ impl Engine {
         match target {
             Some(Target::Endpoint(e)) => e.fail_after_panic(self, &what),
             Some(Target::Pending(p)) => p.drop_after_panic(self),
-            Some(Target::Listener(_)) | None => {}
+            Some(Target::Listener(_)) | Some(Target::Dialing(_)) | None => {}
         }
         self.remove(token);
     }
@@ -294,6 +296,7 @@ impl Engine {
                     }
                     Some(Target::Pending(p)) => p.progress(&self),
                     Some(Target::Listener(l)) => l.accept_all(&self),
+                    Some(Target::Dialing(e)) => e.dial_ended(),
                     None => {}
                 });
             }
