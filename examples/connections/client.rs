@@ -63,7 +63,15 @@ fn connect(stack: &str, addr: SocketAddr) -> std::io::Result<Box<dyn Stream>> {
     if stack == "rdma" {
         Ok(Box::new(rdmasock::RdmaSocket::connect(addr)?))
     } else {
-        let s = TcpStream::connect(addr)?;
+        // A plain `SOCK_STREAM` socket (no close-on-exec flag), which rsocket's preload
+        // library turns into an rsocket.
+        let raw = socket2::Socket::new_raw(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        raw.connect(&addr.into())?;
+        let s = TcpStream::from(raw);
         s.set_nodelay(true)?;
         Ok(Box::new(s))
     }

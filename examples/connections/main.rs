@@ -35,7 +35,7 @@ mod peer;
 mod report;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -126,19 +126,33 @@ fn peer(stack: &str, bind: &str) -> Result<(), String> {
         peer::serve(&mut l).map_err(|e| e.to_string())
     } else {
         // Thread per connection: rsocket's preload library turns poll(2) into rpoll, not
-        // epoll, so the TCP peer does without mio.
-        let l = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
-        println!("listening {}", l.local_addr().map_err(|e| e.to_string())?);
-        for s in l.incoming() {
-            let s = s.map_err(|e| format!("accept: {e}"))?;
+        // epoll, so the TCP peer does without mio. The socket is of plain `SOCK_STREAM` type
+        // (no close-on-exec flag) and accepted with accept(2), not accept4: the preload
+        // library turns only those into rsockets.
+        let addr: std::net::SocketAddr = bind.parse().map_err(|e| format!("{bind}: {e}"))?;
+        let l = tcp_listener(addr).map_err(|e| format!("bind {bind}: {e}"))?;
+        let local = l.local_addr().ok().and_then(|a| a.as_socket());
+        println!("listening {}", local.ok_or("the listener has no address")?);
+        loop {
+            let (s, _) = l.accept_raw().map_err(|e| format!("accept: {e}"))?;
+            let s = TcpStream::from(s);
             let _ = s.set_nodelay(true);
             std::thread::Builder::new()
                 .stack_size(64 * 1024)
                 .spawn(move || echo_thread(s))
                 .map_err(|e| format!("a thread for a connection: {e}"))?;
         }
-        Ok(())
     }
+}
+
+/// A listening TCP socket of plain `SOCK_STREAM` type (see `peer`'s TCP branch).
+fn tcp_listener(addr: std::net::SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let s = Socket::new_raw(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind(&SockAddr::from(addr))?;
+    s.listen(1024)?;
+    Ok(s)
 }
 
 fn echo_thread(mut s: TcpStream) {
