@@ -24,8 +24,9 @@ const PAST_LIMIT: usize = 64;
 /// Bytes each kept connection echoes once the limit was hit.
 const ECHOED: usize = 4096;
 
-/// The locked-memory limit of the memlock peers: less than one ring.
-const MEMLOCK: u64 = 64 << 10;
+/// The locked-memory limit of the memlock peers: half of the smallest ring a connection
+/// starts with, so its first registration fails.
+const MEMLOCK: u64 = (rdmasock::socket::DEFAULT_RING_MIN / 2) as u64;
 
 /// Echoes every connection `listener` accepts, each on a thread of its own, for as long as
 /// the test process runs (or until 100 accepts in a row fail).

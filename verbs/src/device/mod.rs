@@ -233,6 +233,17 @@ impl DeviceList {
             }
         }
         if devices.is_empty() {
+            // An empty list may only mean that the process could not open the directory (out
+            // of fds, say): that is the error then, not a missing device.
+            let class = root.join("class/infiniband");
+            if let Err(e) = std::fs::read_dir(&class) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return Err(Error::Io {
+                        context: format!("listing the RDMA devices in {}", class.display()),
+                        source: e,
+                    });
+                }
+            }
             return Err(Error::NoDevice);
         }
         devices.sort_by(|a, b| a.name.cmp(&b.name));
