@@ -6,13 +6,14 @@
 //!
 //! Each test re-runs itself as a child process (its own fd limit, its own fd and thread
 //! counts) and as the peer process, chosen by the environment variable `ROLE`.
-use mio::{Events, Interest, Poll, Token};
-use rdmasock::{RdmaListener, RdmaSocket};
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+mod connections_support;
+
+use connections_support::{assert_all_released, count, echo_all};
+use rdmasock::RdmaSocket;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Which part a re-run of this binary plays: `peer` or `client`.
 const ROLE: &str = "RDMASOCK_CONNECTIONS_ROLE";
@@ -75,76 +76,7 @@ fn serve() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("raise the fd limit");
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(0);
-    });
-    let mut listener = RdmaListener::bind("127.0.0.1:0").expect("bind");
-    listener.set_nonblocking(true).unwrap();
-    println!("listening {}", listener.local_addr().unwrap());
-    let mut poll = Poll::new().unwrap();
-    poll.registry()
-        .register(&mut listener, Token(0), Interest::READABLE)
-        .unwrap();
-    let mut clients: HashMap<Token, (RdmaSocket, Vec<u8>)> = HashMap::new();
-    let mut events = Events::with_capacity(1024);
-    let mut buf = vec![0u8; 65536];
-    let mut next = 1;
-    loop {
-        poll.poll(&mut events, None).unwrap();
-        for ev in events.iter() {
-            if ev.token() == Token(0) {
-                loop {
-                    match listener.accept() {
-                        Ok((mut s, _)) => {
-                            s.set_nonblocking(true).unwrap();
-                            let t = Token(next);
-                            next += 1;
-                            let both = Interest::READABLE | Interest::WRITABLE;
-                            poll.registry().register(&mut s, t, both).unwrap();
-                            clients.insert(t, (s, Vec::new()));
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(e) => panic!("the peer's accept: {e}"),
-                    }
-                }
-                continue;
-            }
-            let Some((s, pending)) = clients.get_mut(&ev.token()) else {
-                continue;
-            };
-            let mut closed = false;
-            loop {
-                let mut moved = false;
-                match s.read(&mut buf) {
-                    Ok(0) => closed = true,
-                    Ok(n) => {
-                        pending.extend_from_slice(&buf[..n]);
-                        moved = true;
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(_) => closed = true,
-                }
-                if !pending.is_empty() {
-                    match s.write(pending) {
-                        Ok(n) => {
-                            pending.drain(..n);
-                            moved = true;
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(_) => closed = true,
-                    }
-                }
-                if closed || !moved {
-                    break;
-                }
-            }
-            if closed {
-                let (mut s, _) = clients.remove(&ev.token()).expect("present");
-                poll.registry().deregister(&mut s).unwrap();
-            }
-        }
-    }
+    connections_support::serve("127.0.0.1:0");
 }
 
 /// Sets this process's fd limit (soft and hard).
@@ -152,62 +84,6 @@ fn limit_fds(n: u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     setrlimit(Resource::RLIMIT_NOFILE, n.min(hard), n.min(hard)).expect("lower the fd limit");
-}
-
-fn count(dir: &str) -> usize {
-    std::fs::read_dir(dir).expect(dir).count()
-}
-
-/// A 64-byte message for connection `i`, round `k`, and its hash.
-fn message(i: usize, k: usize) -> Vec<u8> {
-    (0..64u64)
-        .map(|b| (b.wrapping_mul(0x9e37_79b9) ^ (i as u64 * 131 + k as u64)) as u8)
-        .collect()
-}
-
-fn hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// Echoes `rounds` messages on every connection, checking each by its hash.
-fn echo_all(conns: &mut [RdmaSocket], rounds: usize) {
-    let mut back = [0u8; 64];
-    for k in 0..rounds {
-        for (i, c) in conns.iter_mut().enumerate() {
-            let m = message(i, k);
-            c.write_all(&m)
-                .unwrap_or_else(|e| panic!("connection {i}: write: {e}"));
-            c.read_exact(&mut back)
-                .unwrap_or_else(|e| panic!("connection {i}: read: {e}"));
-            assert_eq!(hash(&back), hash(&m), "connection {i}, message {k}");
-        }
-    }
-}
-
-/// Waits (up to a bound) until every connection is gone and the fds and threads are back
-/// to `fds` and `threads`: a close finishes on the provider's engine after the drop.
-fn assert_all_released(fds: usize, threads: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = (
-            rdmasock::census(),
-            count("/proc/self/fd"),
-            count("/proc/self/task"),
-        );
-        if now.0.connections == 0 && now.1 <= fds && now.2 <= threads {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "after closing: {:?}, {} fds (before: {fds}), {} threads (before: {threads})",
-            now.0,
-            now.1,
-            now.2
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 const MANY_TEST: &str = "many_connections_fit_under_20000_fds";
