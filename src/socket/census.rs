@@ -67,9 +67,6 @@ impl Drop for Entry {
 /// other error comes back as it was.
 pub(crate) fn at_limit(e: io::Error) -> io::Error {
     let text = e.to_string();
-    if text.contains("RDMA connections were held") || text.contains("RDMA connections held") {
-        return e; // said already, on a path that passes the error on twice
-    }
     let held = connections_held();
     let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
         || text.contains("os error 24")

@@ -117,7 +117,7 @@ impl Connecting {
     /// released (or in the socket), the fd stays unreadable, and further calls fail with
     /// `NotConnected`.
     pub fn poll_connect(&mut self) -> io::Result<Option<RdmaSocket>> {
-        match self.advance() {
+        let result = match self.advance() {
             Ok(None) if Instant::now() >= self.deadline => {
                 let e = self.timed_out();
                 self.stage = Stage::Over;
@@ -132,9 +132,10 @@ impl Connecting {
             },
             done => {
                 self.stage = Stage::Over;
-                done.map_err(super::census::at_limit)
+                done
             }
-        }
+        };
+        result.map_err(super::census::at_limit)
     }
 
     /// When the connect timeout ([`SocketOptions`]' `connect_timeout`, counted from

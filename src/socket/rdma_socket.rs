@@ -104,7 +104,7 @@ impl RdmaSocket {
         for dst in addrs(addr)? {
             match connect_one(cm, dst, opts) {
                 Ok(s) => return Ok(s),
-                Err(e) => last = Some(super::census::at_limit(e)),
+                Err(e) => last = Some(e),
             }
         }
         Err(last.expect("the loop tries at least one address"))
@@ -375,7 +375,7 @@ fn connect_one(
 ) -> io::Result<RdmaSocket> {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
-    let mut connecting = Connecting::start(cm, dst, opts)?;
+    let mut connecting = RdmaSocket::connect_start_via(cm, dst, opts)?;
     loop {
         if let Some(socket) = connecting.poll_connect()? {
             return Ok(socket);
