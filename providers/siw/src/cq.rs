@@ -22,15 +22,23 @@ pub(crate) fn map_elements(
     what: &str,
 ) -> Result<ElementRing> {
     let name = &context.device_info().name;
-    if key == INVALID_MMAP_KEY {
-        return Err(Error::InvalidArgument(format!(
-            "{name} could not prepare the mapping of a {what} (it reported the invalid mmap \
-             key): the kernel is short of memory, or this siw is not the ABI this provider \
-             speaks"
-        )));
-    }
     let len = count as usize * stride + trailer;
-    let map = context.map_queue(key, len)?;
+    // Where siw takes its keys from the kernel's common mmap table (Linux 6.1 does), a key
+    // is a page offset the context hands out in turn, so the first siw's "invalid key" value
+    // is a valid key once a context has mapped 144 pages (a process with many connections on
+    // one shared context gets there), and a failed preparation fails the call instead: only
+    // a mapping that fails at that key is the old refusal.
+    let map = context.map_queue(key, len).map_err(|e| {
+        if key == INVALID_MMAP_KEY {
+            Error::InvalidArgument(format!(
+                "{name} could not prepare the mapping of a {what} (it reported the invalid mmap \
+                 key): the kernel is short of memory, or this siw is not the ABI this provider \
+                 speaks"
+            ))
+        } else {
+            e
+        }
+    })?;
     ElementRing::new(map, count, stride, trailer).map_err(|e| {
         Error::InvalidArgument(format!("{what} of {name}: {e} (unsupported siw ABI?)"))
     })

@@ -21,7 +21,9 @@ pub(crate) const CQ_CTRL_LEN: usize = 8;
 pub(crate) const MAX_SGE: usize = 6;
 /// `SIW_MAX_INLINE`: inline payload bytes a send element holds (5 SGE slots).
 pub(crate) const MAX_INLINE: usize = 80;
-/// `SIW_INVAL_UOBJ_KEY`: the mmap key the kernel reports when it could not prepare a mapping.
+/// `SIW_INVAL_UOBJ_KEY`: the mmap key the first siw reported when it could not prepare a
+/// mapping (siw on the kernel's common mmap table fails the call instead, and may hand out
+/// this value as a valid key).
 pub(crate) const INVALID_MMAP_KEY: u64 = 0x9_0000;
 
 /// `enum siw_wqe_flags`.
