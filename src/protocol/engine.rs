@@ -450,9 +450,20 @@ impl StreamEngine {
     /// it is signalled. Returns where in the peer's ring it goes, and that flag.
     #[inline]
     pub(crate) fn take_data_slot(&mut self, len: usize) -> (RemoteSge, bool) {
+        self.take_data_slot_with(len, len)
+    }
+
+    /// [`take_data_slot`](Self::take_data_slot) for a message whose payload holds
+    /// `ring_bytes` of send ring (0 when it comes from the caller's registered buffer).
+    #[inline]
+    pub(crate) fn take_data_slot_with(
+        &mut self,
+        len: usize,
+        ring_bytes: usize,
+    ) -> (RemoteSge, bool) {
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= self.sqes_per_message();
-        self.sbuf_avail -= len;
+        self.sbuf_avail -= ring_bytes;
         let idx = self.target_index;
         let dest = self.target[idx];
         self.target[idx].addr += len as u64;

@@ -60,6 +60,7 @@ mod inline_write;
 mod msg;
 mod op;
 mod recv;
+mod registered_write;
 mod rings;
 
 pub use config::{
@@ -75,4 +76,5 @@ pub use hello::{
 pub use inline_write::InlineWrite;
 pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
 pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};
+pub use registered_write::RegisteredWrite;
 pub use rings::RingChange;

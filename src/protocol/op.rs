@@ -54,6 +54,14 @@ pub enum Payload {
         /// The wrapped remainder at the ring start, if any.
         second: Option<RingSpan>,
     },
+    /// Bytes of the caller's registered buffer (a zero-copy write): post them from the
+    /// buffer's registration on this connection's device, `offset..offset + len` of it.
+    Registered {
+        /// Offset in the caller's buffer.
+        offset: usize,
+        /// Length in bytes.
+        len: usize,
+    },
     /// A small payload carried here (a 16-byte buffer advertisement or a 4-byte message word).
     /// Post it inline when the op says so; otherwise copy it into control slot `control_slot`
     /// (16 bytes each, in the area just after the send ring) and post from there.
@@ -73,6 +81,7 @@ impl Payload {
         match self {
             Payload::Empty => 0,
             Payload::SendRing { first, second } => first.len + second.map_or(0, |s| s.len),
+            Payload::Registered { len, .. } => *len,
             Payload::Small { len, .. } => usize::from(*len),
         }
     }

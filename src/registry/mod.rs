@@ -11,6 +11,7 @@
 //! driver is an error; `uiwarp` selects the userspace provider, which
 //! [`connection_manager`] honours when it picks a connection manager
 //! ([`ProviderChoice::forces_userspace`]), and leaves kernel devices to the order above.
+#![forbid(unsafe_code)]
 
 mod managers;
 

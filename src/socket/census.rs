@@ -16,7 +16,8 @@ static REGISTERED_BYTES: AtomicU64 = AtomicU64::new(0);
 pub struct Census {
     /// Connections with their verbs objects (queue pair, completion queue, regions) created.
     pub connections: u64,
-    /// Memory regions those connections registered.
+    /// Memory regions those connections registered, and the registrations of
+    /// [`RegisteredBuf`](crate::RegisteredBuf)s (one per buffer and device it was written on).
     pub regions: u64,
     /// Bytes those regions cover (pinned on a kernel device; ordinary memory on the
     /// userspace provider).
@@ -40,6 +41,7 @@ fn connections_held() -> u64 {
 /// One connection's entry in the census, taken out when it drops.
 #[derive(Debug)]
 pub(crate) struct Entry {
+    connections: u64,
     regions: u64,
     bytes: u64,
 }
@@ -48,15 +50,29 @@ impl Entry {
     /// Counts a connection holding `regions` regions of `bytes` bytes in all.
     pub(crate) fn new(regions: u64, bytes: u64) -> Entry {
         CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+        Entry::region_only(regions, bytes, 1)
+    }
+
+    /// Counts one registration of `bytes` bytes that no connection holds (a registered
+    /// buffer's, on one device).
+    pub(crate) fn buffer(bytes: u64) -> Entry {
+        Entry::region_only(1, bytes, 0)
+    }
+
+    fn region_only(regions: u64, bytes: u64, connections: u64) -> Entry {
         REGIONS.fetch_add(regions, Ordering::Relaxed);
         REGISTERED_BYTES.fetch_add(bytes, Ordering::Relaxed);
-        Entry { regions, bytes }
+        Entry {
+            connections,
+            regions,
+            bytes,
+        }
     }
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+        CONNECTIONS.fetch_sub(self.connections, Ordering::Relaxed);
         REGIONS.fetch_sub(self.regions, Ordering::Relaxed);
         REGISTERED_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
     }

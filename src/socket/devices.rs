@@ -48,7 +48,8 @@ impl OpenDevice {
         self.removed.store(true, Ordering::Release);
     }
 
-    fn is_removed(&self) -> bool {
+    /// Whether the device was removed (see [`mark_removed`](Self::mark_removed)).
+    pub(crate) fn is_removed(&self) -> bool {
         self.removed.load(Ordering::Acquire)
     }
 }

@@ -54,13 +54,16 @@ mod source;
 mod vectored;
 mod wait;
 mod warm;
+mod zero_copy;
 
 pub use crate::cm::{
     CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving,
 };
+pub(crate) use census::Entry as CensusEntry;
 pub use census::{census, Census};
 pub use connecting::Connecting;
 pub use devices::open_device_contexts;
+pub(crate) use devices::OpenDevice;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{
     SocketOptions, SocketOptionsBuilder, DEFAULT_RING_MIN, RING_IDLE, UNPINNED_RING,

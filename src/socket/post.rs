@@ -2,7 +2,8 @@
 //! [`Connection::submit`], and a failed post fails the stream in one way
 //! ([`Connection::post_failed`]). The routes differ only in how they fill the requests: the
 //! engine's queued sends in chained batches, their payloads gathered from the send ring,
-//! staged inline, or lent from the caller's buffer (see `lend`); a lone small write straight
+//! staged inline, lent from the caller's buffer (see `lend`), or from the caller's registered
+//! buffer (see `zero_copy`); a lone small write straight
 //! from the caller's buffer ([`Connection::post_inline_write`]); receives with their message
 //! slots.
 #![forbid(unsafe_code)]
@@ -10,7 +11,9 @@
 use super::conn::Connection;
 use super::lend::Lend;
 use crate::protocol::{InlineWrite, Op, Payload, StreamError, WrId};
-use crate::verbs::{RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest};
+use crate::verbs::{
+    MemoryRegion, RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest,
+};
 use std::io;
 
 /// Send work requests chained into one `post_send` call at most (one doorbell).
@@ -60,6 +63,22 @@ impl Connection {
     /// waits for, does not wait for them, and they come out of the receive reserve
     /// ([`RECV_DEFER_MAX`](crate::protocol::RECV_DEFER_MAX)) meanwhile.
     pub(crate) fn post_ops_with(&mut self, lend: Lend<'_>) -> io::Result<()> {
+        self.post_ops_from(lend, None)
+    }
+
+    /// [`Connection::post_ops`], with the payloads of zero-copy messages
+    /// ([`Payload::Registered`]) posted from `registered`, the caller's buffer's registration
+    /// on this connection's device (see `zero_copy`).
+    pub(crate) fn post_ops_registered(&mut self, registered: &MemoryRegion) -> io::Result<()> {
+        self.post_ops_from(Lend::NONE, Some(registered))
+    }
+
+    /// Posts the queued work requests, their payloads from the ring, `lend` or `registered`.
+    fn post_ops_from(
+        &mut self,
+        lend: Lend<'_>,
+        registered: Option<&MemoryRegion>,
+    ) -> io::Result<()> {
         let mut result = Ok(());
         let mut receives = [(WrId(0), None); RECV_BATCH];
         let mut held = 0;
@@ -86,7 +105,7 @@ impl Connection {
                     .write_at(offset, &[0u8; 16])
                     .map_err(Into::into),
                 send => match PreparedSend::from_op(send) {
-                    Some(send) => self.post_send_run(send, lend),
+                    Some(send) => self.post_send_run(send, lend, registered),
                     None => Ok(()),
                 },
             };
@@ -129,15 +148,20 @@ impl Connection {
 
     /// Posts `first` and the sends queued right after it as chained lists of up to
     /// `POST_BATCH` requests (one doorbell each).
-    fn post_send_run(&mut self, first: PreparedSend, lend: Lend<'_>) -> io::Result<()> {
+    fn post_send_run(
+        &mut self,
+        first: PreparedSend,
+        lend: Lend<'_>,
+        registered: Option<&MemoryRegion>,
+    ) -> io::Result<()> {
         if !self.engine.peek_op().is_some_and(Op::is_send) {
             // The common case on the data path: one send, without a batch's arrays.
-            return self.post_sends::<1>(&[first], lend);
+            return self.post_sends::<1>(&[first], lend, registered);
         }
         let second = self.next_send();
         if !self.engine.peek_op().is_some_and(Op::is_send) {
             // A message in write+send mode (a WRITE and its SEND): small arrays too.
-            return self.post_sends::<2>(&[first, second], lend);
+            return self.post_sends::<2>(&[first, second], lend, registered);
         }
         let mut batch = [first; POST_BATCH];
         batch[1] = second;
@@ -146,7 +170,7 @@ impl Connection {
             batch[n] = self.next_send();
             n += 1;
         }
-        self.post_sends::<POST_BATCH>(&batch[..n], lend)
+        self.post_sends::<POST_BATCH>(&batch[..n], lend, registered)
     }
 
     /// Takes the next op, which the caller peeked to be a send.
@@ -160,6 +184,7 @@ impl Connection {
         &'a self,
         batch: &'a [PreparedSend],
         lend: Lend<'a>,
+        registered: Option<&'a MemoryRegion>,
     ) -> io::Result<()> {
         let empty = self.res.send_mr.slice(0, 0)?;
         let mut sges = [[empty; 2]; N];
@@ -180,7 +205,9 @@ impl Connection {
                     (sges[i], counts[i], lent_at[i]) =
                         ([ScatterGather::borrowed(bytes); 2], 1, true)
                 }
-                None => (sges[i], counts[i]) = self.gather(send.payload, send.inline, i)?,
+                None => {
+                    (sges[i], counts[i]) = self.gather(send.payload, send.inline, i, registered)?
+                }
             }
         }
         let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
@@ -206,15 +233,26 @@ impl Connection {
 
     /// The gather list of a send's payload; `index` is its place in the batch (where an
     /// inline small payload is staged).
-    fn gather(
-        &self,
+    fn gather<'a>(
+        &'a self,
         payload: Payload,
         inline: bool,
         index: usize,
-    ) -> io::Result<([ScatterGather<'_>; 2], usize)> {
+        registered: Option<&'a MemoryRegion>,
+    ) -> io::Result<([ScatterGather<'a>; 2], usize)> {
         let mr = &self.res.send_mr;
         Ok(match payload {
             Payload::Empty => ([mr.slice(0, 0)?; 2], 0),
+            Payload::Registered { offset, len } => {
+                // Only the call that queued it posts it, with its buffer's registration.
+                let buffer = registered.ok_or_else(|| {
+                    io::Error::other(
+                        "a zero-copy message was left unposted by the write that queued it",
+                    )
+                })?;
+                let a = buffer.slice(offset, len)?;
+                ([a, a], 1)
+            }
             Payload::SendRing { first, second } => {
                 let a = mr.slice(first.offset, first.len)?;
                 match second {

@@ -43,6 +43,7 @@ mod fd;
 mod polling;
 mod vanish;
 mod waits;
+mod zero_copy;
 
 // Each binary runs some of the cases: the others' names are unused there.
 #[allow(unused_imports)]
@@ -63,6 +64,8 @@ pub(crate) use polling::*;
 pub(crate) use vanish::*;
 #[allow(unused_imports)]
 pub(crate) use waits::*;
+#[allow(unused_imports)]
+pub(crate) use zero_copy::*;
 
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{IpAddr, SocketAddr};
@@ -175,6 +178,18 @@ impl Fixture {
             ipv6: || vm_ip6("RDMA_VM_SIW_IP6"),
             module: String::new(),
         }
+    }
+
+    /// The other kernel device of the VM (rxe0's is siw0 and siw0's rxe0), for a case that
+    /// uses two devices at once; `None` on the host, whose one device is the userspace one.
+    pub(crate) fn other_device(&self) -> Option<Fixture> {
+        let mut other = match self.provider {
+            Provider::Uiwarp => return None,
+            Provider::Rxe => Fixture::siw(),
+            Provider::Siw => Fixture::rxe(),
+        };
+        other.module = self.module.clone();
+        Some(other)
     }
 
     /// The fixture for a test generated in module `module_path` (what `module_path!()` says

@@ -290,6 +290,9 @@ impl Side {
                     Source::Ring(spans)
                 }
             }
+            Payload::Registered { .. } => {
+                panic!("the simulation makes no zero-copy writes: {payload:?}")
+            }
             Payload::Small {
                 bytes,
                 len,

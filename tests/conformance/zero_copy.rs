@@ -1,0 +1,187 @@
+//! Zero-copy writes from registered buffers (`RdmaSocket::write_registered`): bytes of every
+//! size arrive intact and in stream order with copying writes, a buffer may be overwritten
+//! the moment its write returns, and one buffer serves several connections and devices.
+
+use super::socket_support::Rng;
+use super::Fixture;
+use rdmasock::{BufferPool, RdmaSocket, RegisteredBuf, SocketOptions};
+use std::io::{Read, Write};
+use std::thread;
+
+/// FNV-1a over a stream, whatever pieces it comes in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StreamHash(u64);
+
+impl StreamHash {
+    pub(crate) fn new() -> StreamHash {
+        StreamHash(0xcbf2_9ce4_8422_2325)
+    }
+
+    pub(crate) fn add(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Reads `s` to end of stream on a thread of its own; the count and hash of what came.
+pub(crate) fn drain(mut s: RdmaSocket) -> thread::JoinHandle<(usize, u64)> {
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 20];
+        let (mut total, mut hash) = (0, StreamHash::new());
+        loop {
+            let n = s.read(&mut buf).expect("the reader's read");
+            if n == 0 {
+                return (total, hash.0);
+            }
+            hash.add(&buf[..n]);
+            total += n;
+        }
+    })
+}
+
+/// `buf` filled with bytes from `seed`.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut rng = Rng(seed);
+    for chunk in buf.chunks_mut(8) {
+        let word = rng.next().to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+/// Zero-copy writes of 1 B, 4 KiB, 64 KiB, 1 MiB and 64 MiB, each between two copying
+/// writes, then two ranges of one buffer: the reader's hash is the writer's, so every byte
+/// arrived once and in stream order.
+pub(crate) fn zero_copy_writes_of_each_size_interleaved_with_copying_writes(f: &Fixture) {
+    let (s, mut c) = f.pair();
+    let reader = drain(s);
+    let mut sent = StreamHash::new();
+    let mut total = 0;
+    for (i, size) in [1, 4 << 10, 64 << 10, 1 << 20, 64 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let mut buf = RegisteredBuf::new(size).expect("a registered buffer");
+        fill(&mut buf, 7 + i as u64);
+        let head = vec![i as u8; 100 + i];
+        c.write_all(&head).expect("copying write before");
+        assert_eq!(
+            c.write_registered(&buf).expect("zero-copy write"),
+            size,
+            "a blocking zero-copy write sends it all"
+        );
+        c.write_all(b"tail").expect("copying write after");
+        for piece in [&head[..], &buf[..], b"tail"] {
+            sent.add(piece);
+            total += piece.len();
+        }
+    }
+    let mut buf = RegisteredBuf::from_vec((0..=255u8).cycle().take(300_000).collect())
+        .expect("a buffer of the caller's vector");
+    for range in [1000..1001, 5..250_000] {
+        assert_eq!(
+            c.write_registered_range(&buf, range.clone()).unwrap(),
+            range.len()
+        );
+        sent.add(&buf[range.clone()]);
+        total += range.len();
+    }
+    assert_eq!(c.write_registered_range(&buf, 10..10).unwrap(), 0);
+    let outside = c
+        .write_registered_range(&buf, 299_000..300_001)
+        .unwrap_err();
+    assert_eq!(outside.kind(), std::io::ErrorKind::InvalidInput);
+    buf[0] = 1;
+    drop(c);
+    let (got, hash) = reader.join().expect("reader");
+    assert_eq!(got, total, "the reader got every byte");
+    assert_eq!(hash, sent.0, "the reader got the bytes in stream order");
+}
+
+/// A buffer overwritten as soon as `write_registered` returns: the peer sees what the buffer
+/// held during the write, each time (the write returned only after the device read it).
+/// Rings and transfers big enough that each write is one message posted at once, which the
+/// device is still reading when a write that did not wait would return.
+pub(crate) fn a_registered_buffer_may_be_overwritten_when_its_write_returns(f: &Fixture) {
+    const LEN: usize = 8 << 20;
+    const ROUNDS: u8 = 6;
+    let opts = SocketOptions::builder()
+        .recv_ring(2 * LEN)
+        .max_transfer(LEN as u32)
+        .build()
+        .unwrap();
+    let (mut s, c) = f.pair_with(&opts);
+    let reader = thread::spawn(move || {
+        let mut round = vec![0u8; LEN];
+        for r in 0..ROUNDS {
+            s.read_exact(&mut round).expect("read a round");
+            let wrong = round.iter().position(|&b| b != r);
+            assert_eq!(wrong, None, "round {r}: a byte of a later round arrived");
+        }
+    });
+    let mut buf = RegisteredBuf::new(LEN).unwrap();
+    for r in 0..ROUNDS {
+        buf.fill(r);
+        c.write_registered(&buf).expect("zero-copy write");
+    }
+    buf.fill(u8::MAX);
+    reader.join().expect("reader");
+}
+
+/// One buffer written on two connections of the same device is registered with it once;
+/// where the fixture has a second device, a connection there registers it again. A pooled
+/// buffer keeps its registration across uses.
+pub(crate) fn a_registered_buffer_serves_several_connections_and_devices(f: &Fixture) {
+    let mut buf = RegisteredBuf::new(256 << 10).unwrap();
+    fill(&mut buf, 3);
+    let mut expected = StreamHash::new();
+    expected.add(&buf);
+    let check = |pair: (RdmaSocket, RdmaSocket), buf: &RegisteredBuf| {
+        let reader = drain(pair.0);
+        pair.1.write_registered(buf).expect("zero-copy write");
+        drop(pair.1);
+        let (got, hash) = reader.join().expect("reader");
+        assert_eq!((got, hash), (buf.len(), expected.0));
+    };
+    assert_eq!(buf.registrations(), 0, "registration waits for a write");
+    let first = f.pair();
+    let second = f.pair();
+    check(first, &buf);
+    assert_eq!(buf.registrations(), 1);
+    check(second, &buf);
+    assert_eq!(
+        buf.registrations(),
+        1,
+        "the device's registration is reused"
+    );
+    if let Some(other) = f.other_device() {
+        check(other.pair(), &buf);
+        assert_eq!(
+            buf.registrations(),
+            2,
+            "{}: a second device",
+            other.provider.name()
+        );
+    }
+
+    let pool = BufferPool::new(2, 64 << 10).unwrap();
+    let (s, c) = f.pair();
+    let reader = drain(s);
+    let mut sent = StreamHash::new();
+    for round in 0..6u8 {
+        let mut a = pool.get();
+        let mut b = pool.try_get().expect("the second buffer is free");
+        assert!(pool.try_get().is_none(), "two buffers, both out");
+        a.fill(round);
+        b.fill(!round);
+        c.write_registered(&a).unwrap();
+        c.write_registered(&b).unwrap();
+        sent.add(&a);
+        sent.add(&b);
+        assert_eq!((a.registrations(), b.registrations()), (1, 1));
+    }
+    assert_eq!(pool.available(), 2);
+    drop(c);
+    let (got, hash) = reader.join().expect("reader");
+    assert_eq!((got, hash), (12 * (64 << 10), sent.0));
+}
