@@ -26,6 +26,7 @@ mod uiwarp {
             timeouts_around_reads_and_connects,
             cancelled_connects_leave_nothing_behind,
             errors_read_as_the_blocking_api_s,
+            zero_copy_writes_hand_the_buffer_back,
         ];
         not_applicable: [];
     }

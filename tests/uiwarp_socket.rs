@@ -58,6 +58,7 @@ mod uiwarp {
             zero_copy_writes_of_each_size_interleaved_with_copying_writes,
             a_registered_buffer_may_be_overwritten_when_its_write_returns,
             a_registered_buffer_serves_several_connections_and_devices,
+            submitted_buffers_come_back_in_order_on_mio_events,
         ];
         not_applicable: [
             tcp_swap_example_runs_on_the_device =>

@@ -53,6 +53,10 @@ mod siw {
             a_spinning_read_lets_a_clone_write,
             tcp_swap_example_runs_on_the_device,
             small_rings_selective_signalling_and_event_mode,
+            zero_copy_writes_of_each_size_interleaved_with_copying_writes,
+            a_registered_buffer_may_be_overwritten_when_its_write_returns,
+            a_registered_buffer_serves_several_connections_and_devices,
+            submitted_buffers_come_back_in_order_on_mio_events,
         ];
         not_applicable: [
             thousand_connect_close_cycles_leak_nothing =>

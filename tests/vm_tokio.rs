@@ -42,6 +42,7 @@ mod rxe {
             timeouts_around_reads_and_connects,
             cancelled_connects_leave_nothing_behind,
             errors_read_as_the_blocking_api_s,
+            zero_copy_writes_hand_the_buffer_back,
         ];
         not_applicable: [];
     }
@@ -67,6 +68,7 @@ mod siw {
             timeouts_around_reads_and_connects,
             cancelled_connects_leave_nothing_behind,
             errors_read_as_the_blocking_api_s,
+            zero_copy_writes_hand_the_buffer_back,
         ];
         not_applicable: [];
     }

@@ -56,6 +56,9 @@ pub(crate) struct Connection {
     pub(crate) lent_spans: Vec<CopySpan>,
     /// Bytes the last read or peek returned (0 after an error or at end-of-stream).
     pub(crate) last_read: usize,
+    /// Buffers of zero-copy writes submitted and not yet handed back, in order (last: they
+    /// drop after the queue pair; see `zero_copy`).
+    pub(crate) submitted: std::collections::VecDeque<super::zero_copy::Submission>,
 }
 
 impl Connection {
@@ -87,6 +90,7 @@ impl Connection {
             wait,
             lent_spans: Vec::new(),
             last_read: 0,
+            submitted: std::collections::VecDeque::new(),
         };
         c.post_ops()?;
         Ok(c)

@@ -71,3 +71,4 @@ pub use options::{
 };
 pub use rdma_socket::RdmaSocket;
 pub use wait::WaitStats;
+pub use zero_copy::{CompletedWrite, Refused};

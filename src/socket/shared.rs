@@ -303,7 +303,8 @@ impl Shared {
             return;
         }
         let r = g.readiness();
-        let flushed = r.error || g.engine.all_sends_done();
+        // A flush waits for every send; a look for a submitted buffer, for its own.
+        let flushed = r.error || g.engine.all_sends_done() || g.submission_done();
         self.ready.update(r.readable, r.writable, flushed);
     }
 

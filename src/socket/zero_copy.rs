@@ -13,6 +13,7 @@ use super::shared::Direction;
 use crate::buffers::RegisteredBuf;
 use crate::protocol::{RegisteredWrite, StreamError, WrId};
 use crate::verbs::MemoryRegion;
+use std::fmt;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
@@ -158,5 +159,199 @@ pub(crate) fn bounds(range: &impl RangeBounds<usize>, len: usize) -> io::Result<
                 range.end_bound()
             ),
         )),
+    }
+}
+
+/// A buffer of a zero-copy write submitted with [`RdmaSocket::submit_registered`], held by the
+/// connection until the device has reported its sends complete.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    buf: RegisteredBuf,
+    /// The buffer's registration, held while it may be read.
+    _region: Arc<MemoryRegion>,
+    /// The bytes that went out from it (from its start).
+    sent: usize,
+    /// The last send queued for them.
+    last: WrId,
+}
+
+/// A buffer handed back by [`RdmaSocket::completed_registered`]: the device reads it no more.
+#[derive(Debug)]
+pub struct CompletedWrite {
+    /// The buffer, to reuse or drop.
+    pub buf: RegisteredBuf,
+    /// How many of its bytes (from its start) the submission sent.
+    pub sent: usize,
+    /// `Err` when the stream failed before the device reported those sends complete: they
+    /// may not have reached the peer.
+    pub result: io::Result<()>,
+}
+
+/// A zero-copy write that took nothing, and the buffer it was given.
+#[derive(Debug)]
+pub struct Refused {
+    /// Why (`WouldBlock` on a nonblocking socket that cannot send now).
+    pub error: io::Error,
+    /// The buffer, unused.
+    pub buf: RegisteredBuf,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a zero-copy write took nothing: {}", self.error)
+    }
+}
+
+impl std::error::Error for Refused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<Refused> for io::Error {
+    fn from(refused: Refused) -> io::Error {
+        refused.error
+    }
+}
+
+impl Connection {
+    /// Whether the oldest submitted buffer can be handed back (its sends completed, or the
+    /// stream failed).
+    pub(crate) fn submission_done(&self) -> bool {
+        self.submitted
+            .front()
+            .is_some_and(|s| self.engine.send_completed(s.last) || self.engine.error().is_some())
+    }
+
+    /// The oldest submitted buffer, when it can be handed back.
+    fn take_completed(&mut self) -> Option<CompletedWrite> {
+        if !self.submission_done() {
+            return None;
+        }
+        let s = self.submitted.pop_front()?;
+        let result = if self.engine.send_completed(s.last) {
+            Ok(())
+        } else {
+            let e = self.engine.error().cloned().expect("checked above");
+            Err(self.io_error(e))
+        };
+        Some(CompletedWrite {
+            buf: s.buf,
+            sent: s.sent,
+            result,
+        })
+    }
+}
+
+impl RdmaSocket {
+    /// Starts a zero-copy write of `buf` and keeps the buffer until the device has read it:
+    /// sends as much of it as the stream takes now (from its start, in stream order with the
+    /// socket's other writes) and returns how many bytes that was, at least one. The buffer
+    /// comes back from [`completed_registered`](Self::completed_registered) (or
+    /// [`wait_completed_registered`](Self::wait_completed_registered)) once those sends
+    /// completed, in the order buffers were submitted; to send the rest of it, submit a
+    /// range of it then ([`submit_registered_range`](Self::submit_registered_range)).
+    ///
+    /// On a blocking socket it waits (up to the write timeout) until at least one byte can
+    /// go; on a nonblocking one it returns [`Refused`] with `WouldBlock` and the buffer
+    /// instead, and a writable event (mio, the readiness fd) follows when a write can go
+    /// on. Dropping the socket with buffers submitted drops them once the connection is
+    /// gone; their memory is never freed while the device may read it.
+    pub fn submit_registered(&self, buf: RegisteredBuf) -> Result<usize, Refused> {
+        self.submit_registered_range(buf, ..)
+    }
+
+    /// [`submit_registered`](Self::submit_registered) of the bytes `range` of `buf`.
+    pub fn submit_registered_range(
+        &self,
+        buf: RegisteredBuf,
+        range: impl RangeBounds<usize>,
+    ) -> Result<usize, Refused> {
+        let refuse = |error: io::Error, buf: RegisteredBuf| Err(Refused { error, buf });
+        let (start, end) = match bounds(&range, buf.len()) {
+            Ok(b) => b,
+            Err(e) => return refuse(e, buf),
+        };
+        if start == end {
+            return refuse(
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a zero-copy write of no bytes: submit a range of at least one byte",
+                ),
+                buf,
+            );
+        }
+        let region = match self.registration(&buf) {
+            Ok(r) => r,
+            Err(e) => return refuse(e, buf),
+        };
+        let mut submitted = None;
+        let written = self.shared.run(Direction::Write, |c| {
+            let w = c.write_registered(&region, start, end - start)?;
+            // Kept under the same lock as the post: a look for completed buffers that
+            // comes next finds it.
+            submitted = Some(w);
+            Ok(w)
+        });
+        match (written, submitted) {
+            (Ok(w), _) | (Err(_), Some(w)) => {
+                self.shared.lock().submitted.push_back(Submission {
+                    buf,
+                    _region: region,
+                    sent: start + w.accepted,
+                    last: w.last,
+                });
+                Ok(w.accepted)
+            }
+            (Err(e), None) => refuse(e, buf),
+        }
+    }
+
+    /// The oldest submitted buffer, if the device has finished with it (or the stream
+    /// failed: its `result` says so). Never blocks. When none is ready (and one is
+    /// submitted), a writable event (mio) follows once one is.
+    pub fn completed_registered(&self) -> Option<CompletedWrite> {
+        let mut g = self.shared.lock();
+        loop {
+            if let Some(done) = g.take_completed() {
+                return Some(done);
+            }
+            if g.submitted.is_empty() {
+                return None;
+            }
+            match g.progress().and_then(|p| Ok(p || g.arm()?)) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    // The connection is broken: the buffer comes back with the error.
+                    let s = g.submitted.pop_front().expect("checked above");
+                    return Some(CompletedWrite {
+                        buf: s.buf,
+                        sent: s.sent,
+                        result: Err(e),
+                    });
+                }
+            }
+            self.shared.ready.flush_blocked();
+            self.shared.report(&g);
+            self.shared.wake_others(&g);
+            return None;
+        }
+    }
+
+    /// Waits for the oldest submitted buffer (without a timeout: its sends complete or the
+    /// stream fails); `None` when none is submitted.
+    pub fn wait_completed_registered(&self) -> io::Result<Option<CompletedWrite>> {
+        self.shared
+            .run(Direction::Other(None), |c| match c.take_completed() {
+                Some(done) => Ok(Some(done)),
+                None if c.submitted.is_empty() => Ok(None),
+                None => Err(StreamError::WouldBlock),
+            })
+    }
+
+    /// How many submitted buffers the socket holds (not yet handed back).
+    pub fn registered_in_flight(&self) -> usize {
+        self.shared.lock().submitted.len()
     }
 }

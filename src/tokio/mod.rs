@@ -86,6 +86,7 @@ mod events;
 mod listener;
 mod split;
 mod stream;
+mod zero_copy;
 
 pub use listener::RdmaListener;
 pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};

@@ -90,7 +90,7 @@ impl RdmaStream {
             .expect("a stream holds its socket until it is dropped")
     }
 
-    fn events(&self) -> &Readiness {
+    pub(crate) fn events(&self) -> &Readiness {
         self.events
             .as_ref()
             .expect("a stream is registered until it is dropped")

@@ -185,3 +185,77 @@ pub(crate) fn a_registered_buffer_serves_several_connections_and_devices(f: &Fix
     let (got, hash) = reader.join().expect("reader");
     assert_eq!((got, hash), (12 * (64 << 10), sent.0));
 }
+
+/// The owned form on a nonblocking socket driven by mio: buffers submitted as room allows
+/// come back in order once the device has read them (a writable event says when), each is
+/// overwritten and submitted again at once, and the peer sees every buffer's bytes as they
+/// were when submitted.
+pub(crate) fn submitted_buffers_come_back_in_order_on_mio_events(f: &Fixture) {
+    use mio::{Events, Interest, Poll, Token};
+    use std::collections::VecDeque;
+    use std::time::Duration;
+    const LEN: usize = 256 << 10;
+    const SUBMISSIONS: usize = 24;
+    let (s, mut c) = f.pair();
+    let reader = drain(s);
+    c.set_nonblocking(true).unwrap();
+    let mut poll = Poll::new().unwrap();
+    poll.registry()
+        .register(&mut c, Token(0), Interest::WRITABLE)
+        .unwrap();
+    let mut events = Events::with_capacity(4);
+    let mut free: Vec<RegisteredBuf> = (0..3).map(|_| RegisteredBuf::new(LEN).unwrap()).collect();
+    // What each submission in flight sent, oldest first: (first byte's identity, range).
+    let mut in_flight: VecDeque<(*const u8, std::ops::Range<usize>)> = VecDeque::new();
+    let mut pending: Option<(RegisteredBuf, usize)> = None;
+    let (mut sent, mut total, mut submissions) = (StreamHash::new(), 0, 0);
+    while submissions < SUBMISSIONS || !in_flight.is_empty() {
+        let mut progressed = false;
+        while let Some(done) = c.completed_registered() {
+            let (identity, range) = in_flight.pop_front().expect("a buffer comes back once");
+            assert_eq!(done.buf.as_ptr(), identity, "buffers come back in order");
+            assert_eq!(done.sent, range.end);
+            done.result.expect("its sends completed");
+            sent.add(&done.buf[range.clone()]);
+            total += range.len();
+            if range.end < LEN {
+                pending = Some((done.buf, range.end));
+            } else {
+                free.push(done.buf);
+            }
+            progressed = true;
+        }
+        if pending.is_none() && submissions < SUBMISSIONS {
+            if let Some(mut buf) = free.pop() {
+                buf.fill(submissions as u8);
+                submissions += 1;
+                pending = Some((buf, 0));
+            }
+        }
+        if let Some((buf, from)) = pending.take() {
+            let identity = buf.as_ptr();
+            match c.submit_registered_range(buf, from..) {
+                Ok(n) => {
+                    assert!(n > 0);
+                    in_flight.push_back((identity, from..from + n));
+                    progressed = true;
+                }
+                Err(refused) => {
+                    assert_eq!(refused.error.kind(), std::io::ErrorKind::WouldBlock);
+                    pending = Some((refused.buf, from));
+                }
+            }
+        }
+        assert_eq!(c.registered_in_flight(), in_flight.len());
+        if !progressed {
+            poll.poll(&mut events, Some(Duration::from_secs(20)))
+                .unwrap();
+            assert!(!events.is_empty(), "an event came within 20 s");
+        }
+    }
+    poll.registry().deregister(&mut c).unwrap();
+    drop(c);
+    let (got, hash) = reader.join().expect("reader");
+    assert_eq!(total, SUBMISSIONS * LEN);
+    assert_eq!((got, hash), (total, sent.0));
+}

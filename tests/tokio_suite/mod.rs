@@ -19,6 +19,7 @@ pub(crate) mod vm_support;
 mod close;
 mod data;
 mod errors;
+mod zero_copy;
 
 #[allow(unused_imports)]
 pub(crate) use close::*;
@@ -26,6 +27,8 @@ pub(crate) use close::*;
 pub(crate) use data::*;
 #[allow(unused_imports)]
 pub(crate) use errors::*;
+#[allow(unused_imports)]
+pub(crate) use zero_copy::*;
 
 use rdmasock::tokio::{RdmaListener, RdmaStream};
 use rdmasock::SocketOptions;
