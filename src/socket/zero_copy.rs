@@ -244,19 +244,21 @@ impl Connection {
 }
 
 impl RdmaSocket {
-    /// Starts a zero-copy write of `buf` and keeps the buffer until the device has read it:
-    /// sends as much of it as the stream takes now (from its start, in stream order with the
-    /// socket's other writes) and returns how many bytes that was, at least one. The buffer
-    /// comes back from [`completed_registered`](Self::completed_registered) (or
-    /// [`wait_completed_registered`](Self::wait_completed_registered)) once those sends
-    /// completed, in the order buffers were submitted; to send the rest of it, submit a
-    /// range of it then ([`submit_registered_range`](Self::submit_registered_range)).
+    /// Starts a zero-copy write of `buf` and keeps the buffer until the device has read it.
+    /// On a blocking socket it posts all of it (waiting, up to the write timeout each time,
+    /// for room as a blocking `write_all` does) and returns its length without waiting for
+    /// the sends to complete: submit the next buffer at once, and take the ones done back
+    /// with [`completed_registered`](Self::completed_registered) or
+    /// [`wait_completed_registered`](Self::wait_completed_registered), in the order they
+    /// were submitted. On a nonblocking socket it posts what fits now, at least one byte,
+    /// and returns how many bytes that was; with nothing fitting it returns [`Refused`]
+    /// (`WouldBlock`) with the buffer, and a writable event (mio) follows when a write can
+    /// go on. Bytes after a short submission must wait until that buffer came back (submit
+    /// the rest with [`submit_registered_range`](Self::submit_registered_range)): anything
+    /// submitted or written before would land ahead of them in the stream.
     ///
-    /// On a blocking socket it waits (up to the write timeout) until at least one byte can
-    /// go; on a nonblocking one it returns [`Refused`] with `WouldBlock` and the buffer
-    /// instead, and a writable event (mio, the readiness fd) follows when a write can go
-    /// on. Dropping the socket with buffers submitted drops them once the connection is
-    /// gone; their memory is never freed while the device may read it.
+    /// Dropping the socket with buffers submitted drops them once the connection is gone;
+    /// their memory is never freed while the device may read it.
     pub fn submit_registered(&self, buf: RegisteredBuf) -> Result<usize, Refused> {
         self.submit_registered_range(buf, ..)
     }
@@ -285,25 +287,40 @@ impl RdmaSocket {
             Ok(r) => r,
             Err(e) => return refuse(e, buf),
         };
-        let mut submitted = None;
-        let written = self.shared.run(Direction::Write, |c| {
-            let w = c.write_registered(&region, start, end - start)?;
-            // Kept under the same lock as the post: a look for completed buffers that
-            // comes next finds it.
-            submitted = Some(w);
-            Ok(w)
-        });
-        match (written, submitted) {
-            (Ok(w), _) | (Err(_), Some(w)) => {
+        let nonblocking = self.shared.lock().nonblocking;
+        // What went out so far: bytes, and the last send queued for them.
+        let mut taken: Option<(usize, WrId)> = None;
+        let mut stopped = None;
+        while taken.is_none_or(|(n, _)| !nonblocking && start + n < end) {
+            let at = start + taken.map_or(0, |(n, _)| n);
+            let mut queued = None;
+            let written = self.shared.run(Direction::Write, |c| {
+                let w = c.write_registered(&region, at, end - at)?;
+                queued = Some(w);
+                Ok(w)
+            });
+            // An error after the post (in the progress that follows it) still leaves the
+            // bytes posted: the buffer must be kept.
+            if let Some(w) = queued {
+                taken = Some((taken.map_or(0, |(n, _)| n) + w.accepted, w.last));
+            }
+            if let Err(e) = written {
+                stopped = Some(e);
+                break;
+            }
+        }
+        match (taken, stopped) {
+            (Some((n, last)), _) => {
                 self.shared.lock().submitted.push_back(Submission {
                     buf,
                     _region: region,
-                    sent: start + w.accepted,
-                    last: w.last,
+                    sent: start + n,
+                    last,
                 });
-                Ok(w.accepted)
+                Ok(n)
             }
-            (Err(e), None) => refuse(e, buf),
+            (None, Some(e)) => refuse(e, buf),
+            (None, None) => unreachable!("the loop runs until something was taken or it failed"),
         }
     }
 
