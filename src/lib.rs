@@ -41,6 +41,38 @@
 //! `shutdown` with half-close, timeouts, `set_nonblocking` and `try_clone`. The stream speaks
 //! librdmacm's rsocket protocol, so the peer may be an rsocket program (`rstream`) as well.
 //!
+//! ## Zero-copy writes
+//!
+//! A [`RegisteredBuf`] is memory the connection's device sends from without a copy:
+//! [`RdmaSocket::write_registered`] writes it (the device writes its bytes into the peer's
+//! receive ring, in stream order with the other writes) and returns once the device has read
+//! it, so it may be refilled at once; [`RdmaSocket::submit_registered`] takes it by value and
+//! hands it back later ([`RdmaSocket::completed_registered`]), for several writes in
+//! flight. A [`BufferPool`] keeps a set of them registered. The peer sees an ordinary stream.
+//!
+//! ```
+//! use rdmasock::{RdmaListener, RdmaSocket, RegisteredBuf};
+//! use std::io::Read;
+//!
+//! let listener = RdmaListener::bind("127.0.0.1:0")?;
+//! let address = listener.local_addr()?;
+//! let server = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
+//!     let (mut socket, _peer) = listener.accept()?;
+//!     let mut got = vec![0; 8192];
+//!     socket.read_exact(&mut got)?;
+//!     Ok(got)
+//! });
+//! let client = RdmaSocket::connect(address)?;
+//! let mut buf = RegisteredBuf::new(4096)?;
+//! buf.fill(1);
+//! client.write_registered(&buf)?;
+//! buf.fill(2); // the device is done with it: the peer still gets the ones
+//! client.write_registered(&buf)?;
+//! let got = server.join().unwrap()?;
+//! assert!(got[..4096].iter().all(|&b| b == 1) && got[4096..].iter().all(|&b| b == 2));
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
 //! ## Choosing a provider
 //!
 //! A provider is the data path of one kind of device. The registry ([`default_registry`],
