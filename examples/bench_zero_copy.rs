@@ -71,7 +71,7 @@ fn args() -> Args {
             other => usage(&format!("unknown argument {other}")),
         }
     }
-    if a.sizes.iter().any(|&s| s == 0) {
+    if a.sizes.contains(&0) {
         usage("a size of 0");
     }
     a
