@@ -181,3 +181,48 @@ impl Drop for PooledBuf {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BufferPool;
+    use std::time::Duration;
+
+    #[test]
+    fn buffers_go_back_on_drop_and_a_full_pool_makes_callers_wait() {
+        let pool = BufferPool::new(2, 4096).unwrap();
+        assert_eq!(
+            (pool.capacity(), pool.available(), pool.buffer_len()),
+            (2, 2, 4096)
+        );
+        let mut a = pool.get();
+        a[0] = 9;
+        let b = pool.try_get().expect("a second buffer");
+        assert!(pool.try_get().is_none(), "both are out");
+        assert!(pool.get_timeout(Duration::from_millis(10)).is_none());
+        let waiter = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.get()[0])
+        };
+        drop(a);
+        assert_eq!(
+            waiter.join().unwrap(),
+            9,
+            "the waiter got the buffer given back"
+        );
+        drop(b);
+        assert_eq!(pool.available(), 2);
+        let taken = pool.get().into_inner();
+        assert_eq!(
+            pool.available(),
+            1,
+            "a buffer taken out does not come back by itself"
+        );
+        pool.restore(taken).unwrap();
+        let other = crate::RegisteredBuf::new(100).unwrap();
+        assert!(
+            pool.restore(other).is_err(),
+            "a buffer of another size is refused"
+        );
+        assert!(BufferPool::new(0, 4096).is_err());
+    }
+}

@@ -67,7 +67,6 @@ impl RegisteredBuf {
 
     /// A buffer over memory the verbs layer allocated (huge pages and the like are chosen
     /// there).
-    #[allow(dead_code)]
     pub(crate) fn from_memory(memory: RegisteredMemory) -> RegisteredBuf {
         RegisteredBuf::with_memory(BufferMemory::owned(memory))
     }
@@ -152,5 +151,31 @@ impl fmt::Debug for RegisteredBuf {
             .field("len", &self.len())
             .field("registrations", &self.registrations())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RegisteredBuf;
+
+    #[test]
+    fn a_buffer_is_its_bytes_from_either_source() {
+        let mut own = RegisteredBuf::new(5000).unwrap();
+        assert_eq!(own.len(), 5000);
+        assert!(own.iter().all(|&b| b == 0), "zeroed");
+        assert_eq!(own.as_ptr() as usize % 4096, 0, "page-aligned");
+        own[4999] = 3;
+        assert_eq!(own[4999], 3);
+        let vec = vec![1u8, 2, 3];
+        let at = vec.as_ptr();
+        let theirs = RegisteredBuf::from_vec(vec).unwrap();
+        assert_eq!(&theirs[..], &[1, 2, 3]);
+        assert_eq!(theirs.as_ptr(), at, "the vector's memory, not a copy");
+        let boxed = RegisteredBuf::from_boxed_slice(vec![4u8; 10].into_boxed_slice()).unwrap();
+        assert_eq!(&boxed[..], &[4; 10]);
+        assert_eq!(theirs.registrations(), 0);
+        let empty = RegisteredBuf::from_vec(Vec::new()).unwrap_err();
+        assert_eq!(empty.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(RegisteredBuf::new(0).is_err());
     }
 }
