@@ -117,7 +117,7 @@ impl fmt::Debug for BufferPool {
 }
 
 /// A buffer out of a [`BufferPool`]; derefs to [`RegisteredBuf`] and goes back into the pool
-/// when it drops. [`PooledBuf::into_inner`] and [`PooledBuf::restore`] move the buffer out and
+/// when it drops. [`PooledBuf::into_inner`] and [`BufferPool::restore`] move the buffer out and
 /// back, for the calls that take a `RegisteredBuf` by value
 /// ([`RdmaSocket::submit_registered`](crate::RdmaSocket::submit_registered)).
 pub struct PooledBuf {

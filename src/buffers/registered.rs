@@ -178,4 +178,12 @@ mod tests {
         assert_eq!(empty.kind(), std::io::ErrorKind::InvalidInput);
         assert!(RegisteredBuf::new(0).is_err());
     }
+
+    #[test]
+    fn buffers_move_between_threads_and_tasks() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<RegisteredBuf>();
+        send_and_sync::<crate::BufferPool>();
+        send_and_sync::<crate::PooledBuf>();
+    }
 }

@@ -22,7 +22,9 @@
 //!    arrives; on the passive side before accepting, as rsocket does, because the peer may
 //!    write as soon as it has our reply. Post the ops it queues once the queue pair can send.
 //! 4. `write`/`read`/`peek` copy through [`CopySpan`]s (or a small write goes out at once
-//!    as the [`InlineWrite`] that [`StreamEngine::write_inline`] returns); after every call
+//!    as the [`InlineWrite`] that [`StreamEngine::write_inline`] returns, or a zero-copy
+//!    write's messages carry [`Payload::Registered`] pieces of the caller's registered buffer,
+//!    [`StreamEngine::write_registered`], to post from it); after every call
 //!    and every completion, carry out all [`StreamEngine::pop_op`] ops in order, each as it
 //!    is popped, and report [`StreamEngine::readiness`]. Receive reposts ([`Op::PostRecv`])
 //!    are the exception: they may go after the sends queued with them, and up to
