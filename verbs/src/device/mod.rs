@@ -17,6 +17,7 @@ mod sysfs;
 pub use gid_table::GidTable;
 
 pub use netlink::driver_name;
+pub(crate) use netlink::copy_on_fork;
 
 use crate::error::{Error, Result};
 use crate::types::{Gid, PortState};
