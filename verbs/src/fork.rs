@@ -46,9 +46,11 @@ pub fn fork_safety() -> ForkSafety {
 /// The process that first opened a device context or allocated registered memory here.
 static OWNER: OnceLock<u32> = OnceLock::new();
 
-/// Notes this process as the one whose RDMA objects these are (the first call wins; a child
-/// made by `fork` inherits the note, an `exec` clears it).
-pub(crate) fn note_owner() {
+/// Notes this process as the one whose RDMA objects these are, for
+/// [`in_forked_child`]: the first call wins, a child made by `fork` inherits the note, an
+/// `exec` clears it. Opening a device context and allocating memory call it; so do the socket
+/// layer's listeners and connects, before their connection manager makes anything.
+pub fn note_owner() {
     OWNER.get_or_init(std::process::id);
 }
 
@@ -58,7 +60,9 @@ pub(crate) fn note_owner() {
 /// down. Costs one `getpid`; async-signal-safe (no lock, no allocation), so a child of a
 /// multi-threaded parent may call it before `exec`.
 pub fn in_forked_child() -> bool {
-    OWNER.get().is_some_and(|&owner| owner != std::process::id())
+    OWNER
+        .get()
+        .is_some_and(|&owner| owner != std::process::id())
 }
 
 #[cfg(test)]

@@ -493,7 +493,12 @@ mod tests {
                 );
                 let text = e.to_string();
                 assert!(matches!(e, Error::HugePages { pages: 2, .. }), "{e:?}");
-                for what in ["/proc/sys/vm/nr_hugepages", "hugeadm", "ulimit -l", "Prefer"] {
+                for what in [
+                    "/proc/sys/vm/nr_hugepages",
+                    "hugeadm",
+                    "ulimit -l",
+                    "Prefer",
+                ] {
                     assert!(text.contains(what), "{what} missing from: {text}");
                 }
             }
@@ -520,7 +525,9 @@ mod tests {
         let plain = RegisteredMemory::allocate(len).unwrap();
         assert_eq!(plain.pages(), Pages::Base);
         assert_eq!(
-            RegisteredMemory::allocate_with(len, HugePages::Never).unwrap().pages(),
+            RegisteredMemory::allocate_with(len, HugePages::Never)
+                .unwrap()
+                .pages(),
             Pages::Base
         );
     }

@@ -16,8 +16,8 @@ mod sysfs;
 
 pub use gid_table::GidTable;
 
-pub use netlink::driver_name;
 pub(crate) use netlink::copy_on_fork;
+pub use netlink::driver_name;
 
 use crate::error::{Error, Result};
 use crate::types::{Gid, PortState};

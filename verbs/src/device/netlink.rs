@@ -461,11 +461,7 @@ mod tests {
         assert_eq!(u16_at(&request, 4), (5 << 10) | 6);
         assert_eq!(request.len(), NLMSG_HDR_LEN);
         let with = |v: u8| {
-            let r = reply(
-                5126,
-                1,
-                &[(66, &[1]), (SYS_ATTR_COPY_ON_FORK, &[v])],
-            );
+            let r = reply(5126, 1, &[(66, &[1]), (SYS_ATTR_COPY_ON_FORK, &[v])]);
             let msgs = parse_messages(&r).unwrap();
             let Message::Data { attrs, .. } = msgs[0] else {
                 panic!("expected data, got {msgs:?}")
@@ -479,7 +475,10 @@ mod tests {
         let Message::Data { attrs, .. } = msgs[0] else {
             panic!("expected data, got {msgs:?}")
         };
-        assert!(!sys_reply_copy_on_fork(attrs), "no attribute: no copy on fork");
+        assert!(
+            !sys_reply_copy_on_fork(attrs),
+            "no attribute: no copy on fork"
+        );
     }
 
     #[test]

@@ -52,7 +52,11 @@ impl RawMemory {
     /// `transparent`, asks the kernel to back it with transparent huge pages
     /// (`MADV_HUGEPAGE`; where it refuses, the memory stays on base pages and says so). With
     /// `dont_fork`, the mapping is left out of a child made by `fork` (`MADV_DONTFORK`).
-    pub(crate) fn allocate(len: usize, transparent: bool, dont_fork: bool) -> io::Result<RawMemory> {
+    pub(crate) fn allocate(
+        len: usize,
+        transparent: bool,
+        dont_fork: bool,
+    ) -> io::Result<RawMemory> {
         let mut raw = RawMemory::map(len, len, 0, dont_fork)?;
         #[cfg(not(miri))]
         if transparent {
@@ -75,15 +79,24 @@ impl RawMemory {
         let mapped = len
             .checked_next_multiple_of(HUGE_PAGE)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
-        let mut raw =
-            RawMemory::map(len, mapped, libc::MAP_HUGETLB | libc::MAP_HUGE_2MB, dont_fork)?;
+        let mut raw = RawMemory::map(
+            len,
+            mapped,
+            libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+            dont_fork,
+        )?;
         raw.backing = Backing::HugeTlb;
         Ok(raw)
     }
 
     /// One anonymous private mapping of `mapped` bytes with the extra `flags`, of which the
     /// value describes the first `len`.
-    fn map(len: usize, mapped: usize, flags: libc::c_int, dont_fork: bool) -> io::Result<RawMemory> {
+    fn map(
+        len: usize,
+        mapped: usize,
+        flags: libc::c_int,
+        dont_fork: bool,
+    ) -> io::Result<RawMemory> {
         // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
         let p = unsafe {
             libc::mmap(
