@@ -70,8 +70,8 @@ pub enum Error {
         "cannot map {requested} bytes on 2 MiB huge pages ({pages} pages; the pool has {free} free \
          of {total}): {source}. Fix: reserve huge pages (`echo N > /proc/sys/vm/nr_hugepages` as \
          root, `hugeadm --pool-pages-min 2MB:N`, or `hugepages=N` on the kernel command line), \
-         raise RLIMIT_MEMLOCK where the memory is registered (`ulimit -l`), or ask for \
-         HugePages::Prefer to fall back to base pages"
+         allow the locked memory where it is registered on a kernel device (`ulimit -l`), or \
+         ask for HugePages::Prefer to fall back to base pages"
     )]
     HugePages {
         /// The bytes asked for.
@@ -210,7 +210,7 @@ impl From<Error> for io::Error {
         let kind = match &e {
             Error::NoDevice | Error::DeviceNotFound { .. } => io::ErrorKind::NotFound,
             Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
-            Error::MemlockLimit { .. } => io::ErrorKind::OutOfMemory,
+            Error::MemlockLimit { .. } | Error::HugePages { .. } => io::ErrorKind::OutOfMemory,
             Error::InvalidArgument(_) | Error::MissingAttributes { .. } => {
                 io::ErrorKind::InvalidInput
             }

@@ -516,7 +516,11 @@ mod tests {
                 assert!(!pool_empty, "hugetlb pages from an empty pool");
                 assert_eq!(m.page_size(), HUGE_PAGE)
             }
-            Pages::TransparentHuge | Pages::Base => {
+            Pages::TransparentHuge => {
+                assert_eq!(m.addr() % HUGE_PAGE as u64, 0, "an aligned 2 MiB extent");
+                assert_eq!(m.page_size(), crate::sys::memory::page_size());
+            }
+            Pages::Base => {
                 assert_eq!(m.page_size(), crate::sys::memory::page_size());
             }
         }

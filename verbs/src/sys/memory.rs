@@ -49,27 +49,92 @@ pub(crate) fn page_size() -> usize {
 
 impl RawMemory {
     /// Maps `len` zeroed bytes of anonymous, page-aligned memory on base pages; with
-    /// `transparent`, asks the kernel to back it with transparent huge pages
-    /// (`MADV_HUGEPAGE`; where it refuses, the memory stays on base pages and says so). With
-    /// `dont_fork`, the mapping is left out of a child made by `fork` (`MADV_DONTFORK`).
+    /// `transparent`, on whole 2 MiB-aligned extents (the mapping rounded up to 2 MiB) that the
+    /// kernel is asked to back with transparent huge pages (`MADV_HUGEPAGE`; where it refuses,
+    /// the memory stays on base pages and says so). With `dont_fork`, the mapping is left out
+    /// of a child made by `fork` (`MADV_DONTFORK`).
     pub(crate) fn allocate(
         len: usize,
         transparent: bool,
         dont_fork: bool,
     ) -> io::Result<RawMemory> {
-        let mut raw = RawMemory::map(len, len, 0, dont_fork)?;
         #[cfg(not(miri))]
         if transparent {
-            // SAFETY: the range is the whole mapping just made; MADV_HUGEPAGE changes no
-            // contents, only which pages may back them.
-            let rc = unsafe { libc::madvise(raw.ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
-            if rc == 0 {
-                raw.backing = Backing::Transparent;
+            return RawMemory::allocate_transparent(len, dont_fork);
+        }
+        let _ = transparent;
+        RawMemory::map(len, len, 0, dont_fork)
+    }
+
+    /// [`allocate`](Self::allocate) with `transparent`: a transparent huge page backs only an
+    /// aligned 2 MiB extent inside the mapping, so the mapping is made 2 MiB larger than the
+    /// rounded length, then trimmed to an aligned start.
+    #[cfg(not(miri))]
+    fn allocate_transparent(len: usize, dont_fork: bool) -> io::Result<RawMemory> {
+        let too_long = || io::Error::from_raw_os_error(libc::ENOMEM);
+        let mapped = len
+            .checked_next_multiple_of(HUGE_PAGE)
+            .ok_or_else(too_long)?;
+        let over = mapped.checked_add(HUGE_PAGE).ok_or_else(too_long)?;
+        // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let start = p as usize;
+        let aligned = start.next_multiple_of(HUGE_PAGE);
+        let head = aligned - start;
+        let tail = over - head - mapped;
+        // SAFETY: start..start+head and aligned+mapped..start+over are the parts of the
+        // mapping just made that lie outside the aligned extent kept; nothing refers to them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + mapped) as *mut libc::c_void, tail);
             }
         }
-        #[cfg(miri)]
-        let _ = transparent;
+        let mut raw = RawMemory {
+            ptr: NonNull::new(aligned as *mut u8).expect("inside a successful mapping"),
+            len,
+            mapped,
+            backing: Backing::Base,
+            owned: true,
+            read_only: false,
+        };
+        // SAFETY: aligned..aligned+mapped is the mapping kept above; MADV_HUGEPAGE changes no
+        // contents, only which pages may back them.
+        let rc =
+            unsafe { libc::madvise(aligned as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE) };
+        if rc == 0 {
+            raw.backing = Backing::Transparent;
+        }
+        raw.dont_fork(dont_fork);
         Ok(raw)
+    }
+
+    /// Marks the whole mapping `MADV_DONTFORK` when `dont_fork`: where the kernel does not
+    /// copy pinned pages for a child made by `fork`, a registered page must not become
+    /// copy-on-write in the parent. (Miri, which runs the pure parts' tests, has no madvise
+    /// and no fork.)
+    fn dont_fork(&self, dont_fork: bool) {
+        #[cfg(not(miri))]
+        if dont_fork {
+            // SAFETY: the range is the whole mapping this value made.
+            unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.mapped, libc::MADV_DONTFORK) };
+        }
+        #[cfg(miri)]
+        let _ = dont_fork;
     }
 
     /// Maps `len` zeroed bytes on 2 MiB pages of the hugetlb pool, the mapping rounded up to
@@ -111,24 +176,16 @@ impl RawMemory {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // Keep the pages in place across fork() where the kernel does not copy pinned pages
-        // for the child: a registered page must not become copy-on-write in the parent.
-        // (Miri, which runs the pure parts' tests, has no madvise and no fork.)
-        #[cfg(not(miri))]
-        if dont_fork {
-            // SAFETY: p..p+mapped is the mapping just made.
-            unsafe { libc::madvise(p, mapped, libc::MADV_DONTFORK) };
-        }
-        #[cfg(miri)]
-        let _ = dont_fork;
-        Ok(RawMemory {
+        let raw = RawMemory {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
             mapped,
             backing: Backing::Base,
             owned: true,
             read_only: false,
-        })
+        };
+        raw.dont_fork(dont_fork);
+        Ok(raw)
     }
 
     /// What backs the memory.
