@@ -41,6 +41,7 @@ mod cycles;
 mod data;
 mod fd;
 mod fork;
+mod huge_pages;
 mod polling;
 mod vanish;
 mod waits;
@@ -60,6 +61,8 @@ pub(crate) use data::*;
 pub(crate) use fd::*;
 #[allow(unused_imports)]
 pub(crate) use fork::*;
+#[allow(unused_imports)]
+pub(crate) use huge_pages::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
 #[allow(unused_imports)]
