@@ -54,7 +54,11 @@ pub(crate) fn huge_page_rings_carry_a_checked_stream_or_say_what_to_reserve(f: &
             .expect_err("no huge pages to put the rings on");
         assert_eq!(e.kind(), ErrorKind::OutOfMemory, "{e}");
         let text = e.to_string();
-        for what in ["2 MiB huge pages", "/proc/sys/vm/nr_hugepages", "HugePages::Prefer"] {
+        for what in [
+            "2 MiB huge pages",
+            "/proc/sys/vm/nr_hugepages",
+            "HugePages::Prefer",
+        ] {
             assert!(text.contains(what), "{what} missing from: {text}");
         }
     }
