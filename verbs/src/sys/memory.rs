@@ -23,8 +23,9 @@ pub(crate) enum Backing {
 pub(crate) struct RawMemory {
     ptr: NonNull<u8>,
     len: usize,
-    /// The length of the mapping `allocate*` made (`len` rounded up to whole huge pages on
-    /// hugetlb memory); what `Drop` unmaps.
+    /// The length of the mapping `allocate*` made (`len` rounded up to whole 2 MiB pages on
+    /// hugetlb and transparent huge page memory; 0 for memory not mapped here); what `Drop`
+    /// unmaps.
     mapped: usize,
     backing: Backing,
     owned: bool,
