@@ -5,7 +5,8 @@
 //! ```text
 //! bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunks B,...]
 //!                         [--spin MICROSECONDS] [--ring BYTES] [--signal N]
-//!                         [--max-transfer BYTES] [--listen PORT | --connect PORT] [--waits]
+//!                         [--max-transfer BYTES] [--huge-pages never|prefer|require]
+//!                         [--listen PORT | --connect PORT] [--waits]
 //! ```
 //!
 //! By default both ends run in this process, as two threads. `--listen PORT` runs only the
@@ -17,8 +18,9 @@
 //!
 //! `--spin` sets RdmaSocket's busy-poll budget per wait (0: event mode), `--ring` its send
 //! and receive ring sizes, `--signal` its signalling interval (one send in N completes) and
-//! `--max-transfer` its largest message; the default for each is the library's default
-//! options.
+//! `--max-transfer` its largest message, `--huge-pages` whether its rings go on 2 MiB pages
+//! (docs/MEMORY.md; the effect shows with large rings and writes: `--ring 1048576 --chunks
+//! 1048576`); the default for each is the library's default options.
 //!
 //! For each size: `N` ping-pongs after `N/10` warm-up ones; then, for each chunk size `B`
 //! (default 64 KiB; `--chunk B` is the same as a list of one), `M` MiB written in `B`-byte
@@ -34,6 +36,7 @@ mod common;
 use common::bench::Stream;
 use common::clock::RoundTrips;
 use rdmasock::socket::WaitStats;
+use rdmasock::verbs::HugePages;
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -92,6 +95,7 @@ fn args() -> Result<Args, String> {
         waits: false,
     };
     let (mut spin, mut ring, mut signal, mut max_transfer) = (None, None, None, None);
+    let mut huge = HugePages::Never;
     while let Some(flag) = it.next() {
         if flag == "--waits" {
             a.waits = true;
@@ -109,6 +113,14 @@ fn args() -> Result<Args, String> {
             "--ring" => ring = Some(num(&value)?),
             "--signal" => signal = Some(num(&value)?),
             "--max-transfer" => max_transfer = Some(num(&value)?),
+            "--huge-pages" => {
+                huge = match value.as_str() {
+                    "never" => HugePages::Never,
+                    "prefer" => HugePages::Prefer,
+                    "require" => HugePages::Require,
+                    other => return Err(format!("--huge-pages {other}: never, prefer or require")),
+                }
+            }
             "--listen" | "--connect" => {
                 let port = value
                     .parse::<u16>()
@@ -122,7 +134,7 @@ fn args() -> Result<Args, String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    let mut b = SocketOptions::builder();
+    let mut b = SocketOptions::builder().huge_pages(huge);
     b = match spin {
         None => b,
         Some(0) => b.event_mode(),
@@ -348,7 +360,7 @@ fn main() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunks B,...] [--spin US] [--ring BYTES] [--signal N] [--max-transfer BYTES] [--listen PORT | --connect PORT]");
+            eprintln!("bench_socket: {e}\nusage: bench_socket rdma|tcp IP [--sizes 64,4096,65536] [--iters N] [--megabytes M] [--chunks B,...] [--spin US] [--ring BYTES] [--signal N] [--max-transfer BYTES] [--huge-pages never|prefer|require] [--listen PORT | --connect PORT]");
             return ExitCode::from(2);
         }
     };

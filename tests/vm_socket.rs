@@ -25,6 +25,8 @@ mod rxe {
             dropping_connect_start_at_each_stage_leaks_nothing,
             sixty_four_connect_starts_on_one_thread_driven_by_poll,
             connect_accept_echo,
+            fork_while_streaming_children_exec_or_drop_what_they_inherited,
+            huge_page_rings_carry_a_checked_stream_or_say_what_to_reserve,
             ipv6_connect_accept_echo_and_stream,
             large_stream_each_way_at_once_checked_by_hash,
             small_pieces_both_ways_with_and_without_nodelay,

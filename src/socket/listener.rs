@@ -45,6 +45,16 @@ impl fmt::Debug for RdmaListener {
     }
 }
 
+impl Drop for RdmaListener {
+    /// In a child made by `fork` the listener and the handshakes in its backlog are the
+    /// parent's: dropping them there leaves them alone (see `RdmaSocket`'s drop).
+    fn drop(&mut self) {
+        if crate::verbs::in_forked_child() {
+            std::mem::forget((Arc::clone(&self.cm), Arc::clone(&self.backlog)));
+        }
+    }
+}
+
 impl RdmaListener {
     /// Binds to `addr` (the first resolved address that works; port 0 picks one) and listens,
     /// with the default options. An address on no RDMA device is refused with the list of
@@ -64,6 +74,7 @@ impl RdmaListener {
         addr: impl ToSocketAddrs,
         opts: &SocketOptions,
     ) -> io::Result<RdmaListener> {
+        crate::verbs::fork::note_owner();
         let mut last = None;
         for a in addr.to_socket_addrs()? {
             match cm.listen(a, opts.backlog) {

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use crate::protocol::{ConfigError, ProgressMode, StreamConfig, StreamConfigBuilder};
+use crate::verbs::HugePages;
 use std::time::Duration;
 
 /// The options of one connection (or of every connection a listener accepts). Build them
@@ -20,6 +21,8 @@ pub struct SocketOptions {
     /// The signalling interval was chosen by the user (else the userspace provider gets
     /// [`UNPINNED_SIGNAL_INTERVAL`]).
     pub(crate) interval_chosen: bool,
+    /// Whether the send and receive rings go on 2 MiB huge pages.
+    pub(crate) huge_pages: HugePages,
 }
 
 /// The default signalling interval on the userspace provider: one message in 8. There a send
@@ -67,6 +70,7 @@ impl Default for SocketOptions {
             backlog: 128,
             rings_chosen: (false, false),
             interval_chosen: false,
+            huge_pages: HugePages::Never,
         }
     }
 }
@@ -106,6 +110,10 @@ impl SocketOptions {
     /// The listen backlog.
     pub fn backlog(&self) -> u32 {
         self.backlog
+    }
+    /// Whether the send and receive rings go on 2 MiB huge pages.
+    pub fn huge_pages(&self) -> HugePages {
+        self.huge_pages
     }
 
     /// Lets each ring the user did not size grow to [`UNPINNED_RING`] bytes, and the signalling
@@ -233,6 +241,17 @@ impl SocketOptionsBuilder {
         self.rest.backlog = backlog;
         self
     }
+    /// Puts the send and receive rings on 2 MiB huge pages ([`HugePages::Prefer`]: where the
+    /// hugetlb pool has them, else transparent huge pages; [`HugePages::Require`]: or the
+    /// connection fails with what to reserve). Default [`HugePages::Never`]. It pays for large
+    /// rings (`send_ring`/`recv_ring` of 1 MiB and up, and the userspace provider's 1 MiB
+    /// default), whose pages then take a TLB entry each 2 MiB instead of each 4 KiB; a ring of
+    /// the default 16..128 KiB would hold a whole 2 MiB page of the pool for a few KiB.
+    /// docs/MEMORY.md#huge-pages.
+    pub fn huge_pages(mut self, huge: HugePages) -> Self {
+        self.rest.huge_pages = huge;
+        self
+    }
 
     /// Checks every value and returns the options.
     pub fn build(self) -> Result<SocketOptions, ConfigError> {
@@ -349,6 +368,12 @@ mod tests {
         assert_eq!(o.stream().progress(), ProgressMode::Event);
         assert_eq!(o.keepalive(), Some(Duration::from_secs(1)));
         assert_eq!(o.backlog(), 4);
+        assert_eq!(o.huge_pages(), HugePages::Never);
+        let huge = SocketOptions::builder()
+            .huge_pages(HugePages::Require)
+            .build()
+            .unwrap();
+        assert_eq!(huge.huge_pages(), HugePages::Require);
 
         let e = SocketOptions::builder()
             .recv_ring(4097)

@@ -123,6 +123,7 @@ impl RdmaSocket {
         addr: SocketAddr,
         opts: &SocketOptions,
     ) -> io::Result<Connecting> {
+        crate::verbs::fork::note_owner();
         Connecting::start(cm, addr, opts).map_err(super::census::at_limit)
     }
 
@@ -428,6 +429,18 @@ pub(crate) fn explain_reject(e: io::Error) -> io::Error {
     match reason {
         Some(text) => io::Error::new(e.kind(), format!("{e}: \"{text}\"")),
         None => e,
+    }
+}
+
+impl Drop for RdmaSocket {
+    /// In a child made by `fork` the connection is the parent's (it shares the parent's
+    /// device, connection-manager and transport files): dropping its handles there leaves the
+    /// connection alone (nothing sent, nothing destroyed; the memory is the child's to lose).
+    /// The parent's last handle closes it as usual.
+    fn drop(&mut self) {
+        if crate::verbs::in_forked_child() {
+            std::mem::forget(Arc::clone(&self.shared));
+        }
     }
 }
 

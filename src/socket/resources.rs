@@ -12,8 +12,8 @@ use super::warm::RingWarmer;
 use crate::cm::CmEndpoint;
 use crate::protocol::{LocalRegions, TARGET_LIST_LEN};
 use crate::verbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, MemoryRegion, QpCapabilities,
-    QpInitAttributes, QueuePair, Transport,
+    AccessFlags, CompletionChannel, CompletionQueue, HugePages, MemoryRegion, ProtectionDomain,
+    QpCapabilities, QpInitAttributes, QueuePair, RegisteredMemory, Transport,
 };
 use std::io;
 use std::sync::Arc;
@@ -45,6 +45,8 @@ pub(crate) struct Resources {
     /// pages in ahead of use (see `warm`); `None` once a ring is in.
     pub(crate) send_warm: Option<RingWarmer>,
     pub(crate) recv_warm: Option<RingWarmer>,
+    /// Whether the rings go on huge pages ([`SocketOptions::huge_pages`]).
+    huge_pages: HugePages,
     /// This connection in the process's census (regions and bytes registered).
     _census: census::Entry,
     /// The device context and protection domain, shared with the process's other
@@ -108,8 +110,9 @@ impl Resources {
             .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
         // Rings start at their smallest size (see `replace_recv_ring`).
         let send_len = send_area_len(cfg.send_ring_min(), cfg.control_area_len());
-        let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
-        let recv_mr = pd.register(cfg.recv_ring_min(), REMOTE)?;
+        let huge_pages = opts.huge_pages;
+        let send_mr = register_ring(pd, send_len, AccessFlags::LOCAL_WRITE, huge_pages)?;
+        let recv_mr = register_ring(pd, cfg.recv_ring_min(), REMOTE, huge_pages)?;
         let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
         let message_mr = match cfg.message_area_len() {
             0 => None,
@@ -140,6 +143,7 @@ impl Resources {
             registered.map(|mr| mr.len() as u64).sum(),
         );
         Ok(Resources {
+            huge_pages,
             _census: entry,
             lend_limit,
             send_warm,
@@ -161,7 +165,7 @@ impl Resources {
     /// ([`RingChange::Receive`](crate::protocol::RingChange)), when the peer can no longer
     /// write into the old one. On an error the current ring stays.
     pub(crate) fn replace_recv_ring(&mut self, len: usize) -> io::Result<()> {
-        let mr = self.device.pd().register(len, REMOTE)?;
+        let mr = register_ring(self.device.pd(), len, REMOTE, self.huge_pages)?;
         if self.recv_warm.is_some() {
             self.recv_warm = Some(RingWarmer::new(&mr, len));
         }
@@ -183,10 +187,12 @@ impl Resources {
     /// ([`RingChange::Send`](crate::protocol::RingChange)), when no posted work request
     /// reads the old one. On an error the current ring stays.
     pub(crate) fn replace_send_ring(&mut self, len: usize, control_area: usize) -> io::Result<()> {
-        let mr = self
-            .device
-            .pd()
-            .register(send_area_len(len, control_area), AccessFlags::LOCAL_WRITE)?;
+        let mr = register_ring(
+            self.device.pd(),
+            send_area_len(len, control_area),
+            AccessFlags::LOCAL_WRITE,
+            self.huge_pages,
+        )?;
         if self.send_warm.is_some() {
             self.send_warm = Some(RingWarmer::new(&mr, len));
         }
@@ -203,6 +209,17 @@ impl Resources {
             target_list_rkey: self.target_mr.rkey().0,
         }
     }
+}
+
+/// Allocates and registers a ring of `len` bytes, on huge pages as `huge` asks.
+fn register_ring(
+    pd: &ProtectionDomain,
+    len: usize,
+    access: AccessFlags,
+    huge: HugePages,
+) -> io::Result<MemoryRegion> {
+    let memory = RegisteredMemory::allocate_with(len, huge)?;
+    Ok(pd.register_memory(memory, access)?)
 }
 
 /// The bytes of the send registration: the ring, the control slots, the scratch area.

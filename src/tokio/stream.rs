@@ -368,6 +368,13 @@ impl Drop for RdmaStream {
     /// on the runtime's blocking pool (inline when no runtime is current), so that no
     /// worker waits for the peer.
     fn drop(&mut self) {
+        if crate::verbs::in_forked_child() {
+            // The reactor's registrations and the connection are the parent's: see
+            // RdmaSocket's drop.
+            std::mem::forget(self.events.take());
+            std::mem::forget(self.socket.take());
+            return;
+        }
         drop(self.events.take());
         if let Some(socket) = self.socket.take() {
             close_in_background(socket);
@@ -387,7 +394,9 @@ fn would_block(done: bool) -> io::Result<()> {
 /// Drops `socket`; when it is the connection's last handle, its graceful close (which waits
 /// for the peer, up to the close timeout) runs on the blocking pool.
 pub(crate) fn close_in_background(socket: RdmaSocket) {
-    let Some(shared) = Arc::into_inner(socket.shared) else {
+    let shared = Arc::clone(&socket.shared);
+    drop(socket);
+    let Some(shared) = Arc::into_inner(shared) else {
         return;
     };
     match ::tokio::runtime::Handle::try_current() {

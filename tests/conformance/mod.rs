@@ -40,6 +40,8 @@ mod connect_start;
 mod cycles;
 mod data;
 mod fd;
+mod fork;
+mod huge_pages;
 mod polling;
 mod vanish;
 mod waits;
@@ -58,6 +60,10 @@ pub(crate) use cycles::*;
 pub(crate) use data::*;
 #[allow(unused_imports)]
 pub(crate) use fd::*;
+#[allow(unused_imports)]
+pub(crate) use fork::*;
+#[allow(unused_imports)]
+pub(crate) use huge_pages::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
 #[allow(unused_imports)]

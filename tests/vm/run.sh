@@ -251,7 +251,8 @@ if [[ "${RDMASOCK_VM_ACCEL:-tcg}" == tcg* ]]; then
   tsc_khz=$(dmesg 2>/dev/null | sed -n -e 's/.*tsc: Refined TSC clocksource calibration: \([0-9.]*\) MHz.*/\1/p' \
     -e 's/.*tsc: Detected \([0-9.]*\) MHz processor.*/\1/p' | tail -n 1 | awk '$1 > 0 { printf "%d", $1 * 1000 }')
 fi
-append="console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable"
+# A small pool of 2 MiB huge pages (32 MiB) for rings on huge pages (docs/MEMORY.md).
+append="console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable hugepages=16"
 [ -n "$tsc_khz" ] && append+=" tsc_early_khz=$tsc_khz"
 t0=$(date +%s.%N)
 timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \

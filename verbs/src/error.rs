@@ -64,6 +64,29 @@ pub enum Error {
         limit: String,
     },
 
+    /// Memory was required on 2 MiB huge pages ([`HugePages::Require`](crate::HugePages)) and
+    /// the hugetlb pool could not give them.
+    #[error(
+        "cannot map {requested} bytes on 2 MiB huge pages ({pages} pages; the pool has {free} free \
+         of {total}): {source}. Fix: reserve huge pages (`echo N > /proc/sys/vm/nr_hugepages` as \
+         root, `hugeadm --pool-pages-min 2MB:N`, or `hugepages=N` on the kernel command line), \
+         allow the locked memory where it is registered on a kernel device (`ulimit -l`), or \
+         ask for HugePages::Prefer to fall back to base pages"
+    )]
+    HugePages {
+        /// The bytes asked for.
+        requested: usize,
+        /// The 2 MiB pages they take.
+        pages: usize,
+        /// Free pages in the 2 MiB pool (/sys/kernel/mm/hugepages/hugepages-2048kB), as text
+        /// ("?" where it could not be read).
+        free: String,
+        /// Pages reserved in the pool, as text.
+        total: String,
+        /// What `mmap` said.
+        source: io::Error,
+    },
+
     /// A queue pair transition lacks attributes the state machine requires.
     #[error("QP {qp_num} transition {from}->{to} is missing required attributes: {missing}")]
     MissingAttributes {
@@ -187,7 +210,7 @@ impl From<Error> for io::Error {
         let kind = match &e {
             Error::NoDevice | Error::DeviceNotFound { .. } => io::ErrorKind::NotFound,
             Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
-            Error::MemlockLimit { .. } => io::ErrorKind::OutOfMemory,
+            Error::MemlockLimit { .. } | Error::HugePages { .. } => io::ErrorKind::OutOfMemory,
             Error::InvalidArgument(_) | Error::MissingAttributes { .. } => {
                 io::ErrorKind::InvalidInput
             }

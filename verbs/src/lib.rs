@@ -24,6 +24,7 @@ pub mod device;
 pub mod environment;
 pub mod error;
 mod event;
+pub mod fork;
 pub mod kernel;
 pub mod memory;
 pub mod objects;
@@ -55,7 +56,8 @@ pub use device::{
     DeviceInfo, DeviceList, GidEntry, GidTable, GidType, NodeType, PortInfo, Transport,
 };
 pub use error::{Error, Result};
-pub use memory::{send_pieces, AccessFlags, RegisteredMemory, SendPiece};
+pub use fork::{fork_safety, in_forked_child, ForkSafety};
+pub use memory::{send_pieces, AccessFlags, HugePages, Pages, RegisteredMemory, SendPiece};
 pub use objects::{
     AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
     ProtectionDomain, QueuePair,

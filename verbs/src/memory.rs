@@ -2,7 +2,8 @@
 #![deny(unsafe_code)] // one documented `unsafe fn` constructor, no unsafe blocks beyond forwarding
 
 use crate::error::{Error, Result};
-use crate::sys::memory::RawMemory;
+use crate::fork::{fork_safety, note_owner, ForkSafety};
+use crate::sys::memory::{Backing, RawMemory, HUGE_PAGE};
 use bitflags::bitflags;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -37,6 +38,36 @@ bitflags! {
 /// here.
 pub const COPY_PIECE: usize = 2048;
 
+/// Whether an allocation of [`RegisteredMemory`] goes on 2 MiB huge pages
+/// ([`RegisteredMemory::allocate_with`]; docs/MEMORY.md#huge-pages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HugePages {
+    /// Base pages (the default).
+    #[default]
+    Never,
+    /// 2 MiB pages from the hugetlb pool where it has enough free; otherwise base pages that
+    /// the kernel is asked to back with transparent huge pages (`MADV_HUGEPAGE`).
+    /// [`RegisteredMemory::pages`] says which it got.
+    Prefer,
+    /// 2 MiB pages from the hugetlb pool, or an error ([`Error::HugePages`]) that says how to
+    /// reserve them.
+    Require,
+}
+
+/// What backs a [`RegisteredMemory`] ([`RegisteredMemory::pages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pages {
+    /// Base pages (4 KiB on x86-64), or memory the caller owns.
+    Base,
+    /// Base pages that the kernel was asked to back with transparent huge pages
+    /// (`MADV_HUGEPAGE`): it does so for the aligned 2 MiB extents of the memory when it has
+    /// huge pages free and transparent huge pages are not `never`
+    /// (/sys/kernel/mm/transparent_hugepage/enabled).
+    TransparentHuge,
+    /// 2 MiB pages from the hugetlb pool (`MAP_HUGETLB | MAP_HUGE_2MB`).
+    Huge2MiB,
+}
+
 /// A range of memory that stays valid and pinned-in-place while any clone of its owner lives.
 ///
 /// Either owned (page-aligned, zeroed, allocated by [`RegisteredMemory::allocate`]) or borrowed
@@ -49,16 +80,59 @@ pub struct RegisteredMemory {
 }
 
 impl RegisteredMemory {
-    /// Allocates `len` zeroed, page-aligned bytes.
+    /// Allocates `len` zeroed, page-aligned bytes on base pages. Where the kernel does not
+    /// copy pinned pages at `fork` ([`ForkSafety::DontFork`]), the memory is left out of a
+    /// forked child (`MADV_DONTFORK`).
     pub fn allocate(len: usize) -> Result<RegisteredMemory> {
+        RegisteredMemory::allocate_with(len, HugePages::Never)
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes, on 2 MiB huge pages as `huge` asks
+    /// ([`HugePages`]); [`pages`](Self::pages) says what backs them. On hugetlb pages the
+    /// mapping is rounded up to whole 2 MiB pages (the length stays `len`). As
+    /// [`allocate`](Self::allocate) for `fork`.
+    pub fn allocate_with(len: usize, huge: HugePages) -> Result<RegisteredMemory> {
         if len == 0 {
             return Err(Error::InvalidArgument(
                 "a memory region needs at least one byte".into(),
             ));
         }
-        let raw = RawMemory::allocate(len)
-            .map_err(|e| Error::io(format!("allocating {len} bytes for a memory region"), e))?;
+        note_owner();
+        let dont_fork = fork_safety() == ForkSafety::DontFork;
+        let base = |transparent| {
+            RawMemory::allocate(len, transparent, dont_fork)
+                .map_err(|e| Error::io(format!("allocating {len} bytes for a memory region"), e))
+        };
+        let raw = match huge {
+            HugePages::Never => base(false)?,
+            HugePages::Prefer => match RawMemory::allocate_huge(len, dont_fork) {
+                Ok(raw) => raw,
+                Err(_) => base(true)?,
+            },
+            HugePages::Require => {
+                RawMemory::allocate_huge(len, dont_fork).map_err(|e| huge_pages_error(len, e))?
+            }
+        };
         Ok(RegisteredMemory { raw })
+    }
+
+    /// What backs the memory.
+    pub fn pages(&self) -> Pages {
+        match self.raw.backing() {
+            Backing::Base => Pages::Base,
+            Backing::Transparent => Pages::TransparentHuge,
+            Backing::HugeTlb => Pages::Huge2MiB,
+        }
+    }
+
+    /// The size of the pages that back the memory: 2 MiB on hugetlb pages, the base page size
+    /// otherwise (transparent huge pages come and go with the kernel's choice, so they count as
+    /// base pages here).
+    pub fn page_size(&self) -> usize {
+        match self.raw.backing() {
+            Backing::HugeTlb => HUGE_PAGE,
+            Backing::Base | Backing::Transparent => crate::sys::memory::page_size(),
+        }
     }
 
     /// Describes memory the caller owns.
@@ -240,6 +314,22 @@ impl RegisteredMemory {
     }
 }
 
+/// The error of a hugetlb mapping that failed: what the pool holds, and how to fill it.
+fn huge_pages_error(requested: usize, source: std::io::Error) -> Error {
+    let pool = |file: &str| {
+        std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{file}"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into())
+    };
+    Error::HugePages {
+        requested,
+        pages: requested.div_ceil(HUGE_PAGE),
+        free: pool("free_hugepages"),
+        total: pool("nr_hugepages"),
+        source,
+    }
+}
+
 /// One piece of a gathering send ([`send_pieces`]).
 #[derive(Clone, Copy, Debug)]
 pub enum SendPiece<'a> {
@@ -369,6 +459,81 @@ mod tests {
         assert_eq!(m.compare_swap_u64(8, 5, 1).unwrap(), 9);
         assert!(m.fetch_add_u64(3, 1).is_err());
         assert!(m.fetch_add_u64(60, 1).is_err());
+    }
+
+    /// Free pages in the 2 MiB hugetlb pool.
+    fn free_huge_pages() -> usize {
+        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "mmap flags miri does not run")]
+    fn huge_pages_are_required_or_refused_with_what_to_do() {
+        let len = HUGE_PAGE + 100;
+        match RegisteredMemory::allocate_with(len, HugePages::Require) {
+            Ok(m) => {
+                assert_eq!(m.pages(), Pages::Huge2MiB);
+                assert_eq!(m.page_size(), HUGE_PAGE);
+                assert_eq!(m.len(), len, "the length is what was asked");
+                assert_eq!(m.addr() % HUGE_PAGE as u64, 0);
+                m.write_at(len - 5, b"tail!").unwrap();
+                let mut back = [0u8; 5];
+                m.read_at(len - 5, &mut back).unwrap();
+                assert_eq!(&back, b"tail!");
+                m.populate(0, len).unwrap();
+            }
+            Err(e) => {
+                assert!(
+                    free_huge_pages() < 2,
+                    "the pool has {} free pages, yet: {e}",
+                    free_huge_pages()
+                );
+                let text = e.to_string();
+                assert!(matches!(e, Error::HugePages { pages: 2, .. }), "{e:?}");
+                for what in [
+                    "/proc/sys/vm/nr_hugepages",
+                    "hugeadm",
+                    "ulimit -l",
+                    "Prefer",
+                ] {
+                    assert!(text.contains(what), "{what} missing from: {text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "mmap flags miri does not run")]
+    fn preferred_huge_pages_fall_back_to_base_pages() {
+        let len = 2 * HUGE_PAGE;
+        let pool_empty = free_huge_pages() == 0;
+        let m = RegisteredMemory::allocate_with(len, HugePages::Prefer).unwrap();
+        match m.pages() {
+            Pages::Huge2MiB => {
+                assert!(!pool_empty, "hugetlb pages from an empty pool");
+                assert_eq!(m.page_size(), HUGE_PAGE)
+            }
+            Pages::TransparentHuge => {
+                assert_eq!(m.addr() % HUGE_PAGE as u64, 0, "an aligned 2 MiB extent");
+                assert_eq!(m.page_size(), crate::sys::memory::page_size());
+            }
+            Pages::Base => {
+                assert_eq!(m.page_size(), crate::sys::memory::page_size());
+            }
+        }
+        m.write_at(len - 1, &[9]).unwrap();
+        assert_eq!(m.to_vec()[len - 1], 9);
+        let plain = RegisteredMemory::allocate(len).unwrap();
+        assert_eq!(plain.pages(), Pages::Base);
+        assert_eq!(
+            RegisteredMemory::allocate_with(len, HugePages::Never)
+                .unwrap()
+                .pages(),
+            Pages::Base
+        );
     }
 
     #[test]

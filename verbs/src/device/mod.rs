@@ -16,6 +16,7 @@ mod sysfs;
 
 pub use gid_table::GidTable;
 
+pub(crate) use netlink::copy_on_fork;
 pub use netlink::driver_name;
 
 use crate::error::{Error, Result};

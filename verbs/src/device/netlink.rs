@@ -16,6 +16,8 @@ const RDMA_NL_NLDEV: u16 = 5;
 const CMD_GET: u16 = 1;
 /// `RDMA_NLDEV_CMD_GET_CHARDEV`.
 const CMD_GET_CHARDEV: u16 = 15;
+/// `RDMA_NLDEV_CMD_SYS_GET`: the RDMA subsystem's settings.
+const CMD_SYS_GET: u16 = 6;
 
 /// `RDMA_NLDEV_ATTR_DEV_INDEX` (u32).
 const ATTR_DEV_INDEX: u16 = 1;
@@ -29,6 +31,9 @@ const ATTR_CHARDEV_NAME: u16 = 70;
 const ATTR_CHARDEV_ABI: u16 = 71;
 /// `RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID` (u32).
 const ATTR_UVERBS_DRIVER_ID: u16 = 73;
+/// `RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK` (u8): 1 where `fork` copies pinned pages for the child
+/// (Linux 5.13 on; older kernels leave it out of SYS_GET's reply).
+const SYS_ATTR_COPY_ON_FORK: u16 = 93;
 
 /// `NLM_F_REQUEST`.
 const NLM_F_REQUEST: u16 = 0x1;
@@ -231,6 +236,33 @@ pub(crate) fn chardev_reply(attrs: &[u8], dev: &mut NetlinkDevice) {
     }
 }
 
+/// Whether a SYS_GET reply says the kernel copies pinned pages for a child made by `fork`:
+/// an attribute of 1; a reply without it comes from a kernel that does not.
+pub(crate) fn sys_reply_copy_on_fork(attrs: &[u8]) -> bool {
+    parse_attrs(attrs)
+        .into_iter()
+        .any(|(kind, v)| kind == SYS_ATTR_COPY_ON_FORK && v.first() == Some(&1))
+}
+
+/// Asks the kernel whether `fork` copies pinned (registered) pages for the child
+/// (`RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK`). An error where the kernel has no RDMA netlink (no
+/// RDMA core loaded).
+pub(crate) fn copy_on_fork() -> io::Result<bool> {
+    let mut sock = Socket::open()?;
+    sock.send(&build_request(CMD_SYS_GET, 0, 1, &[]))?;
+    loop {
+        for m in parse_messages(sock.recv()?)? {
+            match m {
+                Message::Data { seq: 1, attrs } => return Ok(sys_reply_copy_on_fork(attrs)),
+                Message::Error { seq: 1, code } if code != 0 => {
+                    return Err(kernel_error(code, "system settings"))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// A NETLINK_RDMA socket with a receive timeout.
 struct Socket {
     fd: OwnedFd,
@@ -421,6 +453,32 @@ mod tests {
         assert_eq!(driver_name(18), Some("siw"));
         assert_eq!(driver_name(1), Some("mlx5"));
         assert_eq!(driver_name(0), None);
+    }
+
+    #[test]
+    fn copy_on_fork_is_read_from_a_sys_get_reply() {
+        let request = build_request(CMD_SYS_GET, 0, 1, &[]);
+        assert_eq!(u16_at(&request, 4), (5 << 10) | 6);
+        assert_eq!(request.len(), NLMSG_HDR_LEN);
+        let with = |v: u8| {
+            let r = reply(5126, 1, &[(66, &[1]), (SYS_ATTR_COPY_ON_FORK, &[v])]);
+            let msgs = parse_messages(&r).unwrap();
+            let Message::Data { attrs, .. } = msgs[0] else {
+                panic!("expected data, got {msgs:?}")
+            };
+            sys_reply_copy_on_fork(attrs)
+        };
+        assert!(with(1));
+        assert!(!with(0));
+        let old_kernel = reply(5126, 1, &[(66, &[1])]);
+        let msgs = parse_messages(&old_kernel).unwrap();
+        let Message::Data { attrs, .. } = msgs[0] else {
+            panic!("expected data, got {msgs:?}")
+        };
+        assert!(
+            !sys_reply_copy_on_fork(attrs),
+            "no attribute: no copy on fork"
+        );
     }
 
     #[test]

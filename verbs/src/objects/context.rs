@@ -23,6 +23,7 @@ pub struct Context {
 impl Context {
     /// Opens `device` with the first provider of `registry` that drives it.
     pub fn open(device: &DeviceInfo, registry: &ProviderRegistry) -> Result<Context> {
+        crate::fork::note_owner();
         let provider = registry.find(device)?;
         Ok(Context {
             ops: provider.open(device)?,

@@ -4,11 +4,30 @@ use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The size of a huge page that [`RawMemory::allocate_huge`] maps (`MAP_HUGE_2MB`).
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// What backs a mapping [`RawMemory`] made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// Base pages (or caller memory).
+    Base,
+    /// Base pages the kernel was asked to back with transparent huge pages (`MADV_HUGEPAGE`).
+    Transparent,
+    /// 2 MiB pages from the hugetlb pool (`MAP_HUGETLB | MAP_HUGE_2MB`).
+    HugeTlb,
+}
+
 /// A pointer and a length that stay valid while this value lives.
 #[derive(Debug)]
 pub(crate) struct RawMemory {
     ptr: NonNull<u8>,
     len: usize,
+    /// The length of the mapping `allocate*` made (`len` rounded up to whole 2 MiB pages on
+    /// hugetlb and transparent huge page memory; 0 for memory not mapped here); what `Drop`
+    /// unmaps.
+    mapped: usize,
+    backing: Backing,
     owned: bool,
     /// Lent shared bytes (see [`RawMemory::lent`]): every write path refuses them.
     read_only: bool,
@@ -21,7 +40,7 @@ unsafe impl Send for RawMemory {}
 unsafe impl Sync for RawMemory {}
 
 /// The system's page size (4096 if sysconf cannot say).
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf reads a constant and has no memory effects.
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         n if n > 0 => n as usize,
@@ -30,13 +49,39 @@ fn page_size() -> usize {
 }
 
 impl RawMemory {
-    /// Maps `len` zeroed bytes of anonymous, page-aligned memory.
-    pub(crate) fn allocate(len: usize) -> io::Result<RawMemory> {
+    /// Maps `len` zeroed bytes of anonymous, page-aligned memory on base pages; with
+    /// `transparent`, on whole 2 MiB-aligned extents (the mapping rounded up to 2 MiB) that the
+    /// kernel is asked to back with transparent huge pages (`MADV_HUGEPAGE`; where it refuses,
+    /// the memory stays on base pages and says so). With `dont_fork`, the mapping is left out
+    /// of a child made by `fork` (`MADV_DONTFORK`).
+    pub(crate) fn allocate(
+        len: usize,
+        transparent: bool,
+        dont_fork: bool,
+    ) -> io::Result<RawMemory> {
+        #[cfg(not(miri))]
+        if transparent {
+            return RawMemory::allocate_transparent(len, dont_fork);
+        }
+        let _ = transparent;
+        RawMemory::map(len, len, 0, dont_fork)
+    }
+
+    /// [`allocate`](Self::allocate) with `transparent`: a transparent huge page backs only an
+    /// aligned 2 MiB extent inside the mapping, so the mapping is made 2 MiB larger than the
+    /// rounded length, then trimmed to an aligned start.
+    #[cfg(not(miri))]
+    fn allocate_transparent(len: usize, dont_fork: bool) -> io::Result<RawMemory> {
+        let too_long = || io::Error::from_raw_os_error(libc::ENOMEM);
+        let mapped = len
+            .checked_next_multiple_of(HUGE_PAGE)
+            .ok_or_else(too_long)?;
+        let over = mapped.checked_add(HUGE_PAGE).ok_or_else(too_long)?;
         // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
+                over,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -46,19 +91,107 @@ impl RawMemory {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // Keep the pages in place across fork(): a registered page must not become copy-on-write.
-        // (Miri, which runs the pure parts' tests, has no madvise and no fork.)
-        #[cfg(not(miri))]
-        // SAFETY: p..p+len is the mapping just made.
+        let start = p as usize;
+        let aligned = start.next_multiple_of(HUGE_PAGE);
+        let head = aligned - start;
+        let tail = over - head - mapped;
+        // SAFETY: start..start+head and aligned+mapped..start+over are the parts of the
+        // mapping just made that lie outside the aligned extent kept; nothing refers to them.
         unsafe {
-            libc::madvise(p, len, libc::MADV_DONTFORK)
-        };
-        Ok(RawMemory {
-            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + mapped) as *mut libc::c_void, tail);
+            }
+        }
+        let mut raw = RawMemory {
+            ptr: NonNull::new(aligned as *mut u8).expect("inside a successful mapping"),
             len,
+            mapped,
+            backing: Backing::Base,
             owned: true,
             read_only: false,
-        })
+        };
+        // SAFETY: aligned..aligned+mapped is the mapping kept above; MADV_HUGEPAGE changes no
+        // contents, only which pages may back them.
+        let rc =
+            unsafe { libc::madvise(aligned as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE) };
+        if rc == 0 {
+            raw.backing = Backing::Transparent;
+        }
+        raw.dont_fork(dont_fork);
+        Ok(raw)
+    }
+
+    /// Marks the whole mapping `MADV_DONTFORK` when `dont_fork`: where the kernel does not
+    /// copy pinned pages for a child made by `fork`, a registered page must not become
+    /// copy-on-write in the parent. (Miri, which runs the pure parts' tests, has no madvise
+    /// and no fork.)
+    fn dont_fork(&self, dont_fork: bool) {
+        #[cfg(not(miri))]
+        if dont_fork {
+            // SAFETY: the range is the whole mapping this value made.
+            unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.mapped, libc::MADV_DONTFORK) };
+        }
+        #[cfg(miri)]
+        let _ = dont_fork;
+    }
+
+    /// Maps `len` zeroed bytes on 2 MiB pages of the hugetlb pool, the mapping rounded up to
+    /// whole huge pages (`len` stays the length). Fails (`ENOMEM`) when the pool has too few
+    /// free pages: a private hugetlb mapping reserves its pages when it is made.
+    pub(crate) fn allocate_huge(len: usize, dont_fork: bool) -> io::Result<RawMemory> {
+        let mapped = len
+            .checked_next_multiple_of(HUGE_PAGE)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let mut raw = RawMemory::map(
+            len,
+            mapped,
+            libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+            dont_fork,
+        )?;
+        raw.backing = Backing::HugeTlb;
+        Ok(raw)
+    }
+
+    /// One anonymous private mapping of `mapped` bytes with the extra `flags`, of which the
+    /// value describes the first `len`.
+    fn map(
+        len: usize,
+        mapped: usize,
+        flags: libc::c_int,
+        dont_fork: bool,
+    ) -> io::Result<RawMemory> {
+        // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let raw = RawMemory {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            mapped,
+            backing: Backing::Base,
+            owned: true,
+            read_only: false,
+        };
+        raw.dont_fork(dont_fork);
+        Ok(raw)
+    }
+
+    /// What backs the memory.
+    pub(crate) fn backing(&self) -> Backing {
+        self.backing
     }
 
     /// Wraps caller memory.
@@ -69,6 +202,8 @@ impl RawMemory {
         RawMemory {
             ptr: NonNull::new(addr).unwrap_or(NonNull::dangling()),
             len: if addr.is_null() { 0 } else { len },
+            mapped: 0,
+            backing: Backing::Base,
             owned: false,
             read_only: false,
         }
@@ -83,6 +218,8 @@ impl RawMemory {
             // A shared slice's pointer is never written through: `read_only` guards it.
             ptr: NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling()),
             len: bytes.len(),
+            mapped: 0,
+            backing: Backing::Base,
             owned: false,
             read_only: true,
         }
@@ -127,7 +264,10 @@ impl RawMemory {
             ));
         }
         self.assert_inside(offset, len);
-        let page = page_size();
+        let page = match self.backing {
+            Backing::HugeTlb => HUGE_PAGE,
+            Backing::Base | Backing::Transparent => page_size(),
+        };
         let start = offset / page * page;
         // The mapping covers whole pages, so rounding the end up stays inside it.
         let end = (offset + len).div_ceil(page) * page;
@@ -225,8 +365,8 @@ impl RawMemory {
 impl Drop for RawMemory {
     fn drop(&mut self) {
         if self.owned {
-            // SAFETY: the mapping was made by `allocate` with this length and is unmapped once.
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+            // SAFETY: the mapping was made by `map` with this length and is unmapped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
         }
     }
 }
@@ -248,7 +388,7 @@ mod tests {
     #[test]
     fn populate_write_brings_in_exactly_the_pages_asked_and_keeps_the_bytes() {
         let page = page_size();
-        let m = RawMemory::allocate(8 * page).expect("mmap");
+        let m = RawMemory::allocate(8 * page, false, true).expect("mmap");
         assert!(
             resident(&m).iter().all(|r| !r),
             "a fresh mapping has no pages"
@@ -280,28 +420,28 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside raw memory of 4096 bytes")]
     fn read_refuses_a_range_that_wraps() {
-        let m = RawMemory::allocate(4096).expect("mmap");
+        let m = RawMemory::allocate(4096, false, true).expect("mmap");
         m.read(usize::MAX - 1, &mut [0u8; 4]);
     }
 
     #[test]
     #[should_panic(expected = "outside raw memory of 4096 bytes")]
     fn write_refuses_a_range_that_wraps() {
-        let m = RawMemory::allocate(4096).expect("mmap");
+        let m = RawMemory::allocate(4096, false, true).expect("mmap");
         m.write(usize::MAX - 1, &[0u8; 4]);
     }
 
     #[test]
     #[should_panic(expected = "outside raw memory of 4096 bytes")]
     fn atomics_refuse_an_offset_that_wraps() {
-        let m = RawMemory::allocate(4096).expect("mmap");
+        let m = RawMemory::allocate(4096, false, true).expect("mmap");
         m.fetch_add_u64(usize::MAX - 3, 1);
     }
 
     #[test]
     #[should_panic(expected = "outside raw memory of 4096 bytes")]
     fn populate_refuses_a_range_that_wraps() {
-        let m = RawMemory::allocate(4096).expect("mmap");
+        let m = RawMemory::allocate(4096, false, true).expect("mmap");
         let _ = m.populate_write(usize::MAX - 1, 4);
     }
 
