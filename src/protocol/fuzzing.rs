@@ -301,6 +301,18 @@ impl Driver {
                         "more sends posted than the send queue holds"
                     );
                 }
+                Op::Read { wr_id } => {
+                    assert!(!wr_id.is_receive(), "{op:?}");
+                    assert!(
+                        e.proves_placement_by_read(),
+                        "a fence where WRITEs prove placement"
+                    );
+                    self.sends.push_back((wr_id, true));
+                    assert!(
+                        self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
+                        "more sends posted than the send queue holds"
+                    );
+                }
                 Op::Send {
                     wr_id,
                     payload,

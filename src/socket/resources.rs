@@ -62,10 +62,13 @@ impl Resources {
     ) -> io::Result<Resources> {
         let device = devices::for_endpoint(endpoint)?;
         let context = device.context();
+        let unpinned = context.device().uverbs_path.is_none();
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
+            // A WRITE's completion says only that TCP took it: a flush proves placement with
+            // a zero-length READ (uiwarp, whose every connection grants READs).
+            opts.stream.placement_fence = unpinned;
         }
-        let unpinned = context.device().uverbs_path.is_none();
         if unpinned {
             // No kernel device: registrations pin nothing (see UNPINNED_RING).
             opts.unpinned_rings();
