@@ -302,7 +302,9 @@ fn a_flush_waits_for_the_placement_fence_and_fails_with_it() {
     f.sides[0].drain_ops();
     let fence = f.sides[0].sq.pop_back().expect("the fence");
     assert!(matches!(fence.kind, Kind::Read) && fence.signaled);
-    f.sides[0].cq.push_back(Completion::Send(fence.wr_id, false));
+    f.sides[0]
+        .cq
+        .push_back(Completion::Send(fence.wr_id, false));
     f.sides[0].poll();
     let flushed = f.sides[0].engine.flush();
     assert!(is_reset(flushed.clone()), "{flushed:?}");
