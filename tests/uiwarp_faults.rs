@@ -30,8 +30,9 @@ fn peer_sigkill() {
     stream::measure_as_vouched(&fixture(), Fault::Kill, "peer_sigkill");
 }
 
-/// The row of a stopped peer: it is never declared lost, though its TCP window fills (its
-/// kernel answers every zero-window probe), and every byte arrives once it goes on. A run
+/// The row of a stopped peer: it is never declared lost, though its TCP window fills (it
+/// runs in a network namespace whose TCP receive buffers are small, and its kernel answers
+/// every zero-window probe), and every byte arrives once it goes on. A run
 /// takes a few seconds: [`a_stopped_peer_with_a_full_window_is_never_declared_lost`] runs
 /// it several times.
 #[test]

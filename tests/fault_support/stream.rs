@@ -79,6 +79,9 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
         .keepalive(Some(KEEPALIVE))
         .build()
         .unwrap();
+    // uiwarp's stopped peer: in a namespace of its own whose TCP receive buffers are small,
+    // so that its window surely fills once it stops.
+    let mut small_window: Option<Wire> = None;
     let (injection, ip): (Option<Injection>, IpAddr) = match fault {
         Fault::Cut => {
             let wire = Wire::new();
@@ -91,14 +94,21 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
             (Some(Injection::Remove(spare)), ip)
         }
         Fault::Kill => (Some(Injection::Signal("KILL")), f.ip),
+        Fault::Stop if f.provider == Provider::Uiwarp => {
+            let wire = Wire::new();
+            shrink_receive_buffers(&wire.namespace);
+            let ip = IpAddr::V4(wire.near_ip);
+            small_window = Some(wire);
+            (Some(Injection::Signal("STOP")), ip)
+        }
         Fault::Stop => (Some(Injection::Signal("STOP")), f.ip),
         _ => panic!("{fault:?} is not a stream fault"),
     };
     let listener = RdmaListener::bind_with(SocketAddr::new(ip, 0), &opts)
         .unwrap_or_else(|e| panic!("bind on {ip}: {e}"));
     let addr = listener.local_addr().unwrap();
-    let namespace = match &injection {
-        Some(Injection::Cut(wire)) => Some(wire.namespace.clone()),
+    let namespace = match (&injection, &small_window) {
+        (Some(Injection::Cut(wire)), _) | (_, Some(wire)) => Some(wire.namespace.clone()),
         _ => None,
     };
     let mut peer = Peer::spawn(
@@ -215,6 +225,7 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
         _ => STEP,
     });
     drop(listener);
+    drop(small_window);
     if let Injection::Remove(spare) = injection {
         spare.finish();
     }
@@ -306,4 +317,15 @@ pub(crate) fn measure_as_vouched(f: &Fixture, fault: Fault, case: &str) -> Row {
     } else {
         measure(f, fault, case)
     }
+}
+
+/// TCP receive buffers of at most 16 KiB for the sockets made in network namespace
+/// `namespace` (its own `net.ipv4.tcp_rmem`).
+fn shrink_receive_buffers(namespace: &str) {
+    let status = std::process::Command::new("ip")
+        .args(["netns", "exec", namespace])
+        .args(["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 16384 16384"])
+        .status()
+        .expect("run sysctl");
+    assert!(status.success(), "set tcp_rmem in {namespace}: {status}");
 }
