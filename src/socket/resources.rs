@@ -66,7 +66,8 @@ impl Resources {
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
             // A WRITE's completion says only that TCP took it: a flush proves placement with
-            // a zero-length READ (uiwarp, whose every connection grants READs).
+            // a zero-length READ on uiwarp. The kernel's siw completes that READ with an
+            // error, so there a flush still vouches for siw's TCP only.
             opts.stream.placement_fence = unpinned;
         }
         if unpinned {
