@@ -2,12 +2,13 @@
 //! (tests/stream_sim/fabric.rs): a flush never reports bytes delivered that a failed
 //! completion or a failed connection may have lost, it does report bytes delivered that the
 //! peer's credit updates acknowledged whatever became of their completions, and a SEND
-//! shorter than a message is a protocol error.
+//! shorter than a message is a protocol error; where a completion does not prove placement
+//! (iWARP), a flush waits for the placement fence.
 
 #[path = "stream_sim/fabric.rs"]
 mod fabric;
 
-use fabric::{pair, small_config, Completion, Fabric, Step};
+use fabric::{pair, small_config, Completion, Fabric, Kind, Step};
 use rdmasock::protocol::{Received, StreamError, WrId};
 
 fn is_reset(r: Result<(), StreamError>) -> bool {
@@ -265,4 +266,80 @@ fn a_short_message_send_is_a_protocol_error() {
         other => panic!("expected a protocol error, got {other:?}"),
     }
     assert_eq!(f.sides[1].engine.readable_bytes(), 0);
+}
+
+/// Sends `side` posted, completed successfully where signalled but not delivered: how
+/// iWARP completes a WRITE or SEND once its TCP socket took the bytes.
+fn complete_undelivered(f: &mut Fabric, side: usize) {
+    f.sides[side].drain_ops();
+    let posted: Vec<_> = f.sides[side].sq.drain(..).collect();
+    for p in posted.iter().filter(|p| p.signaled) {
+        f.sides[side].cq.push_back(Completion::Send(p.wr_id, true));
+    }
+    while f.sides[side].poll() {}
+}
+
+/// Where a WRITE completes once the local TCP took it (iWARP, a placement fence asked for),
+/// a flush waits for the fence after the data: every data completion succeeding is not
+/// enough, and a fence that fails makes the flush fail.
+#[test]
+fn a_flush_waits_for_the_placement_fence_and_fails_with_it() {
+    let cfg = small_config()
+        .write_with_send(true)
+        .placement_fence(true)
+        .build()
+        .unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    assert!(f.sides[0].engine.proves_placement_by_read());
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    complete_undelivered(&mut f, 0);
+    assert!(f.sides[0].engine.all_sends_done(), "every send completed");
+    assert_eq!(
+        f.sides[0].engine.flush(),
+        Err(StreamError::WouldBlock),
+        "the fence is still to come"
+    );
+    f.sides[0].drain_ops();
+    let fence = f.sides[0].sq.pop_back().expect("the fence");
+    assert!(matches!(fence.kind, Kind::Read) && fence.signaled);
+    f.sides[0]
+        .cq
+        .push_back(Completion::Send(fence.wr_id, false));
+    f.sides[0].poll();
+    let flushed = f.sides[0].engine.flush();
+    assert!(is_reset(flushed.clone()), "{flushed:?}");
+    assert_eq!(f.sides[1].engine.readable_bytes(), 0, "nothing arrived");
+}
+
+/// The fence that comes back proves the bytes placed: the flush returns `Ok`, and a later
+/// flush with nothing new written needs no other fence. Without a fence asked for, the
+/// flush returns `Ok` once the completions came.
+#[test]
+fn a_placement_fence_that_comes_back_proves_the_flush() {
+    let cfg = small_config()
+        .write_with_send(true)
+        .placement_fence(true)
+        .build()
+        .unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+    f.sides[0].drain_ops();
+    assert!(f.sides[0]
+        .sq
+        .back()
+        .is_some_and(|p| matches!(p.kind, Kind::Read)));
+    f.pump();
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+    assert_eq!(f.sides[1].engine.readable_bytes(), 100);
+    assert_eq!(f.sides[0].engine.flush(), Ok(()), "no new fence");
+    f.sides[0].drain_ops();
+    assert!(f.sides[0].sq.is_empty());
+
+    let cfg = small_config().write_with_send(true).build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    assert!(!f.sides[0].engine.proves_placement_by_read());
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    complete_undelivered(&mut f, 0);
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
 }

@@ -390,7 +390,7 @@ const WIRE_CUT_ROW: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-table-wi
 /// connection within the keepalive time plus the transport's retries, on a blocking reader
 /// and on a socket that only sits registered with mio (its keepalives come from the readiness
 /// thread), and over the userspace iWARP provider on the same wire (whose keepalive WRITE
-/// completes once TCP takes it: the TCP user timeout the keepalive sets ends it). The server
+/// completes once TCP takes it: the liveness timeout the keepalive sets ends it). The server
 /// accepts two connections on rxe0 and one over uiwarp, each with a 500 ms keepalive; the
 /// client echoes a byte on each, cuts eth0's wire for [`CUT`] ([`WireCut`]: the frames are
 /// dropped inside the guest, the NIC stays up), then mends it for the tests after this one.
@@ -503,7 +503,7 @@ fn peer_vanishes_keepalive_fails_the_connection_across_hosts() {
                 std::fs::write(WIRE_CUT_ROW, row + "\n").expect("write the fault table's row");
             }
             assert_eq!(lost, 0, "a flush vouched for bytes written after the cut");
-            // rxe: 6 retries of the QP's ack timeout; uiwarp: the 2 s TCP user timeout a
+            // rxe: 6 retries of the QP's ack timeout; uiwarp: the 2 s liveness timeout a
             // 500 ms keepalive sets, after the first keepalive that goes unacknowledged.
             let (rxe_bound, uiwarp_bound) = (Duration::from_secs(40), Duration::from_secs(10));
             for (what, r, waited, cause, bound) in [

@@ -83,6 +83,7 @@ pub struct StreamConfig {
     pub(crate) signal_interval: u16,
     pub(crate) max_transfer: u32,
     pub(crate) write_with_send: bool,
+    pub(crate) placement_fence: bool,
     pub(crate) progress: ProgressMode,
     pub(crate) byte_order: ByteOrder,
 }
@@ -100,6 +101,7 @@ impl Default for StreamConfig {
             signal_interval: 1,
             max_transfer: RSOCKET_MAX_TRANSFER,
             write_with_send: false,
+            placement_fence: false,
             progress: ProgressMode::Adaptive {
                 max_spin: DEFAULT_MAX_SPIN,
             },
@@ -167,6 +169,11 @@ impl StreamConfig {
     /// Whether data goes as RDMA WRITE + 4-byte SEND (iWARP, which has no write-with-immediate).
     pub fn write_with_send(&self) -> bool {
         self.write_with_send
+    }
+    /// Whether a flush or close proves placement with a placement fence in write+send mode
+    /// (see [`StreamEngine::proves_placement_by_read`](super::StreamEngine::proves_placement_by_read)).
+    pub fn placement_fence(&self) -> bool {
+        self.placement_fence
     }
     /// How the socket layer waits.
     pub fn progress(&self) -> ProgressMode {
@@ -265,6 +272,14 @@ impl StreamConfigBuilder {
     /// Use write+send mode (set it for iWARP devices).
     pub fn write_with_send(mut self, on: bool) -> Self {
         self.0.write_with_send = on;
+        self
+    }
+    /// In write+send mode, against an rdmasock peer, make a flush or close prove placement
+    /// with a zero-length RDMA READ after the data (set it for iWARP devices whose READs the
+    /// connection allows; see
+    /// [`StreamEngine::proves_placement_by_read`](super::StreamEngine::proves_placement_by_read)).
+    pub fn placement_fence(mut self, on: bool) -> Self {
+        self.0.placement_fence = on;
         self
     }
     /// How the socket layer waits for completions.

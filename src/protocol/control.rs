@@ -34,7 +34,13 @@ impl StreamEngine {
                 if p.sqes > 0 {
                     self.lost_message = Some(p.message);
                 }
+                // A fence that failed proves nothing about the data messages it covers.
+                if p.fence && p.message != self.fenced_message {
+                    self.lost_message = Some(p.message);
+                }
                 self.sends_lost |= p.disconnect;
+            } else if p.fence {
+                self.fenced_message = p.message;
             }
             if p.disconnect {
                 // When a DISCONNECT sent after the peer's SHUTDOWN fails itself, every send
@@ -66,20 +72,22 @@ impl StreamEngine {
 
     /// Waits for every posted send to complete, like `TcpStream`'s flush waiting for the
     /// peer's acknowledgement. `Ok(())` once [`all_sends_done`](Self::all_sends_done) holds
-    /// and every send carrying stream data completed successfully, or once the connection
+    /// and every send carrying stream data completed successfully (where a completion does
+    /// not prove placement, a placement fence after the last of them completed too: see
+    /// [`proves_placement_by_read`](Self::proves_placement_by_read)), or once the connection
     /// failed after all of them did. An error when they cannot all have arrived: a send
-    /// carrying data completed with an error, or the connection failed with some still
-    /// outstanding ([`undelivered`](Self::undelivered)). Otherwise returns
+    /// carrying data (or its fence) completed with an error, or the connection failed with
+    /// some still outstanding ([`undelivered`](Self::undelivered)). Otherwise returns
     /// [`StreamError::WouldBlock`] after making sure a completion will come: with
     /// selective signalling the last posted work request may be unsignalled, and then nothing
     /// would ever retire it, so a signalled zero-length RDMA WRITE (invisible to the peer, like
-    /// a keepalive) is queued after it, as soon as a control slot is free. Call again after
-    /// feeding completions.
+    /// a keepalive), or the fence, is queued after it, as soon as a control slot is free.
+    /// Call again after feeding completions.
     pub fn flush(&mut self) -> Result<(), StreamError> {
         if let Some(e) = self.undelivered() {
             return Err(e);
         }
-        if self.all_sends_done() || self.error.is_some() {
+        if (self.all_sends_done() && !self.fence_wanted()) || self.error.is_some() {
             return Ok(());
         }
         self.completion_wanted = true;
@@ -94,11 +102,11 @@ impl StreamEngine {
     /// an update proves every message up to that count arrived, whatever became of the
     /// completions). The stream's own error when it has one.
     pub fn undelivered(&self) -> Option<StreamError> {
-        let outstanding = self
-            .pending
-            .iter()
-            .any(|p| p.disconnect || (p.sqes > 0 && !self.consumed_by_peer(p.message)))
-            || self.pending_ctrl.is_some();
+        let outstanding = self.pending.iter().any(|p| {
+            p.disconnect
+                || ((p.sqes > 0 || (p.fence && p.message != self.fenced_message))
+                    && !self.consumed_by_peer(p.message))
+        }) || self.pending_ctrl.is_some();
         let lost = self.sends_lost
             || self.lost_message.is_some_and(|m| !self.consumed_by_peer(m))
             || (self.error.is_some() && outstanding);
@@ -124,13 +132,40 @@ impl StreamEngine {
         self.sseq_no.wrapping_sub(message) >= unproven
     }
 
+    /// Whether a flush or close proves placement with a placement fence, where a signalled
+    /// completion proves only that the local transport took a send, not that the peer placed
+    /// it: on iWARP (write+send mode) a WRITE completes once TCP has its bytes. When the
+    /// configuration asks for it ([`StreamConfig::placement_fence`](super::StreamConfig)),
+    /// against an rdmasock peer, which grants RDMA READs (`responder_resources`), the fence is a
+    /// zero-length RDMA READ after the data, whose response comes back only once the peer
+    /// placed every message before it (RFC 5040's ordering: a READ request is processed after
+    /// the messages sent before it). rsocket grants no READs on iWARP: against it a flush
+    /// vouches for the local transport only. Where RC acknowledgements complete a WRITE (InfiniBand,
+    /// RoCE) the completion itself proves placement.
+    pub fn proves_placement_by_read(&self) -> bool {
+        self.cfg.write_with_send && self.cfg.placement_fence && self.peer_rdmasock
+    }
+
+    /// Whether data messages posted since the last fence wait for one (see
+    /// [`proves_placement_by_read`](Self::proves_placement_by_read)): not once the peer
+    /// closed, which answers no more READs.
+    pub(crate) fn fence_wanted(&self) -> bool {
+        self.unfenced
+            && self.proves_placement_by_read()
+            && self.phase == Phase::Connected
+            && !self.peer_closed
+            && self.error.is_none()
+    }
+
     /// When a flush (or the peer's DISCONNECT) waits for every send, queues a signalled
-    /// zero-length RDMA WRITE unless the last posted work request is signalled already.
+    /// zero-length RDMA WRITE unless the last posted work request is signalled already, or
+    /// the placement fence that data messages since the last one wait for.
     pub(crate) fn signal_last_send(&mut self) {
         if !self.completion_wanted {
             return;
         }
-        if self.pending.back().is_none_or(|p| p.signaled) {
+        let fence = self.fence_wanted();
+        if !fence && self.pending.back().is_none_or(|p| p.signaled) {
             // Nothing outstanding, or its last completion is on its way.
             self.completion_wanted = false;
             return;
@@ -144,7 +179,24 @@ impl StreamEngine {
             return;
         }
         self.completion_wanted = false;
-        self.post_zero_write();
+        if fence {
+            self.post_fence();
+        } else {
+            self.post_zero_write();
+        }
+    }
+
+    /// The placement fence: a signalled zero-length RDMA READ, invisible to the peer's
+    /// application (see [`proves_placement_by_read`](Self::proves_placement_by_read)). It
+    /// holds a control slot and covers every data message posted so far.
+    fn post_fence(&mut self) {
+        let wr_id = self.track(true, 0, false, true);
+        if let Some(p) = self.pending.back_mut() {
+            p.fence = true;
+            p.message = self.sseq_no;
+        }
+        self.unfenced = false;
+        self.ops.push_back(Op::Read { wr_id });
     }
 
     /// A signalled zero-length RDMA WRITE without immediate: invisible to the peer. It holds
@@ -212,8 +264,14 @@ impl StreamEngine {
             self.pending_ctrl = None;
             return;
         }
-        if !self.control_available(1) {
+        // Where a completion does not prove placement, the fence goes before the close
+        // message: once the peer has that, it may answer no more READs.
+        let fence = self.fence_wanted();
+        if !self.control_available(1 + u32::from(fence)) {
             return;
+        }
+        if fence {
+            self.post_fence();
         }
         self.pending_ctrl = None;
         let msg = Message::Control(ctrl).encode();

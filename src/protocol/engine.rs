@@ -34,6 +34,9 @@ pub(crate) struct Pending {
     pub(crate) message: u16,
     /// It produces a completion (the last one posted must, before a flush can finish).
     pub(crate) signaled: bool,
+    /// A placement fence (see [`StreamEngine::proves_placement_by_read`]); its `message` is
+    /// the newest data message it covers.
+    pub(crate) fence: bool,
 }
 
 /// One connection's rsocket stream protocol state.
@@ -93,6 +96,11 @@ pub struct StreamEngine {
     /// unless its credit updates show it consumed that message
     /// ([`consumed_by_peer`](Self::consumed_by_peer)).
     pub(crate) lost_message: Option<u16>,
+    /// A data message was posted after the last placement fence (see
+    /// [`proves_placement_by_read`](Self::proves_placement_by_read)).
+    pub(crate) unfenced: bool,
+    /// The newest data message a placement fence proved in the peer's memory.
+    pub(crate) fenced_message: u16,
     // Receive side.
     pub(crate) rmsg: VecDeque<u32>,
     pub(crate) rbuf_offset: usize,
@@ -163,6 +171,8 @@ impl StreamEngine {
             peer_shutdown: false,
             sends_lost: false,
             lost_message: None,
+            unfenced: false,
+            fenced_message: 0,
             rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
             rbuf_offset: 0,
             rbuf_queued: 0,
@@ -568,6 +578,8 @@ impl StreamEngine {
         if control {
             self.ctrl_in_use += 1;
             self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+        } else {
+            self.unfenced = true;
         }
         self.pending.push_back(Pending {
             seq,
@@ -577,6 +589,7 @@ impl StreamEngine {
             disconnect,
             message: if control { 0 } else { self.sseq_no },
             signaled,
+            fence: false,
         });
         WrId::send(seq)
     }

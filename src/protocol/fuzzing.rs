@@ -56,7 +56,8 @@ impl Input<'_> {
 }
 
 /// The configuration picked by one byte: mode, byte order, ring sizes, depths and signalling
-/// (signalling pick 3: every send, with rings that start at 4 KiB and grow to the ring size).
+/// (signalling pick 3: every send, with rings that start at 4 KiB and grow to the ring size;
+/// write+send mode in big-endian order asks for a placement fence).
 pub(crate) fn config(pick: u8) -> StreamConfig {
     let ring = [4096usize, 8192, 65536, 131072][usize::from(pick >> 4 & 3)];
     let depth = [16u16, 17, 64, 384][usize::from(pick >> 6)];
@@ -64,6 +65,7 @@ pub(crate) fn config(pick: u8) -> StreamConfig {
     let adaptive = pick >> 2 & 3 == 3;
     let builder = StreamConfig::builder()
         .write_with_send(pick & 1 != 0)
+        .placement_fence(pick & 3 == 3)
         .byte_order(if pick & 2 != 0 {
             ByteOrder::Big
         } else {
@@ -296,6 +298,18 @@ impl Driver {
                     self.check_remote(remote_addr, rkey, payload.len());
                     self.check_advertisement(payload);
                     self.sends.push_back((wr_id, signaled));
+                    assert!(
+                        self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
+                        "more sends posted than the send queue holds"
+                    );
+                }
+                Op::Read { wr_id } => {
+                    assert!(!wr_id.is_receive(), "{op:?}");
+                    assert!(
+                        e.proves_placement_by_read(),
+                        "a fence where WRITEs prove placement"
+                    );
+                    self.sends.push_back((wr_id, true));
                     assert!(
                         self.sends.len() <= usize::from(self.cfg.send_queue_depth()),
                         "more sends posted than the send queue holds"

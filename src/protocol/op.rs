@@ -144,6 +144,14 @@ pub enum Op {
         /// Request a completion.
         signaled: bool,
     },
+    /// Post a signalled zero-length RDMA READ, a placement fence (see
+    /// [`StreamEngine::proves_placement_by_read`](super::StreamEngine::proves_placement_by_read)):
+    /// it names no remote memory, and its sink is one zero-length entry of any local region
+    /// (siw takes exactly one scatter/gather entry for a READ).
+    Read {
+        /// The id to post it with.
+        wr_id: WrId,
+    },
     /// Post a receive: with no buffer, or in write+send mode a 4-byte buffer at
     /// `message_slot * 4` of the message area.
     PostRecv {
@@ -166,7 +174,7 @@ impl Op {
     pub fn is_send(&self) -> bool {
         matches!(
             self,
-            Op::WriteWithImm { .. } | Op::Write { .. } | Op::Send { .. }
+            Op::WriteWithImm { .. } | Op::Write { .. } | Op::Send { .. } | Op::Read { .. }
         )
     }
 
@@ -176,6 +184,7 @@ impl Op {
             Op::WriteWithImm { wr_id, .. }
             | Op::Write { wr_id, .. }
             | Op::Send { wr_id, .. }
+            | Op::Read { wr_id }
             | Op::PostRecv { wr_id, .. } => Some(wr_id),
             Op::ClearTargetEntry { .. } => None,
         }

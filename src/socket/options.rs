@@ -285,8 +285,8 @@ pub(crate) fn check_keepalive(interval: Option<Duration>) -> Result<(), String> 
 /// How long the transport may retry unacknowledged data once a keepalive `interval` is set:
 /// three intervals, at least 2 s (so that a live peer's delayed ACK or a retransmission is
 /// not taken for a vanished one) and at most 10 minutes (below TCP's own limit of about 15,
-/// which a long interval must not stretch). Only uiwarp applies it (TCP's
-/// `TCP_USER_TIMEOUT`); a vanished peer then fails the connection within about `interval`
+/// which a long interval must not stretch). Only uiwarp applies it (its liveness check of
+/// the TCP connection); a vanished peer then fails the connection within about `interval`
 /// plus this.
 pub(crate) fn liveness_timeout(interval: Option<Duration>) -> Option<Duration> {
     interval.map(|k| {

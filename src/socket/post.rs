@@ -209,6 +209,10 @@ impl Connection {
                     (sges[i], counts[i]) = self.gather(send.payload, send.inline, i, registered)?
                 }
             }
+            if matches!(send.op, SendOp::RdmaRead { .. }) {
+                // A placement fence's sink: one zero-length entry (siw takes exactly one).
+                counts[i] = 1;
+            }
         }
         let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
             let send = batch.get(i).copied().unwrap_or(PreparedSend::NONE);
@@ -393,6 +397,13 @@ impl PreparedSend {
                 inline,
                 signaled,
             } => (wr_id, SendOp::Send, payload, inline, signaled),
+            Op::Read { wr_id } => {
+                let op = SendOp::RdmaRead {
+                    remote_addr: 0,
+                    rkey: RemoteKey(0),
+                };
+                (wr_id, op, Payload::Empty, false, true)
+            }
             Op::PostRecv { .. } | Op::ClearTargetEntry { .. } => return None,
         };
         Some(PreparedSend {

@@ -32,7 +32,10 @@ use std::time::{Duration, Instant};
 ///   holds both ends there should [`shutdown`](Self::shutdown) both before it drops
 ///   either, or the first drop waits out the close timeout for a peer nobody drives);
 /// * a blocking [`flush`](Write::flush) waits until every written byte is in the peer's
-///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s);
+///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s); on the
+///   userspace iWARP provider a zero-length RDMA READ after the bytes proves it, and on the
+///   kernel's siw, or against an rsocket peer on iWARP, `Ok` says only that the device's
+///   TCP took them;
 /// * [`connect`](Self::connect) gives up after the options' connect timeout (10 s by
 ///   default), not the kernel's TCP retry limit;
 /// * its fd (`AsFd`, `AsRawFd`) is a readiness fd, not the transport (the connection is a
@@ -204,10 +207,11 @@ impl RdmaSocket {
     /// - rxe (RoCE): when the WRITE's retries run out (the queue pair's retry count and
     ///   timeout; about 16 s after a cut with the defaults): "transport retry counter
     ///   exceeded";
-    /// - the userspace iWARP provider: the WRITE completes once TCP takes it, so its TCP
-    ///   socket gets a user timeout of three intervals (at least 2 s, at most 10 minutes),
-    ///   and the connection is lost within about an interval plus that: "the peer stopped
-    ///   acknowledging";
+    /// - the userspace iWARP provider: the WRITE completes once TCP takes it, so the provider
+    ///   also watches its TCP connection: when sent segments stay unacknowledged for three
+    ///   intervals (at least 2 s, at most 10 minutes), the connection is lost within about
+    ///   an interval plus that: "the peer stopped acknowledging" (a stopped peer whose kernel
+    ///   still answers, its window full, is not lost);
     /// - the kernel's siw: its TCP socket is the kernel's, so only TCP's own retransmission
     ///   limit ends the connection (about 15 minutes by default, `net.ipv4.tcp_retries2`).
     ///

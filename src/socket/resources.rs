@@ -64,10 +64,14 @@ impl Resources {
     ) -> io::Result<Resources> {
         let device = devices::for_endpoint(endpoint)?;
         let context = device.context();
+        let unpinned = context.device().uverbs_path.is_none();
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
+            // A WRITE's completion says only that TCP took it: a flush proves placement with
+            // a zero-length READ on uiwarp. The kernel's siw completes that READ with an
+            // error, so there a flush still vouches for siw's TCP only.
+            opts.stream.placement_fence = unpinned;
         }
-        let unpinned = context.device().uverbs_path.is_none();
         if unpinned {
             // No kernel device: registrations pin nothing (see UNPINNED_RING).
             opts.unpinned_rings();

@@ -169,9 +169,12 @@ pub(crate) struct Wire {
 }
 
 impl Wire {
-    /// Sets the pair up (names and a /30 of 10.250.0.0/16 after this process's id).
+    /// Sets the pair up (names and a /30 of 10.250.0.0/16 after this process's id and the
+    /// pair's number in it, so that tests running at once get pairs of their own).
     pub(crate) fn new() -> Wire {
-        let id = std::process::id();
+        static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
+        let id = std::process::id() * 10 + n;
         let base = (id % 16_384) * 4;
         let ip =
             |host: u32| Ipv4Addr::new(10, 250, (base >> 8) as u8, (base & 255) as u8 + host as u8);

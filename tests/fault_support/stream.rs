@@ -26,8 +26,8 @@ const CHUNK: usize = 64 << 10;
 const STEP: Duration = Duration::from_secs(30);
 
 /// How long after the fault the row waits for a call to fail, per provider: for a stopped
-/// peer, past the time the keepalive finds a cut wire (uiwarp: an interval plus the TCP user
-/// timeout of three intervals, at least 2 s; rxe: the queue pair's retries, about 16 s);
+/// peer, past the time the keepalive finds a cut wire (uiwarp: an interval plus the liveness
+/// timeout of three intervals, at least 2 s, and an eighth of it between its checks; rxe: the queue pair's retries, about 16 s);
 /// siw's keepalive finds nothing before TCP's retransmission limit (minutes).
 pub(crate) fn stop_window(provider: Provider) -> Duration {
     match provider {
@@ -44,7 +44,7 @@ pub(crate) fn bound(fault: Fault, provider: Provider) -> Duration {
         (Fault::Kill, Provider::Uiwarp) => Duration::from_secs(5),
         // The kernel destroys the peer's connection ids and disconnects.
         (Fault::Kill, _) => Duration::from_secs(30),
-        // An interval, the TCP user timeout (3 intervals, at least 2 s), a margin of 5 s.
+        // An interval, the liveness timeout (3 intervals, at least 2 s), a margin of 5 s.
         (Fault::Cut, _) => KEEPALIVE + Duration::from_secs(2) + Duration::from_secs(5),
         (Fault::Removal, _) => Duration::from_secs(30),
         _ => stop_window(provider),
@@ -79,6 +79,9 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
         .keepalive(Some(KEEPALIVE))
         .build()
         .unwrap();
+    // uiwarp's stopped peer: in a namespace of its own whose TCP receive buffers are small,
+    // so that its window surely fills once it stops.
+    let mut small_window: Option<Wire> = None;
     let (injection, ip): (Option<Injection>, IpAddr) = match fault {
         Fault::Cut => {
             let wire = Wire::new();
@@ -91,14 +94,21 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
             (Some(Injection::Remove(spare)), ip)
         }
         Fault::Kill => (Some(Injection::Signal("KILL")), f.ip),
+        Fault::Stop if f.provider == Provider::Uiwarp => {
+            let wire = Wire::new();
+            shrink_receive_buffers(&wire.namespace);
+            let ip = IpAddr::V4(wire.near_ip);
+            small_window = Some(wire);
+            (Some(Injection::Signal("STOP")), ip)
+        }
         Fault::Stop => (Some(Injection::Signal("STOP")), f.ip),
         _ => panic!("{fault:?} is not a stream fault"),
     };
     let listener = RdmaListener::bind_with(SocketAddr::new(ip, 0), &opts)
         .unwrap_or_else(|e| panic!("bind on {ip}: {e}"));
     let addr = listener.local_addr().unwrap();
-    let namespace = match &injection {
-        Some(Injection::Cut(wire)) => Some(wire.namespace.clone()),
+    let namespace = match (&injection, &small_window) {
+        (Some(Injection::Cut(wire)), _) | (_, Some(wire)) => Some(wire.namespace.clone()),
         _ => None,
     };
     let mut peer = Peer::spawn(
@@ -168,8 +178,14 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
                 }
             }
         }
-        let result = result.and_then(|_| s.flush());
+        // A stopped peer answers no flush (its process makes the proof of placement): the
+        // writer writes on until the peer's ring and TCP window are full instead.
+        let result = match fault {
+            Fault::Stop => result,
+            _ => result.and_then(|_| s.flush()),
+        };
         match result {
+            Ok(()) if fault == Fault::Stop => {}
             Ok(()) => vouched = written,
             Err(e) if is_timeout(&e) => break,
             Err(error) => {
@@ -209,6 +225,7 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
         _ => STEP,
     });
     drop(listener);
+    drop(small_window);
     if let Injection::Remove(spare) = injection {
         spare.finish();
     }
@@ -252,24 +269,15 @@ pub(crate) fn measure(f: &Fixture, fault: Fault, case: &str) -> Row {
         "{lost} bytes vouched for were lost, and the close said nothing"
     );
     match fault {
-        Fault::Stop => match &first {
-            // uiwarp: once the stopped peer's TCP window is full, the TCP user timeout the
-            // keepalive sets gives up on it as on a vanished peer (a known bug;
-            // `known_bug_a_stopped_peer_with_a_full_window_is_declared_lost` asserts the
-            // contrary); the close says so.
-            Some(failure) if f.provider == Provider::Uiwarp && !strict_stop() => {
-                assert!(closed.is_err(), "{}: the close said nothing", failure.error);
-            }
-            _ => {
-                assert!(
-                    first.is_none(),
-                    "a stopped peer failed the connection: {}",
-                    first.unwrap().error
-                );
-                assert!(closed.is_ok(), "the close after SIGCONT: {closed:?}");
-                assert_eq!(got, written, "every byte arrives after SIGCONT");
-            }
-        },
+        Fault::Stop => {
+            assert!(
+                first.is_none(),
+                "a stopped peer failed the connection: {}",
+                first.unwrap().error
+            );
+            assert!(closed.is_ok(), "the close after SIGCONT: {closed:?}");
+            assert_eq!(got, written, "every byte arrives after SIGCONT");
+        }
         _ => {
             let failure = first.unwrap_or_else(|| panic!("no call failed within {window:?}"));
             let limit = bound(fault, f.provider);
@@ -292,11 +300,13 @@ pub(crate) fn measure_nothing_lost(f: &Fixture, fault: Fault, case: &str) -> Row
 }
 
 /// Whether a flush's `Ok` on `provider` says the bytes are in the peer's memory: on rxe a
-/// WRITE completes once the peer acknowledged it; uiwarp and siw complete a WRITE once their
-/// TCP socket took the bytes, so what TCP held when the peer vanished (killed, or its wire
-/// cut) can be lost after a flush returned `Ok`; the close then fails.
+/// WRITE completes once the peer acknowledged it; uiwarp completes a WRITE once its TCP
+/// socket took the bytes, and a flush proves placement with a zero-length RDMA READ after
+/// them. siw completes a WRITE once its TCP socket took the bytes and proves nothing more,
+/// so what TCP held when the peer vanished (killed, or its wire cut) can be lost after a
+/// flush returned `Ok`; the close then fails.
 pub(crate) fn flush_vouches_for_the_peer(provider: Provider) -> bool {
-    provider == Provider::Rxe
+    matches!(provider, Provider::Rxe | Provider::Uiwarp)
 }
 
 /// [`measure_nothing_lost`] where a flush vouches for the peer, [`measure`] (bytes lost
@@ -309,10 +319,13 @@ pub(crate) fn measure_as_vouched(f: &Fixture, fault: Fault, case: &str) -> Row {
     }
 }
 
-/// Set by the test that asserts a stopped uiwarp peer is never declared lost.
-pub(crate) const STRICT_STOP: &str = "RDMASOCK_FAULT_STRICT_STOP";
-
-/// Whether [`STRICT_STOP`] is set.
-fn strict_stop() -> bool {
-    std::env::var_os(STRICT_STOP).is_some()
+/// TCP receive buffers of at most 16 KiB for the sockets made in network namespace
+/// `namespace` (its own `net.ipv4.tcp_rmem`).
+fn shrink_receive_buffers(namespace: &str) {
+    let status = std::process::Command::new("ip")
+        .args(["netns", "exec", namespace])
+        .args(["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 16384 16384"])
+        .status()
+        .expect("run sysctl");
+    assert!(status.success(), "set tcp_rmem in {namespace}: {status}");
 }

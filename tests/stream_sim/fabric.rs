@@ -23,6 +23,9 @@ pub(crate) enum Kind {
     WriteImm(u32),
     Write,
     Send,
+    /// A zero-length RDMA READ (a placement fence): executed in order, it proves every
+    /// earlier request placed.
+    Read,
 }
 
 pub(crate) struct Posted {
@@ -247,6 +250,14 @@ impl Side {
                         signaled,
                     });
                 }
+                Op::Read { wr_id } => self.sq.push_back(Posted {
+                    kind: Kind::Read,
+                    wr_id,
+                    source: Source::Captured(Vec::new()),
+                    remote_addr: 0,
+                    rkey: 0,
+                    signaled: true,
+                }),
                 Op::Send {
                     wr_id,
                     payload,
@@ -523,7 +534,7 @@ impl Fabric {
         let Some(wr) = self.sides[from].sq.front() else {
             return Step::Idle;
         };
-        let consumes_recv = !matches!(wr.kind, Kind::Write);
+        let consumes_recv = !matches!(wr.kind, Kind::Write | Kind::Read);
         if self.dead {
             let wr = self.sides[from].sq.pop_front().unwrap();
             self.sides[from]
@@ -561,7 +572,7 @@ impl Fabric {
             mem[off..off + data.len()].copy_from_slice(&data);
         }
         match wr.kind {
-            Kind::Write => {}
+            Kind::Write | Kind::Read => {}
             Kind::WriteImm(imm) => {
                 let (id, _) = dst.rq.pop_front().unwrap();
                 dst.cq.push_back(Completion::Recv(id, Some(imm)));

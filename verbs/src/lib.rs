@@ -32,6 +32,7 @@ pub mod provider;
 pub mod qp_attr;
 #[allow(unsafe_code)]
 mod sys;
+pub mod tcp;
 pub mod types;
 pub mod wc;
 pub mod wr;
@@ -66,6 +67,7 @@ pub use provider::{Provider, ProviderRegistry};
 pub use qp_attr::{
     InitAttributes, QpAttributes, QpCapabilities, QpInitAttributes, RtrAttributes, RtsAttributes,
 };
+pub use tcp::{tcp_progress, TcpProgress};
 pub use types::{Gid, Lid, LocalKey, Mtu, PortState, Psn, QpNumber, QpState, RemoteKey};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{RecvRequest, ScatterGather, SendFlags, SendOp, SendRequest};

@@ -179,7 +179,7 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     }
     /// Bounds how long the transport keeps retrying data the peer does not acknowledge,
     /// once the connection is up (`None`: the transport's default). Only uiwarp has such a
-    /// knob (its TCP socket's `TCP_USER_TIMEOUT`); on rxe the queue pair's retry count and
+    /// knob (its check of the TCP connection's progress); on rxe the queue pair's retry count and
     /// timeout bound it, and the kernel's siw keeps its TCP socket to itself, so there this
     /// does nothing.
     fn set_liveness_timeout(&self, _timeout: Option<Duration>) -> io::Result<()> {

@@ -272,7 +272,10 @@ impl CmEndpoint for UiwarpEndpoint {
 
     fn set_liveness_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self.qp.get() {
-            Some(e) => e.set_tcp_user_timeout(timeout),
+            Some(e) => {
+                e.set_liveness_timeout(timeout);
+                Ok(())
+            }
             None => Ok(()),
         }
     }

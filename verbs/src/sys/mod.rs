@@ -11,4 +11,5 @@ pub(crate) mod mmap;
 pub(crate) mod pod;
 pub(crate) mod send;
 pub(crate) mod sge;
+pub(crate) mod tcp;
 pub(crate) mod uverbs;

@@ -493,9 +493,7 @@ impl UiwarpRequest {
                 ),
             ));
         }
-        if st.user_timeout.is_some() {
-            link.set_user_timeout(st.user_timeout)?;
-        }
+        link.set_liveness_timeout(st.liveness_timeout);
         link.conn.set_queue_pair(
             endpoint.qpn,
             endpoint.caps.max_send_wr as usize,

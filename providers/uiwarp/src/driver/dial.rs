@@ -200,11 +200,9 @@ fn start_mpa(qp: &QueuePair, stream: std::net::TcpStream, private_data: &[u8]) -
     for r in st.early_recvs.drain(..) {
         conn.post_recv(r).map_err(core_error)?;
     }
-    if st.user_timeout.is_some() {
-        super::link::set_user_timeout(&stream, st.user_timeout)?;
-    }
     let token = engine.add(Target::Endpoint(endpoint.clone()));
     let mut link = Link::new(conn, mio::net::TcpStream::from_std(stream), token);
+    link.set_liveness_timeout(st.liveness_timeout);
     link.register(engine)?;
     st.local = link.local;
     st.peer = link.peer;

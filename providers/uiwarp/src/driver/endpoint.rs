@@ -18,13 +18,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+/// The longest liveness timeout (see [`Endpoint::set_liveness_timeout`]): `i32::MAX`
+/// milliseconds (24.8 days); a longer one is cut to it.
+pub const MAX_LIVENESS_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// What a connected endpoint reports to its connection manager user.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Notice {
     /// The connection is over: the peer closed it, reset it, or a TERMINATE ended it.
     Disconnected,
     /// The connection is over because the peer stopped acknowledging what was sent, for
-    /// longer than [`Endpoint::set_tcp_user_timeout`] allows (a vanished peer, or a cut
+    /// longer than [`Endpoint::set_liveness_timeout`] allows (a vanished peer, or a cut
     /// wire). [`Endpoint::end_reason`] says it in words.
     Lost,
 }
@@ -62,9 +66,9 @@ pub(crate) struct EndpointState {
     pub(crate) ended: Option<String>,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) peer: Option<SocketAddr>,
-    /// The TCP user timeout asked for (see [`Endpoint::set_tcp_user_timeout`]): the link
+    /// The liveness timeout asked for (see [`Endpoint::set_liveness_timeout`]): the link
     /// made by a later connect or accept gets it too.
-    pub(crate) user_timeout: Option<Duration>,
+    pub(crate) liveness_timeout: Option<Duration>,
     /// The engine's token for the active side's TCP connect while it runs (see
     /// `driver::dial`): its end raises the notice fd.
     pub(crate) dialing: Option<mio::Token>,
@@ -173,7 +177,7 @@ impl Endpoint {
                 ended: None,
                 local: None,
                 peer: None,
-                user_timeout: None,
+                liveness_timeout: None,
                 dialing: None,
             }),
             changed: Condvar::new(),
@@ -268,28 +272,33 @@ impl Endpoint {
         self.lock().peer
     }
 
-    /// Bounds how long data sent on the connection may stay unacknowledged before TCP gives
-    /// up on the peer (`TCP_USER_TIMEOUT`, in whole milliseconds, at most `i32::MAX` of
-    /// them; `None`: the system's default, about 15 minutes of retransmissions). When it
-    /// fires, the connection ends with [`Notice::Lost`]. Applies to the connection now up,
-    /// and is remembered for the one a later [`connect`](super::connect) or
+    /// Bounds how long the peer may leave what was sent on the connection unacknowledged
+    /// (`None`: TCP's own retransmission limit, about 15 minutes). The driver judges it from
+    /// the kernel's `TCP_INFO`, not with `TCP_USER_TIMEOUT`, which Linux also applies to a
+    /// full window: a peer whose kernel answers but whose application stopped reading (a
+    /// stopped process) is not lost. When the timeout passes, the connection ends with
+    /// [`Notice::Lost`]. Applies to the connection now up, and is remembered for the one a
+    /// later [`connect`](super::connect) or
     /// [`UiwarpRequest::accept`](super::UiwarpRequest::accept) makes.
-    pub fn set_tcp_user_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+    pub fn set_liveness_timeout(&self, timeout: Option<Duration>) {
+        let timeout = timeout.map(|t| t.min(MAX_LIVENESS_TIMEOUT));
         let mut st = self.lock();
-        if let Some(link) = &st.link {
-            link.set_user_timeout(timeout)?;
+        st.liveness_timeout = timeout;
+        if let Some(link) = st.link.as_mut() {
+            link.set_liveness_timeout(timeout);
+            if let Ok(engine) = super::engine() {
+                link.update_timer(engine);
+            }
         }
-        st.user_timeout = timeout;
-        Ok(())
     }
 
-    /// The connection's `TCP_USER_TIMEOUT` (`None`: the system's default); without a
-    /// connection, the one [`Endpoint::set_tcp_user_timeout`] remembers for it.
-    pub fn tcp_user_timeout(&self) -> std::io::Result<Option<Duration>> {
+    /// The connection's liveness timeout (see [`Endpoint::set_liveness_timeout`]); without a
+    /// connection, the one remembered for it.
+    pub fn liveness_timeout(&self) -> Option<Duration> {
         let st = self.lock();
         match &st.link {
-            Some(link) => link.user_timeout(),
-            None => Ok(st.user_timeout),
+            Some(link) => link.liveness_timeout(),
+            None => st.liveness_timeout,
         }
     }
 

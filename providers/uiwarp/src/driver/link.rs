@@ -2,12 +2,13 @@
 //! gives, and the close sequence.
 
 use super::doorbell::Held;
+use super::liveness::Liveness;
 use super::pcap::Flow;
 use super::Engine;
 use crate::protocol::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
-use rdmasock_verbs::{send_pieces, SendPiece};
+use rdmasock_verbs::{send_pieces, tcp_progress, SendPiece};
 use std::cell::RefCell;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
@@ -69,6 +70,8 @@ pub(crate) struct Link {
     /// A read budget ran out with bytes perhaps left in the socket (see
     /// [`Link::progress_within`]).
     input_left: bool,
+    /// How long the peer may leave what was sent unacknowledged (see [`Liveness`]).
+    liveness: Option<Liveness>,
 }
 
 impl Link {
@@ -96,6 +99,7 @@ impl Link {
             interest: None,
             held: Held::default(),
             input_left: false,
+            liveness: None,
         }
     }
 
@@ -212,6 +216,7 @@ impl Link {
                 self.conn.handle_timeout(now);
             }
         }
+        self.check_liveness();
         let read = self.read_input(memory, until_short, budget);
         let wrote = self.flush(memory);
         read || wrote
@@ -396,20 +401,44 @@ impl Link {
 
     /// When the engine must look at this link again without readiness.
     pub(crate) fn next_timer(&self) -> Option<Instant> {
-        match (self.conn.poll_timeout(), self.linger_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let check = match self.io_error {
+            None => self.liveness.map(|l| l.next_check()),
+            Some(_) => None,
+        };
+        [self.conn.poll_timeout(), self.linger_until, check]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Bounds how long the peer may leave what was sent unacknowledged (`None`: TCP's own
+    /// retransmission limit, about 15 minutes); see [`Liveness`].
+    pub(crate) fn set_liveness_timeout(&mut self, timeout: Option<Duration>) {
+        self.liveness = timeout.map(|t| Liveness::new(t, Instant::now()));
+    }
+
+    /// The liveness timeout (see [`Link::set_liveness_timeout`]).
+    pub(crate) fn liveness_timeout(&self) -> Option<Duration> {
+        self.liveness.map(|l| l.timeout())
+    }
+
+    /// When a liveness check is due, fails the connection if the peer stopped
+    /// acknowledging, with `ETIMEDOUT`, as TCP says it when it gives up.
+    fn check_liveness(&mut self) {
+        let now = Instant::now();
+        let Some(liveness) = self.liveness.as_mut() else {
+            return;
+        };
+        if now < liveness.next_check() || self.io_error.is_some() {
+            return;
         }
-    }
-
-    /// Sets the socket's `TCP_USER_TIMEOUT` (see [`set_user_timeout`]).
-    pub(crate) fn set_user_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        set_user_timeout(&self.socket, timeout)
-    }
-
-    /// The socket's `TCP_USER_TIMEOUT` (`None`: the system's default).
-    pub(crate) fn user_timeout(&self) -> io::Result<Option<Duration>> {
-        socket2::SockRef::from(&self.socket).tcp_user_timeout()
+        let Ok(progress) = tcp_progress(self.socket.as_fd()) else {
+            // The socket failed: its next read or write says how.
+            return;
+        };
+        if liveness.lost(&progress, now) {
+            self.fail(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
     }
 
     /// Deregisters and closes the socket.
@@ -419,17 +448,6 @@ impl Link {
         }
         engine.remove(self.token);
     }
-}
-
-/// Sets a TCP socket's `TCP_USER_TIMEOUT` (`None`: the system's default). Longer than
-/// `i32::MAX` milliseconds (24.8 days) is cut to that: Linux takes the value as an `int` and
-/// refuses a negative one.
-pub(crate) fn set_user_timeout(
-    socket: &impl std::os::fd::AsFd,
-    timeout: Option<Duration>,
-) -> io::Result<()> {
-    let max = Duration::from_millis(i32::MAX as u64);
-    socket2::SockRef::from(socket).set_tcp_user_timeout(timeout.map(|t| t.min(max)))
 }
 
 /// One gathering write of up to `N` of `out`'s pieces: sendmsg(2) with `MSG_NOSIGNAL`, as

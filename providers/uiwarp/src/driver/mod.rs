@@ -24,6 +24,7 @@ mod dial;
 mod doorbell;
 mod endpoint;
 mod link;
+mod liveness;
 pub mod pcap;
 mod pending;
 
@@ -32,8 +33,8 @@ pub use cm::{accepted, disconnect, endpoint, Rejected, UiwarpListener, UiwarpReq
 pub use completion::{UiwarpChannel, UiwarpCq};
 pub use dial::{connect, Dial};
 pub(crate) use endpoint::endpoint_idle;
-pub use endpoint::Endpoint;
 pub use endpoint::Notice;
+pub use endpoint::{Endpoint, MAX_LIVENESS_TIMEOUT};
 
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use pending::Pending;
