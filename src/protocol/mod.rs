@@ -59,6 +59,7 @@ mod hello;
 mod inline_write;
 mod msg;
 mod op;
+mod op_queue;
 mod recv;
 mod rings;
 

@@ -7,7 +7,7 @@ use super::doorbell::Doorbell;
 use super::link::{Link, ENGINE_READ_BUDGET};
 use super::Engine;
 use crate::memory::{InlinePool, QpMemory, RegionSet};
-use crate::protocol::{CloseReason, Event, Negotiated, RecvWork, WorkQueue};
+use crate::protocol::{CloseReason, Event, Negotiated, RecvQueue, WorkQueue};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::CqOps;
 use rdmasock_verbs::{QpCapabilities, QpNumber, QpState, RegisteredMemory};
@@ -51,7 +51,7 @@ pub(crate) struct EndpointState {
     pub(crate) qp_state: QpState,
     pub(crate) link: Option<Link>,
     /// Receives posted before the connection exists.
-    pub(crate) early_recvs: VecDeque<RecvWork>,
+    pub(crate) early_recvs: RecvQueue,
     pub(crate) inline: InlinePool,
     /// Send requests handed to the core so far.
     pub(crate) posted_sends: u64,
@@ -164,7 +164,7 @@ impl Endpoint {
             state: Mutex::new(EndpointState {
                 qp_state: QpState::Reset,
                 link: None,
-                early_recvs: VecDeque::new(),
+                early_recvs: RecvQueue::new(),
                 inline: InlinePool::default(),
                 posted_sends: 0,
                 outcome: Outcome::Idle,
