@@ -24,6 +24,7 @@ mod dial;
 mod doorbell;
 mod endpoint;
 mod link;
+mod notice;
 pub mod pcap;
 mod pending;
 
