@@ -49,6 +49,8 @@ struct Events {
     queue: VecDeque<u64>,
     /// Queue pairs reporting here whose notice is raised.
     notices: usize,
+    /// [`ChannelOps::wake`] was called and [`ChannelOps::take_wake`] has not taken it yet.
+    woken: bool,
     fd_set: bool,
 }
 
@@ -62,9 +64,9 @@ impl Events {
         }
     }
 
-    /// Drains the eventfd if it is set and neither an event nor a notice waits.
+    /// Drains the eventfd if it is set and neither an event, a notice nor a wake waits.
     fn settle(&mut self, fd: &EventFd) {
-        if self.fd_set && self.queue.is_empty() && self.notices == 0 {
+        if self.fd_set && self.queue.is_empty() && self.notices == 0 && !self.woken {
             // Drains the counter (EAGAIN cannot happen: it was written).
             let _ = fd.read();
             self.fd_set = false;
@@ -150,7 +152,8 @@ impl UiwarpChannel {
         }
     }
 
-    /// Takes the oldest event; keeps the eventfd readable exactly while events wait.
+    /// Takes the oldest event; keeps the eventfd readable exactly while events (or notices,
+    /// or a wake) wait.
     fn pop(&self) -> Option<u64> {
         let mut events = self.events.lock().expect("channel lock");
         let cookie = events.queue.pop_front();
@@ -187,6 +190,22 @@ impl ChannelOps for UiwarpChannel {
 
     fn events_make_progress(&self) -> bool {
         true
+    }
+
+    fn can_wake(&self) -> bool {
+        true
+    }
+
+    fn wake(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.woken = true;
+        events.set(&self.fd);
+    }
+
+    fn take_wake(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.woken = false;
+        events.settle(&self.fd);
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -447,5 +466,33 @@ mod tests {
         assert!(readable(notice), "a lower with none raised takes nothing");
         assert_eq!(channel.pop(), Some(8));
         assert!(!readable(notice) && !readable(whole));
+    }
+
+    #[test]
+    fn a_wake_lasts_until_taken_back_whatever_events_are_taken() {
+        let channel = UiwarpChannel::new().expect("a channel");
+        assert!(channel.can_wake());
+        channel.wake();
+        assert!(readable(channel.fd()), "woken");
+        assert_eq!(
+            channel.get_event().expect("no error"),
+            None,
+            "a wake is no event"
+        );
+        assert!(
+            readable(channel.fd()),
+            "another thread's get_event leaves the wake"
+        );
+        channel.signal(3);
+        assert_eq!(channel.get_event().expect("no error"), Some(3));
+        assert!(readable(channel.fd()), "so does taking an event");
+        channel.take_wake();
+        assert!(!readable(channel.fd()), "taken back");
+        channel.signal(4);
+        channel.wake();
+        channel.take_wake();
+        assert!(readable(channel.fd()), "the event still waits");
+        assert_eq!(channel.get_event().expect("no error"), Some(4));
+        assert!(!readable(channel.fd()));
     }
 }
