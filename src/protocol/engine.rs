@@ -8,6 +8,7 @@ use super::error::StreamError;
 use super::hello::{Hello, FLAG_BIG_ENDIAN, FLAG_RDMASOCK};
 use super::msg::{ByteOrder, Control, Message, RemoteSge, SGE_LEN};
 use super::op::{CopySpan, LocalRegions, Op, Payload, Readiness, RingSpan, WrId};
+use super::op_queue::OpQueue;
 use std::collections::VecDeque;
 
 /// Number of entries in a target list (`RS_SGL_SIZE`).
@@ -56,7 +57,7 @@ pub struct StreamEngine {
     pub(crate) error: Option<StreamError>,
     pub(crate) peer_order: ByteOrder,
     pub(crate) peer_rdmasock: bool,
-    pub(crate) ops: VecDeque<Op>,
+    pub(crate) ops: OpQueue,
     /// How many of `ops` are receive reposts ([`Op::PostRecv`]): whether only they are
     /// queued is asked on every read and small write, without walking the queue.
     pub(crate) queued_receives: usize,
@@ -146,7 +147,7 @@ impl StreamEngine {
             error: None,
             peer_order: ByteOrder::native(),
             peer_rdmasock: false,
-            ops: VecDeque::new(),
+            ops: OpQueue::new(),
             queued_receives: 0,
             sseq_no: 0,
             sseq_comp: 0,
@@ -173,7 +174,8 @@ impl StreamEngine {
             lost_message: None,
             unfenced: false,
             fenced_message: 0,
-            rmsg: VecDeque::with_capacity(usize::from(cfg.recv_queue_depth) + 1),
+            // Grows with the messages in flight: an idle connection holds none.
+            rmsg: VecDeque::new(),
             rbuf_offset: 0,
             rbuf_queued: 0,
             rbuf_avail: half,

@@ -61,6 +61,7 @@ mod hello;
 mod inline_write;
 mod msg;
 mod op;
+mod op_queue;
 mod recv;
 mod registered_write;
 mod rings;

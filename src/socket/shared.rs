@@ -46,7 +46,8 @@ pub(crate) struct Shared {
     cq_channel: CompletionChannel,
     endpoint: Arc<dyn CmEndpoint>,
     /// Wakes a blocking caller sleeping in poll(2); made when a caller first sleeps there
-    /// (a connection only ever driven by one thread's calls, or by mio, never needs it).
+    /// (a connection only ever driven by one thread's calls, or by mio, never needs it),
+    /// unless the completion channel can be woken itself (`CompletionChannel::can_wake`).
     waker: OnceLock<EventFd>,
     /// What a mio registration and the handed-out fd see.
     pub(crate) ready: ReadyFds,
@@ -266,11 +267,13 @@ impl Shared {
             g.sleepers.cond_waiters -= 1;
             return Ok(g);
         }
-        // Made under the lock, before the flag: whoever sees the flag finds the waker.
-        let waker = self.waker();
+        // Made under the lock, before the flag: whoever sees the flag finds the waker. A
+        // channel that can be woken itself (uiwarp's) needs none: the sleeper polls it anyway.
+        let channel_wakes = self.cq_channel.can_wake();
+        let waker = if channel_wakes { None } else { self.waker() };
         let wait = match waker {
-            Some(_) => wait,
-            None => Some(wait.map_or(WAKERLESS_NAP, |w| w.min(WAKERLESS_NAP))),
+            None if !channel_wakes => Some(wait.map_or(WAKERLESS_NAP, |w| w.min(WAKERLESS_NAP))),
+            _ => wait,
         };
         g.sleepers.poller_active = true;
         drop(g);
@@ -279,6 +282,10 @@ impl Shared {
         g.sleepers.poller_active = false;
         if matches!(result, Ok(true)) {
             self.drain_waker();
+        }
+        if channel_wakes {
+            // No wake can come now that the flag is down (they are raised under the lock).
+            self.cq_channel.take_wake();
         }
         if g.sleepers.cond_waiters > 0 {
             self.cond.notify_all();
@@ -383,6 +390,9 @@ impl Shared {
         if g.sleepers.poller_active {
             if let Some(w) = self.waker.get() {
                 let _ = w.write(1);
+            } else {
+                // Taken back by the sleeper once awake (see `sleep`).
+                self.cq_channel.wake();
             }
         }
     }

@@ -13,7 +13,8 @@
 //! cursor: the send ring's as the application's bytes are copied in, the receive ring's
 //! behind the bytes that arrived (where the next land), as their completions are taken.
 //! Pages still come in only as far as data has gone, plus the window, as with TCP's
-//! autotuned buffers.
+//! autotuned buffers; and no window at all until the cursor has left the ring's first page
+//! ([`BUSY_FROM`]), so that an idle connection costs only the pages its data touched.
 #![forbid(unsafe_code)]
 
 use crate::verbs::MemoryRegion;
@@ -39,10 +40,15 @@ impl Populate for MemoryRegion {
 /// window too.
 pub(crate) const WARM_AHEAD: usize = 64 * 1024;
 /// The window while little of the ring has been used: it grows with the populated part
-/// (4, 8, 16 … KiB), so a connection that moves a few bytes brings in a few pages, and none
+/// (4, 8, 16 … KiB), so a connection that moves a few KiB brings in a few pages, and none
 /// at connect (populating 128 KiB per ring at connect added ~160 µs to each of
 /// `connect_cycles`' loopback connections).
 pub(crate) const MIN_AHEAD: usize = 4 * 1024;
+/// Nothing is brought in until the cursor has passed this far into the ring (its first
+/// page, which the data faults in itself): a mostly idle connection that exchanges a few
+/// small messages keeps the pages it touched and no window beyond them, which with
+/// thousands of connections is most of their memory.
+pub(crate) const BUSY_FROM: usize = 4 * 1024;
 
 /// Brings one ring's pages in, from its start, ahead of a cursor that goes round it.
 #[derive(Debug)]
@@ -66,6 +72,9 @@ impl RingWarmer {
     /// yet, together with the window after them; false when the kernel refused (before
     /// Linux 5.14: the pages then fault in as they are first written).
     pub(crate) fn ahead_of(&mut self, mr: &impl Populate, cursor: usize) -> bool {
+        if self.populated == 0 && cursor < BUSY_FROM {
+            return true;
+        }
         let ahead = self.populated.clamp(MIN_AHEAD, WARM_AHEAD);
         let want = cursor.saturating_add(ahead).min(self.ring);
         if want <= self.populated {
@@ -138,11 +147,19 @@ mod tests {
         let mr = Fake::new(1024 * KIB + 4 * KIB);
         let mut w = Some(RingWarmer::new(&mr, 1024 * KIB));
         assert_eq!(mr.take(), vec![], "nothing at connect");
-        // A 1-byte message: a few pages.
+        // Small messages within the first page: nothing (the data brings that page in).
         warm(&mut w, &mr, 1);
-        assert_eq!(mr.take(), vec![(0, 8 * KIB + 1)]);
+        warm(&mut w, &mr, BUSY_FROM - 1);
+        assert_eq!(
+            mr.take(),
+            vec![],
+            "an idle connection's few bytes bring in no window"
+        );
+        // Past it: a few pages.
+        warm(&mut w, &mr, BUSY_FROM + 1);
+        assert_eq!(mr.take(), vec![(0, 12 * KIB + 1)]);
         // 4 KiB messages: the window grows with what is in, up to WARM_AHEAD.
-        let mut cursor = 1;
+        let mut cursor = BUSY_FROM + 1;
         let mut calls = Vec::new();
         while w.is_some() {
             cursor += 4 * KIB;
@@ -153,7 +170,7 @@ mod tests {
         }
         // Every byte of the ring once, in order, never past it; each call ahead of the
         // cursor by at least the window, which doubles up to WARM_AHEAD.
-        let mut next = 8 * KIB + 1;
+        let mut next = 12 * KIB + 1;
         for &(at, offset, len) in &calls {
             assert_eq!(offset, next, "{calls:?}");
             let ahead = offset.clamp(MIN_AHEAD, WARM_AHEAD);
@@ -181,7 +198,7 @@ mod tests {
             ..Fake::new(256 * KIB)
         };
         let mut w = Some(RingWarmer::new(&mr, 256 * KIB));
-        warm(&mut w, &mr, 100);
+        warm(&mut w, &mr, BUSY_FROM + 100);
         assert!(w.is_none(), "one refusal and it stops asking");
         assert_eq!(mr.take().len(), 1);
     }
@@ -190,7 +207,7 @@ mod tests {
     fn a_ring_smaller_than_the_windows_is_done_at_once() {
         let mr = Fake::new(8 * KIB);
         let mut w = Some(RingWarmer::new(&mr, 128 * KIB));
-        warm(&mut w, &mr, 1000);
+        warm(&mut w, &mr, BUSY_FROM + 1000);
         assert_eq!(mr.take(), vec![(0, 8 * KIB)], "never past the memory");
         assert!(w.is_none(), "done");
     }

@@ -137,6 +137,17 @@ pub trait ChannelOps: Send + Sync + Debug {
     fn events_make_progress(&self) -> bool {
         false
     }
+    /// Whether [`wake`](Self::wake) works on this channel. `false` (the default): a thread
+    /// that sleeps on the channel and must be woken by another needs a wake fd of its own.
+    fn can_wake(&self) -> bool {
+        false
+    }
+    /// Makes the channel's fd readable with no event, to wake a thread that sleeps on it,
+    /// until [`take_wake`](Self::take_wake) (taking events leaves it). Does nothing where
+    /// [`can_wake`](Self::can_wake) is `false` (the default).
+    fn wake(&self) {}
+    /// Takes back what [`wake`](Self::wake) raised (the woken thread calls it).
+    fn take_wake(&self) {}
     /// For downcasting.
     fn as_any(&self) -> &dyn Any;
 }

@@ -49,6 +49,25 @@ impl CompletionChannel {
         self.ops.events_make_progress()
     }
 
+    /// Whether [`wake`](Self::wake) works on this channel (uiwarp's): a thread sleeping on
+    /// it can be woken through it, with no wake fd of its own.
+    pub fn can_wake(&self) -> bool {
+        self.ops.can_wake()
+    }
+
+    /// Makes the channel's fd readable with no event, waking a thread that sleeps on it,
+    /// until that thread calls [`take_wake`](Self::take_wake): taking events leaves the wake,
+    /// so another thread's [`try_get_event`](Self::try_get_event) cannot steal it. Does
+    /// nothing where [`can_wake`](Self::can_wake) is false.
+    pub fn wake(&self) {
+        self.ops.wake()
+    }
+
+    /// Takes back a [`wake`](Self::wake): the woken thread calls it once awake.
+    pub fn take_wake(&self) {
+        self.ops.take_wake()
+    }
+
     /// Waits up to `timeout` (forever with `None`) for an event; `Ok(None)` on timeout.
     ///
     /// It polls the fd first and reads once it is readable: a waiter usually arrives before

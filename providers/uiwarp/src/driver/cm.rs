@@ -499,7 +499,7 @@ impl UiwarpRequest {
             endpoint.caps.max_send_wr as usize,
             endpoint.caps.max_recv_wr as usize,
         );
-        for r in st.early_recvs.drain(..) {
+        for r in std::mem::take(&mut st.early_recvs).into_works() {
             link.conn.post_recv(r).map_err(core_error)?;
         }
         link.conn

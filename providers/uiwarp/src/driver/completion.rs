@@ -29,6 +29,12 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
 /// sleeps on the channel wakes as soon as bytes arrive, as a thread blocked on a TCP socket
 /// would, and [`ChannelOps::get_event`] then makes the progress itself instead of waiting for
 /// the engine thread.
+///
+/// The eventfd is also the notice fd of those queue pairs (see
+/// [`Endpoint::notice_fd`](super::Endpoint::notice_fd)): it is readable while events wait
+/// or while one of them has a connection notice raised, so a connection costs no fd of its
+/// own for its notices. Each may see the other's readiness (a waiter then finds nothing and
+/// waits again).
 #[derive(Debug)]
 pub struct UiwarpChannel {
     epoll: Epoll,
@@ -37,11 +43,35 @@ pub struct UiwarpChannel {
     endpoints: Mutex<Vec<Weak<Endpoint>>>,
 }
 
-/// Queued events, and whether the eventfd is set for them.
+/// Queued events, raised notices, and whether the eventfd is set for them.
 #[derive(Debug, Default)]
 struct Events {
     queue: VecDeque<u64>,
+    /// Queue pairs reporting here whose notice is raised.
+    notices: usize,
+    /// [`ChannelOps::wake`] was called and [`ChannelOps::take_wake`] has not taken it yet.
+    woken: bool,
     fd_set: bool,
+}
+
+impl Events {
+    /// Sets the eventfd if it is not.
+    fn set(&mut self, fd: &EventFd) {
+        if !self.fd_set {
+            // An eventfd write fails only when the counter would overflow: it is 0 here.
+            let _ = fd.write(1);
+            self.fd_set = true;
+        }
+    }
+
+    /// Drains the eventfd if it is set and neither an event, a notice nor a wake waits.
+    fn settle(&mut self, fd: &EventFd) {
+        if self.fd_set && self.queue.is_empty() && self.notices == 0 && !self.woken {
+            // Drains the counter (EAGAIN cannot happen: it was written).
+            let _ = fd.read();
+            self.fd_set = false;
+        }
+    }
 }
 
 thread_local! {
@@ -76,11 +106,30 @@ impl UiwarpChannel {
     fn signal(&self, cookie: u64) {
         let mut events = self.events.lock().expect("channel lock");
         events.queue.push_back(cookie);
-        if !events.fd_set && GETTING_EVENTS.get() != self.address() {
-            // An eventfd write fails only when the counter would overflow: it is 0 or 1 here.
-            let _ = self.fd.write(1);
-            events.fd_set = true;
+        if GETTING_EVENTS.get() != self.address() {
+            events.set(&self.fd);
         }
+    }
+
+    /// Raises a queue pair's notice: the notice fd (and the channel fd) turn readable until
+    /// it is lowered. Each queue pair raises at most once before it lowers.
+    pub(crate) fn raise_notice(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.notices += 1;
+        events.set(&self.fd);
+    }
+
+    /// Lowers a notice [`raise_notice`](Self::raise_notice) raised.
+    pub(crate) fn lower_notice(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.notices = events.notices.saturating_sub(1);
+        events.settle(&self.fd);
+    }
+
+    /// The notice fd of the queue pairs reporting here: readable while a notice is raised
+    /// (or an event waits).
+    pub(crate) fn notice_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Watches a connected QP's socket: the channel turns readable when it is.
@@ -103,20 +152,16 @@ impl UiwarpChannel {
         }
     }
 
-    /// Takes the oldest event; keeps the eventfd readable exactly while events wait.
+    /// Takes the oldest event; keeps the eventfd readable exactly while events (or notices,
+    /// or a wake) wait.
     fn pop(&self) -> Option<u64> {
         let mut events = self.events.lock().expect("channel lock");
         let cookie = events.queue.pop_front();
         if events.queue.is_empty() {
-            if events.fd_set {
-                // Drains the counter (EAGAIN cannot happen: it was written).
-                let _ = self.fd.read();
-                events.fd_set = false;
-            }
-        } else if !events.fd_set {
+            events.settle(&self.fd);
+        } else {
             // Events raised without the write remain for another caller or thread.
-            let _ = self.fd.write(1);
-            events.fd_set = true;
+            events.set(&self.fd);
         }
         cookie
     }
@@ -145,6 +190,22 @@ impl ChannelOps for UiwarpChannel {
 
     fn events_make_progress(&self) -> bool {
         true
+    }
+
+    fn can_wake(&self) -> bool {
+        true
+    }
+
+    fn wake(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.woken = true;
+        events.set(&self.fd);
+    }
+
+    fn take_wake(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.woken = false;
+        events.settle(&self.fd);
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -369,4 +430,69 @@ pub(crate) fn uiwarp_cq(cq: &Arc<dyn CqOps>) -> &UiwarpCq {
     cq.as_any()
         .downcast_ref::<UiwarpCq>()
         .expect("uiwarp QPs are created only with uiwarp CQs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+    fn readable(fd: BorrowedFd<'_>) -> bool {
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).expect("poll") == 1
+    }
+
+    #[test]
+    fn the_eventfd_is_readable_exactly_while_an_event_or_a_notice_waits() {
+        let channel = UiwarpChannel::new().expect("a channel");
+        let (notice, whole) = (channel.notice_fd(), channel.fd());
+        assert!(!readable(notice) && !readable(whole));
+        channel.raise_notice();
+        assert!(readable(notice) && readable(whole), "a raised notice");
+        channel.signal(7);
+        assert_eq!(channel.pop(), Some(7));
+        assert!(
+            readable(notice),
+            "the event is taken; the notice still waits"
+        );
+        channel.raise_notice();
+        channel.lower_notice();
+        assert!(readable(notice), "another QP's notice still waits");
+        channel.lower_notice();
+        assert!(!readable(notice) && !readable(whole), "nothing waits");
+        channel.signal(8);
+        assert!(readable(notice) && readable(whole), "an event");
+        channel.lower_notice();
+        assert!(readable(notice), "a lower with none raised takes nothing");
+        assert_eq!(channel.pop(), Some(8));
+        assert!(!readable(notice) && !readable(whole));
+    }
+
+    #[test]
+    fn a_wake_lasts_until_taken_back_whatever_events_are_taken() {
+        let channel = UiwarpChannel::new().expect("a channel");
+        assert!(channel.can_wake());
+        channel.wake();
+        assert!(readable(channel.fd()), "woken");
+        assert_eq!(
+            channel.get_event().expect("no error"),
+            None,
+            "a wake is no event"
+        );
+        assert!(
+            readable(channel.fd()),
+            "another thread's get_event leaves the wake"
+        );
+        channel.signal(3);
+        assert_eq!(channel.get_event().expect("no error"), Some(3));
+        assert!(readable(channel.fd()), "so does taking an event");
+        channel.take_wake();
+        assert!(!readable(channel.fd()), "taken back");
+        channel.signal(4);
+        channel.wake();
+        channel.take_wake();
+        assert!(readable(channel.fd()), "the event still waits");
+        assert_eq!(channel.get_event().expect("no error"), Some(4));
+        assert!(!readable(channel.fd()));
+    }
 }

@@ -197,7 +197,7 @@ fn start_mpa(qp: &QueuePair, stream: std::net::TcpStream, private_data: &[u8]) -
     let mut conn =
         Connection::initiator(config, private_data, Instant::now()).map_err(core_error)?;
     let mut st = endpoint.lock();
-    for r in st.early_recvs.drain(..) {
+    for r in std::mem::take(&mut st.early_recvs).into_works() {
         conn.post_recv(r).map_err(core_error)?;
     }
     let token = engine.add(Target::Endpoint(endpoint.clone()));

@@ -7,13 +7,13 @@ use super::doorbell::Doorbell;
 use super::link::{Link, ENGINE_READ_BUDGET};
 use super::Engine;
 use crate::memory::{InlinePool, QpMemory, RegionSet};
-use crate::protocol::{CloseReason, Event, Negotiated, RecvWork, WorkQueue};
+use crate::protocol::{CloseReason, Event, Negotiated, RecvQueue, WorkQueue};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::CqOps;
 use rdmasock_verbs::{QpCapabilities, QpNumber, QpState, RegisteredMemory};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ pub(crate) struct EndpointState {
     pub(crate) qp_state: QpState,
     pub(crate) link: Option<Link>,
     /// Receives posted before the connection exists.
-    pub(crate) early_recvs: VecDeque<RecvWork>,
+    pub(crate) early_recvs: RecvQueue,
     pub(crate) inline: InlinePool,
     /// Send requests handed to the core so far.
     pub(crate) posted_sends: u64,
@@ -94,7 +94,11 @@ pub struct Endpoint {
     pub(crate) recv_cq: Arc<dyn CqOps>,
     pub(crate) state: Mutex<EndpointState>,
     pub(crate) changed: Condvar,
-    notice_fd: EventFd,
+    /// The notice fd when the receive CQ has no uiwarp channel; with one, the channel's
+    /// eventfd serves (see [`UiwarpChannel`](super::UiwarpChannel)).
+    pub(super) own_notice_fd: Option<EventFd>,
+    /// The notice is raised (changed under the state lock only).
+    pub(super) notice_raised: AtomicBool,
     /// The socket may hold bytes nobody read: set by the engine on each readable edge
     /// (edge-triggered, so every arrival after a read makes one), cleared just before a
     /// read. Polling an empty completion queue reads the socket only while this is set,
@@ -154,11 +158,15 @@ impl Endpoint {
         send_cq: Arc<dyn CqOps>,
         recv_cq: Arc<dyn CqOps>,
     ) -> rdmasock_verbs::Result<Arc<Endpoint>> {
-        let notice_fd =
-            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .map_err(|e| {
-                    rdmasock_verbs::Error::io("creating a uiwarp QP's event fd", e.into())
-                })?;
+        let own_notice_fd = match uiwarp_cq(&recv_cq).channel() {
+            Some(_) => None,
+            None => Some(
+                EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                    .map_err(|e| {
+                        rdmasock_verbs::Error::io("creating a uiwarp QP's event fd", e.into())
+                    })?,
+            ),
+        };
         let e = Arc::new(Endpoint {
             qpn,
             caps,
@@ -168,7 +176,7 @@ impl Endpoint {
             state: Mutex::new(EndpointState {
                 qp_state: QpState::Reset,
                 link: None,
-                early_recvs: VecDeque::new(),
+                early_recvs: RecvQueue::new(),
                 inline: InlinePool::default(),
                 posted_sends: 0,
                 outcome: Outcome::Idle,
@@ -181,7 +189,8 @@ impl Endpoint {
                 dialing: None,
             }),
             changed: Condvar::new(),
-            notice_fd,
+            own_notice_fd,
+            notice_raised: AtomicBool::new(false),
             input_hint: AtomicBool::new(true),
             polled_at: AtomicU64::new(0),
             app_reads: AtomicU64::new(0),
@@ -223,7 +232,7 @@ impl Endpoint {
         }
         st.ended = Some(why);
         if st.notices.is_empty() {
-            let _ = self.notice_fd.write(1);
+            self.raise_notice();
         }
         st.notices.push_back(Notice::Disconnected);
         self.changed.notify_all();
@@ -234,7 +243,7 @@ impl Endpoint {
     pub(crate) fn dial_ended(&self) {
         let st = self.lock();
         if st.dialing.is_some() && st.notices.is_empty() {
-            let _ = self.notice_fd.write(1);
+            self.raise_notice();
         }
     }
 
@@ -247,14 +256,9 @@ impl Endpoint {
             let fd = socket.as_raw_fd();
             engine.deregister(&mut mio::unix::SourceFd(&fd));
             if st.notices.is_empty() {
-                let _ = self.notice_fd.read();
+                self.lower_notice();
             }
         }
-    }
-
-    /// Readable while [`Endpoint::poll_notice`] has something.
-    pub fn notice_fd(&self) -> BorrowedFd<'_> {
-        self.notice_fd.as_fd()
     }
 
     /// The QP number.
@@ -313,7 +317,7 @@ impl Endpoint {
     pub(crate) fn take_outcome(&self) -> Outcome {
         let st = self.lock();
         if !matches!(st.outcome, Outcome::Connecting) && st.notices.is_empty() {
-            let _ = self.notice_fd.read();
+            self.lower_notice();
         }
         st.outcome.clone()
     }
@@ -323,7 +327,7 @@ impl Endpoint {
         let mut st = self.lock();
         let n = st.notices.pop_front();
         if n.is_some() && st.notices.is_empty() {
-            let _ = self.notice_fd.read();
+            self.lower_notice();
         }
         n
     }
@@ -603,7 +607,7 @@ impl Endpoint {
                     // Wakes a caller that polls the notice fd for the outcome (see
                     // `Endpoint::take_outcome`, which takes the nudge back).
                     if st.notices.is_empty() {
-                        let _ = self.notice_fd.write(1);
+                        self.raise_notice();
                     }
                     changed = true;
                 }
@@ -621,7 +625,7 @@ impl Endpoint {
                     }
                     st.ended.get_or_insert(text);
                     if st.notices.is_empty() {
-                        let _ = self.notice_fd.write(1);
+                        self.raise_notice();
                     }
                     let timed_out = link
                         .io_error

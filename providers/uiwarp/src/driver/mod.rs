@@ -25,6 +25,7 @@ mod doorbell;
 mod endpoint;
 mod link;
 mod liveness;
+mod notice;
 pub mod pcap;
 mod pending;
 

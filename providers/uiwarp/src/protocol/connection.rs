@@ -4,6 +4,7 @@ use super::config::{Config, Negotiated, Role, Rtr};
 use super::event::{CloseReason, Event, Origin, Termination};
 use super::handshake::PendingRequest;
 use super::memory::MemoryTable;
+use super::recv_queue::RecvQueue;
 pub(crate) use super::state::{
     Blame, Fault, InboundRead, OutstandingRead, ReceiveProgress, SqSlot, TaggedProgress,
 };
@@ -68,7 +69,7 @@ pub struct Connection {
     pub(crate) tx_msn: [u32; 3],
     pub(crate) orq: VecDeque<OutstandingRead>,
     pub(crate) irq: VecDeque<InboundRead>,
-    pub(crate) rq: VecDeque<RecvWork>,
+    pub(crate) rq: RecvQueue,
     pub(crate) rx_msn: [u32; 3],
     pub(crate) rx_send: Option<ReceiveProgress>,
     pub(crate) rx_tagged: Option<TaggedProgress>,
@@ -96,7 +97,7 @@ impl Connection {
             tx_msn: [0; 3],
             orq: VecDeque::new(),
             irq: VecDeque::new(),
-            rq: VecDeque::new(),
+            rq: RecvQueue::new(),
             rx_msn: [1; 3],
             rx_send: None,
             rx_tagged: None,
@@ -480,7 +481,7 @@ impl Connection {
             };
             self.push_recv_completion(p.work.wr_id, status, p.received, 0, false, v);
         }
-        for w in std::mem::take(&mut self.rq) {
+        for w in std::mem::take(&mut self.rq).into_works() {
             self.push_recv_completion(w.wr_id, WcStatus::WorkRequestFlushError, 0, 0, false, 0);
         }
         let blamed = match blame {

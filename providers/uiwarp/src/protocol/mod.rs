@@ -33,6 +33,7 @@ mod event;
 mod handshake;
 mod memory;
 mod receive;
+mod recv_queue;
 mod segments;
 mod state;
 mod transmit;
@@ -44,6 +45,7 @@ pub use connection::Connection;
 pub use event::{CloseReason, ConnectRequest, Established, Event, Origin, Termination};
 pub use handshake::{MAX_USER_PRIVATE_DATA, SIW_MAX_USER_PRIVATE_DATA};
 pub use memory::{AccessError, MemoryTable, RegionTable, RegionView};
+pub use recv_queue::RecvQueue;
 pub use segments::Segments;
 pub use txqueue::TxQueue;
 pub use work::{

@@ -354,9 +354,9 @@ impl QpOps for UiwarpQp {
                 drop(st);
                 crate::driver::close_endpoint(&self.endpoint, engine);
                 let mut st = self.endpoint.lock();
-                let early: Vec<RecvWork> = st.early_recvs.drain(..).collect();
+                let early = std::mem::take(&mut st.early_recvs);
                 drop(st);
-                for r in early {
+                for r in early.into_works() {
                     Self::cq(&self.endpoint.recv_cq)
                         .push(self.flush_completion(r.wr_id, WcOpcode::Recv), false);
                 }
