@@ -180,4 +180,6 @@ pub use registry::{
     connection_manager, connection_manager_for, default_registry, device_list, listed_devices,
     open_device, registry_for, ProviderChoice, ProviderKind, PROVIDER_ENV,
 };
-pub use socket::{census, Census, Connecting, RdmaListener, RdmaSocket, SocketOptions};
+pub use socket::{
+    census, Census, Connecting, MappedWindow, RdmaListener, RdmaSocket, SocketOptions,
+};

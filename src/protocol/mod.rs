@@ -57,6 +57,7 @@ mod error;
 pub mod fuzzing;
 mod hello;
 mod inline_write;
+mod iomap;
 mod msg;
 mod op;
 mod recv;
@@ -73,6 +74,9 @@ pub use hello::{
     Hello, HelloError, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
 };
 pub use inline_write::InlineWrite;
+pub use iomap::{
+    iomap_scale, iomap_size_from_scale, IomapEntry, IOMAP_ENTRY_LEN, MAX_IOMAP_ENTRIES,
+};
 pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
 pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};
 pub use rings::RingChange;

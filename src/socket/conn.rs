@@ -56,6 +56,8 @@ pub(crate) struct Connection {
     pub(crate) lent_spans: Vec<CopySpan>,
     /// Bytes the last read or peek returned (0 after an error or at end-of-stream).
     pub(crate) last_read: usize,
+    /// The iomap windows this side mapped, held until the connection closes.
+    pub(crate) windows: super::iomap::Windows,
 }
 
 impl Connection {
@@ -87,6 +89,7 @@ impl Connection {
             wait,
             lent_spans: Vec::new(),
             last_read: 0,
+            windows: Default::default(),
         };
         c.post_ops()?;
         Ok(c)

@@ -10,7 +10,7 @@ use super::options::SocketOptions;
 use super::post::SCRATCH_LEN;
 use super::warm::RingWarmer;
 use crate::cm::CmEndpoint;
-use crate::protocol::{LocalRegions, TARGET_LIST_LEN};
+use crate::protocol::LocalRegions;
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, MemoryRegion, QpCapabilities,
     QpInitAttributes, QueuePair, Transport,
@@ -110,7 +110,8 @@ impl Resources {
         let send_len = send_area_len(cfg.send_ring_min(), cfg.control_area_len());
         let send_mr = pd.register(send_len, AccessFlags::LOCAL_WRITE)?;
         let recv_mr = pd.register(cfg.recv_ring_min(), REMOTE)?;
-        let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
+        // The target list, and the iomap table after it (rsocket's layout).
+        let target_mr = pd.register(cfg.target_area_len(), REMOTE)?;
         let message_mr = match cfg.message_area_len() {
             0 => None,
             n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),

@@ -40,6 +40,7 @@ mod connect_start;
 mod cycles;
 mod data;
 mod fd;
+mod iomap;
 mod polling;
 mod vanish;
 mod waits;
@@ -57,6 +58,8 @@ pub(crate) use cycles::*;
 pub(crate) use data::*;
 #[allow(unused_imports)]
 pub(crate) use fd::*;
+#[allow(unused_imports)]
+pub(crate) use iomap::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
 #[allow(unused_imports)]
