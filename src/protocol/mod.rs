@@ -55,6 +55,8 @@ mod error;
 // and for the seeded smoke test that `tests/run.sh` builds the same way.
 #[cfg(fuzzing)]
 pub mod fuzzing;
+#[cfg(fuzzing)]
+pub mod fuzzing_iomap;
 mod hello;
 mod inline_write;
 mod iomap;
