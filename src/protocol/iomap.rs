@@ -433,3 +433,7 @@ impl StreamEngine {
         signaled
     }
 }
+
+#[cfg(test)]
+#[path = "iomap_tests.rs"]
+mod tests;
