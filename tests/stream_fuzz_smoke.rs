@@ -223,7 +223,7 @@ fn iomap_script(rng: &mut Rng, steps: usize) -> Vec<u8> {
     let pick = (rng.below(3) as u8) << 1 | if rng.below(2) == 0 { 0x40 } else { 0 };
     let mut s = vec![pick, 0, 1 + rng.below(4) as u8, 0];
     s.extend((rng.below(1 << 16) as u16).to_le_bytes());
-    let size = [1usize, 2, 4][usize::from(pick >> 1)];
+    let size = [1usize, 2, 4][usize::from(pick >> 1 & 7)];
     for _ in 0..steps {
         let action = rng.below(8) as u8;
         s.push(action);
@@ -234,7 +234,11 @@ fn iomap_script(rng: &mut Rng, steps: usize) -> Vec<u8> {
                 s.push(24);
                 let offset = rng.below(1 << 15) << 4;
                 let addr = rng.below(1 << 30) << 12;
-                let len = if rng.below(10) == 0 { 0 } else { 1 + rng.below(9000) };
+                let len = if rng.below(10) == 0 {
+                    0
+                } else {
+                    1 + rng.below(9000)
+                };
                 s.extend(offset.to_le_bytes());
                 s.extend(addr.to_le_bytes());
                 s.extend((rng.below(1000) as u32).to_le_bytes());

@@ -40,6 +40,8 @@ struct Driver {
     area: Vec<u8>,
     windows: Vec<Option<IomapEntry>>,
     peer_table: RemoteSge,
+    /// The peer's target list (write+send mode's buffer updates are plain WRITEs there).
+    peer_list: RemoteSge,
     order: ByteOrder,
 }
 
@@ -81,8 +83,9 @@ impl Driver {
     }
 
     /// A plain WRITE with bytes is an iowrite, inside a window the engine adopted, or (in
-    /// write+send mode, where an entry goes as a plain WRITE and a SEND) our entry, inside
-    /// the peer's table. (This script writes no stream data; a keepalive carries no bytes.)
+    /// write+send mode, where control goes as a plain WRITE and a SEND) our entry, inside
+    /// the peer's table, or a buffer update, inside the peer's target list. (This script
+    /// writes no stream data; a keepalive carries no bytes.)
     fn check_window_write(&self, addr: u64, rkey: u32, payload: Payload) {
         let len = payload.len() as u64;
         if len == 0 {
@@ -97,15 +100,23 @@ impl Driver {
         let in_table = rkey == table.key
             && addr >= table.addr
             && addr - table.addr + len <= IOMAP_ENTRY_LEN as u64 * u64::from(table.length);
+        let list = self.peer_list;
+        let in_list = rkey == list.key
+            && addr >= list.addr
+            && addr - list.addr + len <= u64::from(list.length);
         assert!(
-            in_window || in_table,
+            in_window || in_table || in_list,
             "a WRITE of {len} bytes at {addr:#x} key {rkey:#x} is outside every window"
         );
     }
 
     fn check_table_write(&self, index: u32, addr: u64, rkey: u32, payload: Payload) {
         let table = self.peer_table;
-        assert!(index < table.length, "slot {index} of a {}-entry table", table.length);
+        assert!(
+            index < table.length,
+            "slot {index} of a {}-entry table",
+            table.length
+        );
         assert_eq!(rkey, table.key, "an entry goes with the table's key");
         assert_eq!(addr, table.addr + IOMAP_ENTRY_LEN as u64 * u64::from(index));
         assert_eq!(payload.len(), IOMAP_ENTRY_LEN);
@@ -135,7 +146,7 @@ pub fn iomap(data: &[u8]) -> IomapReached {
     } else {
         ByteOrder::Little
     };
-    let size = [1u16, 2, 4, 129, 300][usize::from(pick >> 1) % 5];
+    let size = [1u16, 2, 4, 129, 300][usize::from(pick >> 1 & 7) % 5];
     let cfg = StreamConfig::builder()
         .write_with_send(pick & 0x40 != 0)
         .byte_order(order)
@@ -160,6 +171,7 @@ pub fn iomap(data: &[u8]) -> IomapReached {
         area: vec![0; cfg.target_area_len()],
         windows: vec![None; usize::from(cfg.iomap_size())],
         peer_table: RemoteSge::default(),
+        peer_list: RemoteSge::default(),
         order,
     };
     d.take_ops(&mut e);
@@ -177,6 +189,7 @@ pub fn iomap(data: &[u8]) -> IomapReached {
     if e.on_connected(&peer).is_err() {
         return reached;
     }
+    d.peer_list = RemoteSge::new(peer.target_sgl.addr, peer.target_sgl.key, 32);
     d.peer_table = RemoteSge::new(
         peer.target_sgl.addr + 32,
         peer.target_sgl.key,
@@ -214,8 +227,9 @@ pub fn iomap(data: &[u8]) -> IomapReached {
                 e.on_receive(wr_id, received, &d.area[..TARGET_LIST_LEN]);
                 while let Some(i) = e.take_iomap_update() {
                     let at = StreamEngine::iomap_entry_offset(i);
-                    let bytes: [u8; IOMAP_ENTRY_LEN] =
-                        d.area[at..at + IOMAP_ENTRY_LEN].try_into().expect("24 bytes");
+                    let bytes: [u8; IOMAP_ENTRY_LEN] = d.area[at..at + IOMAP_ENTRY_LEN]
+                        .try_into()
+                        .expect("24 bytes");
                     e.on_iomap_entry(i, &bytes);
                     if e.error().is_none() {
                         let entry = IomapEntry::decode(&bytes, d.order).expect("24 bytes");
@@ -224,7 +238,10 @@ pub fn iomap(data: &[u8]) -> IomapReached {
                     }
                 }
                 if !failed && index >= u32::from(size) {
-                    assert!(e.error().is_some(), "slot {index} beyond the table is refused");
+                    assert!(
+                        e.error().is_some(),
+                        "slot {index} beyond the table is refused"
+                    );
                 }
             }
             3 => {
@@ -232,7 +249,11 @@ pub fn iomap(data: &[u8]) -> IomapReached {
                 let len = usize::from(input.u16()) % 9000;
                 let near = d.windows.iter().flatten().next().map_or(0, |w| w.offset);
                 let offset = near.wrapping_add(u64::from(input.u16())).wrapping_sub(64);
-                let offset = if input.byte() & 3 == 0 { input.u64() } else { offset };
+                let offset = if input.byte() & 3 == 0 {
+                    input.u64()
+                } else {
+                    offset
+                };
                 match e.iowrite(offset, len, |_| {}) {
                     Ok(n) => {
                         assert!(n <= len);

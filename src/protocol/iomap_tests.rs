@@ -21,8 +21,10 @@ fn engine(entries: u16, side: u64) -> StreamEngine {
 fn pair(a: u16, b: u16) -> (StreamEngine, StreamEngine) {
     let (mut x, mut y) = (engine(a, 1), engine(b, 2));
     let (hx, hy) = (x.hello(), y.hello());
-    x.on_connected(&Hello::parse(&hy.to_bytes()).unwrap()).unwrap();
-    y.on_connected(&Hello::parse(&hx.to_bytes()).unwrap()).unwrap();
+    x.on_connected(&Hello::parse(&hy.to_bytes()).unwrap())
+        .unwrap();
+    y.on_connected(&Hello::parse(&hx.to_bytes()).unwrap())
+        .unwrap();
     while x.pop_op().is_some() {}
     while y.pop_op().is_some() {}
     (x, y)
@@ -56,7 +58,10 @@ fn map(from: &mut StreamEngine, to: &mut StreamEngine, offset: u64, addr: u64, l
         to.local.target_list_addr + 32 + 24 * u64::from(slot)
     );
     assert_eq!(payload.len(), IOMAP_ENTRY_LEN);
-    assert!(inline, "24 bytes go inline under the default 64-byte threshold");
+    assert!(
+        inline,
+        "24 bytes go inline under the default 64-byte threshold"
+    );
     to.on_receive(WrId::recv(0), Received::Immediate(imm), &[0; 32]);
     let index = to.take_iomap_update().expect("the slot to read");
     assert_eq!(index, slot);
@@ -126,14 +131,20 @@ fn iowrite_lands_inside_the_window_in_order_with_the_stream() {
     let (mut writer, mut owner) = pair(2, 2);
     let (sseq, rseq) = (owner.sseq_no, writer.rseq_no);
     map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 4096);
-    assert_eq!(owner.sseq_no, sseq.wrapping_add(1), "the entry took a credit");
-    assert_eq!(writer.rseq_no, rseq.wrapping_add(1), "and the receiver gives it back");
+    assert_eq!(
+        owner.sseq_no,
+        sseq.wrapping_add(1),
+        "the entry took a credit"
+    );
+    assert_eq!(
+        writer.rseq_no,
+        rseq.wrapping_add(1),
+        "and the receiver gives it back"
+    );
     let window = writer.iomap_window(0x1_0100, 16).unwrap();
     assert_eq!(window.window.addr, 0xabc_0000);
     let mut copied = 0;
-    let n = writer
-        .iowrite(0x1_0100, 3000, |s| copied += s.len)
-        .unwrap();
+    let n = writer.iowrite(0x1_0100, 3000, |s| copied += s.len).unwrap();
     assert_eq!((n, copied), (3000, 3000));
     let sends = std::iter::from_fn(|| writer.pop_op()).find(Op::is_send);
     let Some(Op::Write {
@@ -196,7 +207,9 @@ fn hostile_entries_fail_the_connection() {
             window: RemoteSge::new(addr, 1, 100),
         };
         writer.on_iomap_entry(1, &entry.encode(ByteOrder::native()));
-        assert!(matches!(writer.error(), Some(StreamError::Protocol(m)) if m.contains("overflows")));
+        assert!(
+            matches!(writer.error(), Some(StreamError::Protocol(m)) if m.contains("overflows"))
+        );
     }
 }
 
@@ -208,10 +221,7 @@ fn no_table_closed_or_shut_down_are_refused() {
     let (mut writer, mut owner) = pair(1, 1);
     map(&mut owner, &mut writer, 0, 0x5000, 100);
     writer.shutdown(Shutdown::Write);
-    assert_eq!(
-        writer.iowrite(0, 1, |_| {}),
-        Err(StreamError::WriteClosed)
-    );
+    assert_eq!(writer.iowrite(0, 1, |_| {}), Err(StreamError::WriteClosed));
     assert_eq!(writer.iomap_reserve(), Err(StreamError::WriteClosed));
     let mut opening = engine(1, 3);
     assert_eq!(
