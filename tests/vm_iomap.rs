@@ -29,9 +29,13 @@ struct Started {
 }
 
 /// Starts `program args` with its stdout piped, and waits for its first line: the header
-/// riostream prints once it listens (or the Python peer's "listening").
+/// riostream prints once it listens (or the Python peer's "listening"). Under `stdbuf -oL`:
+/// rdma-core's riostream writes its stdout through C stdio, which holds a pipe's lines
+/// until it exits.
 fn start_listening(program: &str, args: &[String]) -> Started {
-    let mut child = Command::new(program)
+    let mut child = Command::new("stdbuf")
+        .arg("-oL")
+        .arg(program)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
