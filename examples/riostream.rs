@@ -362,7 +362,7 @@ fn recv_xfer(
             break;
         }
         spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 {
+        if spins.is_multiple_of(1024) {
             match s.peek(&mut byte) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
