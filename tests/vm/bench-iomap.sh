@@ -11,7 +11,8 @@
 # riostream's custom test, twice:
 #   latency:   -S SIZE -C 1 -I N       (N round trips of one transfer each way; usec/xfer
 #                                       is half a round trip)
-#   bandwidth: -S SIZE -C C -I 1       (C transfers one way, C back; Gb/sec of both)
+#   bandwidth: -S SIZE -C C -I 1       (C transfers one way, C back; MB/s from
+#                                       riostream's usec/xfer, the time of one transfer)
 # once with rdma-core's riostream on both ends ("riostream") and once with ours on both
 # ends ("RdmaSocket"), back to back in the same round. Each cell is the median over the
 # rounds of the client's figure; the ratios RdmaSocket / riostream are taken within each
@@ -77,7 +78,8 @@ if [ "${1:-}" = --guest ]; then
             status=1
           fi
           if line=$(pair "$tool" "$ip" -S "$size" -C "$count" -I 1); then
-            echo "$dev bw $who $size $(echo "$line" | awk '{ print $(NF-1) }') $round" >> "$results"
+            # MB/s from usec/xfer (riostream's Gb/sec has two decimals: 0.00 at 64 B)
+            echo "$dev bw $who $size $(echo "$line" | awk -v s="$size" '{ printf "%.2f", s / $NF }') $round" >> "$results"
           else
             status=1
           fi
@@ -95,7 +97,7 @@ if [ "${1:-}" = --guest ]; then
       END { for (i in r) if (v["riostream " i] > 0 && v["RdmaSocket " i] != "") printf "%.2f\n", v["RdmaSocket " i] / v["riostream " i] }' "$results" | median
   }
   echo
-  echo "bench: results (iowrite against riostream; $reps round(s), medians; lat: usec/xfer, half a round trip; bw: Gb/sec both ways)"
+  echo "bench: results (iowrite against riostream; $reps round(s), medians; lat: usec/xfer, half a round trip; bw: MB/s, SIZE / usec/xfer)"
   printf '%-6s %-4s %8s %12s %12s %10s\n' device kind size riostream RdmaSocket "ours÷rio"
   for dev in rxe0 siw0; do
     for kind in lat bw; do
