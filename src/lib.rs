@@ -216,5 +216,6 @@ pub use registry::{
     open_device, registry_for, ProviderChoice, ProviderKind, PROVIDER_ENV,
 };
 pub use socket::{
-    census, Census, CompletedWrite, Connecting, RdmaListener, RdmaSocket, Refused, SocketOptions,
+    census, Census, CompletedWrite, Connecting, MappedWindow, RdmaListener, RdmaSocket, Refused,
+    SocketOptions,
 };

@@ -215,3 +215,73 @@ fn completions_on_scripts_and_random_bytes() {
         assert!(n >= 1000, "only {n} scripts {what}");
     }
 }
+
+/// A script for `fuzzing_iomap::iomap`: a table of 1 to 4 entries (little-endian), a peer
+/// table of a few entries, then actions that mostly write a well-formed entry, announce it,
+/// iowrite near it, map, unmap and complete sends.
+fn iomap_script(rng: &mut Rng, steps: usize) -> Vec<u8> {
+    let pick = (rng.below(3) as u8) << 1 | if rng.below(2) == 0 { 0x40 } else { 0 };
+    let mut s = vec![pick, 0, 1 + rng.below(4) as u8, 0];
+    s.extend((rng.below(1 << 16) as u16).to_le_bytes());
+    let size = [1usize, 2, 4][usize::from(pick >> 1 & 7)];
+    for _ in 0..steps {
+        let action = rng.below(8) as u8;
+        s.push(action);
+        match action {
+            0 => {
+                let slot = rng.below(size as u64) as usize;
+                s.extend(((32 + 24 * slot) as u16).to_le_bytes());
+                s.push(24);
+                let offset = rng.below(1 << 15) << 4;
+                let addr = rng.below(1 << 30) << 12;
+                let len = if rng.below(10) == 0 {
+                    0
+                } else {
+                    1 + rng.below(9000)
+                };
+                s.extend(offset.to_le_bytes());
+                s.extend(addr.to_le_bytes());
+                s.extend((rng.below(1000) as u32).to_le_bytes());
+                s.extend((len as u32).to_le_bytes());
+            }
+            1 | 2 => {
+                s.push(1 + rng.below(7) as u8);
+                s.push(rng.below(size as u64) as u8);
+            }
+            3 => {
+                s.extend((rng.below(9000) as u16).to_le_bytes());
+                s.extend((rng.below(9200) as u16).to_le_bytes());
+                s.push(1 + rng.below(3) as u8);
+            }
+            7 => s.extend((rng.below(1 << 16) as u16).to_le_bytes()),
+            _ => {}
+        }
+    }
+    s
+}
+
+#[test]
+fn iomap_on_scripts_and_random_bytes() {
+    let mut rng = Rng(0x1033_a901);
+    let mut total = rdmasock::protocol::fuzzing_iomap::IomapReached::default();
+    for _ in 0..3_000 {
+        let steps = rng.below(200) as usize;
+        let r = rdmasock::protocol::fuzzing_iomap::iomap(&iomap_script(&mut rng, steps));
+        total.windows_adopted += r.windows_adopted;
+        total.bytes_iowritten += usize::from(r.bytes_iowritten > 0);
+        total.refused += usize::from(r.refused > 0);
+        total.entries_sent += usize::from(r.entries_sent > 0);
+        let len = rng.below(400) as usize;
+        let random: Vec<u8> = (0..len).map(|_| byte(&mut rng)).collect();
+        rdmasock::protocol::fuzzing_iomap::iomap(&random);
+    }
+    eprintln!("of 3000 iomap scripts: {total:?}");
+    for (what, n) in [
+        ("adopted a window", total.windows_adopted),
+        ("iowrote", total.bytes_iowritten),
+        ("were refused an iowrite", total.refused),
+        ("sent an entry", total.entries_sent),
+    ] {
+        assert!(n >= 500, "only {n} scripts {what}");
+    }
+}

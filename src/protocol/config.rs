@@ -86,6 +86,7 @@ pub struct StreamConfig {
     pub(crate) placement_fence: bool,
     pub(crate) progress: ProgressMode,
     pub(crate) byte_order: ByteOrder,
+    pub(crate) iomap_size: u16,
 }
 
 impl Default for StreamConfig {
@@ -106,6 +107,7 @@ impl Default for StreamConfig {
                 max_spin: DEFAULT_MAX_SPIN,
             },
             byte_order: ByteOrder::native(),
+            iomap_size: 0,
         }
     }
 }
@@ -182,6 +184,17 @@ impl StreamConfig {
     /// The byte order announced in our hello, in which the peer writes our target list.
     pub fn byte_order(&self) -> ByteOrder {
         self.byte_order
+    }
+    /// Entries in our iomap table: windows the peer may map for us to write into with
+    /// `iowrite` (rsocket's `RDMA_IOMAPSIZE`; 0, the default, offers none).
+    pub fn iomap_size(&self) -> u16 {
+        self.iomap_size
+    }
+    /// Bytes of the remotely writable target-list registration: the 32-byte target list
+    /// and the iomap table after it.
+    pub fn target_area_len(&self) -> usize {
+        super::engine::TARGET_LIST_LEN
+            + super::iomap::IOMAP_ENTRY_LEN * usize::from(self.iomap_size)
     }
     /// Bytes of control staging after the send ring: four 16-byte slots for buffer
     /// advertisements when the inline threshold is below 16 (rsocket's layout).
@@ -291,6 +304,15 @@ impl StreamConfigBuilder {
     /// the engine decodes target-list entries itself; this exists for interoperability tests.
     pub fn byte_order(mut self, order: ByteOrder) -> Self {
         self.0.byte_order = order;
+        self
+    }
+
+    /// Entries in our iomap table, rounded as rsocket's `RDMA_IOMAPSIZE` rounds them (up
+    /// to 128 as given, above that down to a multiple of 256, at most 32512): the windows
+    /// the peer may map for us to write into. 0 (the default) offers none, and the hello
+    /// then announces no iomap support.
+    pub fn iomap_size(mut self, entries: u16) -> Self {
+        self.0.iomap_size = super::iomap::iomap_size_from_scale(super::iomap::iomap_scale(entries));
         self
     }
 

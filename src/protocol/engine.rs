@@ -5,7 +5,8 @@
 
 use super::config::{StreamConfig, CONTROL_SLOTS, SEND_LOW_WATER};
 use super::error::StreamError;
-use super::hello::{Hello, FLAG_BIG_ENDIAN, FLAG_RDMASOCK};
+use super::hello::{Hello, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK};
+use super::iomap::{iomap_scale, IomapState};
 use super::msg::{ByteOrder, Control, Message, RemoteSge, SGE_LEN};
 use super::op::{CopySpan, LocalRegions, Op, Payload, Readiness, RingSpan, WrId};
 use super::op_queue::OpQueue;
@@ -132,6 +133,8 @@ pub struct StreamEngine {
     pub(crate) old_ring: (usize, usize),
     /// Bytes unread in that old ring (0: none is held).
     pub(crate) old_queued: usize,
+    /// The iomap tables and windows (see `iomap.rs`).
+    pub(crate) iomap: IomapState,
 }
 
 impl StreamEngine {
@@ -192,6 +195,7 @@ impl StreamEngine {
             idle_marks: (0, 0),
             old_ring: (0, 0),
             old_queued: 0,
+            iomap: IomapState::new(cfg.iomap_size),
             cfg,
             local,
         };
@@ -212,10 +216,16 @@ impl StreamEngine {
             ByteOrder::Big => FLAG_BIG_ENDIAN,
             ByteOrder::Little => 0,
         };
+        // The iomap flag only with a table: the default hello stays as it was.
+        let iomap_flag = if self.cfg.iomap_size > 0 {
+            FLAG_IOMAP
+        } else {
+            0
+        };
         Hello {
-            flags: order_flag | FLAG_RDMASOCK,
+            flags: order_flag | iomap_flag | FLAG_RDMASOCK,
             credits: self.cfg.recv_queue_depth,
-            target_iomap_size: 0,
+            target_iomap_size: iomap_scale(self.cfg.iomap_size),
             target_sgl: RemoteSge::new(
                 self.local.target_list_addr,
                 self.local.target_list_rkey,
@@ -246,6 +256,7 @@ impl StreamEngine {
         self.target_expected = 1;
         self.sseq_comp = peer.credits;
         self.peer_window = peer.credits;
+        self.iomap.on_connected(peer);
         self.phase = Phase::Connected;
         self.readable = true;
         self.writable = true;

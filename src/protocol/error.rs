@@ -31,6 +31,10 @@ pub enum StreamError {
          registered memory failed: {0}; the connection is closed (a bug: please report it)"
     )]
     Copy(String),
+    /// An iomap call was refused (an iowrite outside the peer's windows, no free slot in the
+    /// peer's table, no table): nothing was sent, and the connection stays usable.
+    #[error("{0}")]
+    Iomap(String),
     /// The peer's hello was refused.
     #[error(transparent)]
     Hello(#[from] HelloError),
@@ -47,7 +51,7 @@ impl From<StreamError> for io::Error {
             StreamError::WriteClosed => io::ErrorKind::BrokenPipe,
             StreamError::ConnectionReset(_) => io::ErrorKind::ConnectionReset,
             StreamError::Protocol(_) | StreamError::Hello(_) => io::ErrorKind::InvalidData,
-            StreamError::Config(_) => io::ErrorKind::InvalidInput,
+            StreamError::Config(_) | StreamError::Iomap(_) => io::ErrorKind::InvalidInput,
             StreamError::Copy(_) => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)

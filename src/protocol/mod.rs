@@ -8,7 +8,8 @@
 //! 1. Register a send ring ([`StreamConfig::send_ring_min`] bytes +
 //!    [`StreamConfig::control_area_len`]), a remotely writable receive ring
 //!    ([`StreamConfig::recv_ring_min`] bytes), a remotely writable, zeroed 32-byte
-//!    target list, and in write+send mode a message area
+//!    target list (followed by the iomap table when one is configured:
+//!    [`StreamConfig::target_area_len`] bytes in all), and in write+send mode a message area
 //!    ([`StreamConfig::message_area_len`]). Create an RC queue pair with the configured depths
 //!    (two send SGEs, the inline threshold, a completion queue of send + receive depth), and
 //!    without `sq_sig_all` when the signal interval is above 1. Connect like rsocket:
@@ -37,7 +38,9 @@
 //!    memory we still hold).
 //! 6. Feed every completion: [`StreamEngine::on_send_completion`],
 //!    [`StreamEngine::on_receive`] (with a snapshot of the target list) or
-//!    [`StreamEngine::on_receive_failed`]; and the CM's DISCONNECTED event.
+//!    [`StreamEngine::on_receive_failed`]; and the CM's DISCONNECTED event. After a receive,
+//!    hand each iomap slot [`StreamEngine::take_iomap_update`] names to
+//!    [`StreamEngine::on_iomap_entry`] (rsocket's `riomap`/`riowrite`: `iomap.rs`).
 //!
 //! Wire compatibility: the 40-byte hello, `op << 29 | value` messages as immediate data,
 //! RDMA WRITE WITH IMM into the peer's advertised ring halves, credits and buffer updates
@@ -57,8 +60,11 @@ mod error;
 // and for the seeded smoke test that `tests/run.sh` builds the same way.
 #[cfg(fuzzing)]
 pub mod fuzzing;
+#[cfg(fuzzing)]
+pub mod fuzzing_iomap;
 mod hello;
 mod inline_write;
+mod iomap;
 mod msg;
 mod op;
 mod op_queue;
@@ -77,6 +83,9 @@ pub use hello::{
     Hello, HelloError, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
 };
 pub use inline_write::InlineWrite;
+pub use iomap::{
+    iomap_scale, iomap_size_from_scale, IomapEntry, IOMAP_ENTRY_LEN, MAX_IOMAP_ENTRIES,
+};
 pub use msg::{ByteOrder, Control, Message, RemoteSge, DATA_MASK, MESSAGE_WORD_LEN, SGE_LEN};
 pub use op::{CopySpan, LocalRegions, Op, Payload, Readiness, Received, RingSpan, WrId};
 pub use registered_write::RegisteredWrite;

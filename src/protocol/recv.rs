@@ -75,9 +75,9 @@ impl StreamEngine {
                     self.flush_pending_control();
                 }
             }
-            // Keepalive and unknown controls are ignored, as rsocket does; we advertise no
-            // iomap slots, so an iomap update carries nothing for us.
-            Message::Control(_) | Message::IomapSgl(_) => {}
+            Message::IomapSgl(index) => self.on_iomap_message(index),
+            // Keepalive and unknown controls are ignored, as rsocket does.
+            Message::Control(_) => {}
             Message::Write(_) | Message::Reserved { .. } => {
                 let op = word >> 29;
                 self.fail(StreamError::Protocol(format!(

@@ -110,6 +110,9 @@ impl Connection {
             |list| Ok(target_mr.read_at(0, list)?),
             || endpoint.end_reason(),
         )?;
+        if received && self.engine.iomap_local_size() > 0 {
+            self.take_iomap_updates()?;
+        }
         if received && !self.completions.first_receive_seen {
             self.completions.first_receive_seen = true;
             if self.endpoint.nudge_after_first_receive() {

@@ -59,6 +59,8 @@ pub(crate) struct Connection {
     /// Buffers of zero-copy writes submitted and not yet handed back, in order (last: they
     /// drop after the queue pair; see `zero_copy`).
     pub(crate) submitted: std::collections::VecDeque<super::zero_copy::Submission>,
+    /// The iomap windows this side mapped, held until the connection closes.
+    pub(crate) windows: super::iomap::Windows,
 }
 
 impl Connection {
@@ -91,6 +93,7 @@ impl Connection {
             lent_spans: Vec::new(),
             last_read: 0,
             submitted: std::collections::VecDeque::new(),
+            windows: Default::default(),
         };
         c.post_ops()?;
         Ok(c)

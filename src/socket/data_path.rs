@@ -54,7 +54,7 @@ impl Connection {
     /// bytes, or a read's bytes left the ring without reaching the caller) and the call
     /// fails with the copy's error.
     #[inline(always)]
-    fn copied<T>(
+    pub(crate) fn copied<T>(
         &mut self,
         result: Result<T, StreamError>,
         copied: Result<(), crate::verbs::Error>,

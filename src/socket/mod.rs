@@ -42,6 +42,7 @@ pub mod fuzzing;
 mod handshake;
 #[cfg(test)]
 mod hub_close_tests;
+mod iomap;
 mod lend;
 mod listener;
 mod options;
@@ -64,6 +65,7 @@ pub use census::{census, Census};
 pub use connecting::Connecting;
 pub use devices::open_device_contexts;
 pub(crate) use devices::OpenDevice;
+pub use iomap::MappedWindow;
 pub use listener::{Incoming, RdmaListener};
 pub use options::{
     SocketOptions, SocketOptionsBuilder, DEFAULT_RING_MIN, RING_IDLE, UNPINNED_RING,

@@ -195,6 +195,15 @@ impl SocketOptionsBuilder {
         self.rest.interval_chosen = true;
         self
     }
+    /// Entries in this side's iomap table: how many windows the peer may map
+    /// ([`RdmaSocket::iomap`](crate::RdmaSocket::iomap)) for this side's
+    /// [`iowrite`](crate::RdmaSocket::iowrite) (rsocket's `RDMA_IOMAPSIZE`, rounded as it
+    /// rounds; 0, the default, offers none). Both sides of an iomap ask: the writer for a
+    /// table, the mapper by mapping into it.
+    pub fn iomap_size(mut self, entries: u16) -> Self {
+        self.stream = self.stream.iomap_size(entries);
+        self
+    }
     /// Largest single RDMA write of stream data.
     pub fn max_transfer(mut self, bytes: u32) -> Self {
         self.stream = self.stream.max_transfer(bytes);

@@ -10,7 +10,7 @@ use super::options::SocketOptions;
 use super::post::SCRATCH_LEN;
 use super::warm::RingWarmer;
 use crate::cm::CmEndpoint;
-use crate::protocol::{LocalRegions, TARGET_LIST_LEN};
+use crate::protocol::LocalRegions;
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, HugePages, MemoryRegion, ProtectionDomain,
     QpCapabilities, QpInitAttributes, QueuePair, RegisteredMemory, Transport,
@@ -117,7 +117,8 @@ impl Resources {
         let huge_pages = opts.huge_pages;
         let send_mr = register_ring(pd, send_len, AccessFlags::LOCAL_WRITE, huge_pages)?;
         let recv_mr = register_ring(pd, cfg.recv_ring_min(), REMOTE, huge_pages)?;
-        let target_mr = pd.register(TARGET_LIST_LEN, REMOTE)?;
+        // The target list, and the iomap table after it (rsocket's layout).
+        let target_mr = pd.register(cfg.target_area_len(), REMOTE)?;
         let message_mr = match cfg.message_area_len() {
             0 => None,
             n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),

@@ -42,6 +42,7 @@ mod data;
 mod fd;
 mod fork;
 mod huge_pages;
+mod iomap;
 mod polling;
 mod vanish;
 mod waits;
@@ -64,6 +65,8 @@ pub(crate) use fd::*;
 pub(crate) use fork::*;
 #[allow(unused_imports)]
 pub(crate) use huge_pages::*;
+#[allow(unused_imports)]
+pub(crate) use iomap::*;
 #[allow(unused_imports)]
 pub(crate) use polling::*;
 #[allow(unused_imports)]

@@ -3,7 +3,7 @@
 
 use rdmasock::protocol::{
     CopySpan, Hello, LocalRegions, Op, Payload, Received, RingChange, StreamConfig, StreamEngine,
-    StreamError, WrId, RECV_DEFER_MAX, SGE_LEN, TARGET_LIST_LEN,
+    StreamError, WrId, RECV_DEFER_MAX, SGE_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -69,7 +69,10 @@ pub(crate) struct Side {
     /// Refuse every bigger ring (as a driver out of memory does); counted in `refused`.
     pub refuse_growth: bool,
     pub refused: (usize, usize),
+    /// The target list, and the iomap table after it.
     pub target: Vec<u8>,
+    /// Iomap windows this side mapped: (rkey, address, bytes).
+    pub windows: Vec<(u32, u64, Vec<u8>)>,
     pub messages: Vec<u8>,
     pub sq: VecDeque<Posted>,
     pub rq: VecDeque<(WrId, Option<u32>)>,
@@ -122,7 +125,8 @@ impl Side {
             largest_rings: (cfg.recv_ring_min(), cfg.send_ring_min()),
             refuse_growth: false,
             refused: (0, 0),
-            target: vec![0; TARGET_LIST_LEN],
+            target: vec![0; cfg.target_area_len()],
+            windows: Vec::new(),
             messages: vec![0; cfg.message_area_len()],
             engine: StreamEngine::new(cfg, local),
             sq: VecDeque::new(),
@@ -480,6 +484,11 @@ impl Side {
                 };
                 let target = self.target.clone();
                 self.engine.on_receive(wr_id, received, &target);
+                while let Some(slot) = self.engine.take_iomap_update() {
+                    let at = StreamEngine::iomap_entry_offset(slot);
+                    let entry: [u8; 24] = target[at..at + 24].try_into().unwrap();
+                    self.engine.on_iomap_entry(slot, &entry);
+                }
             }
             Completion::RecvFailed(wr_id) => self.engine.on_receive_failed(wr_id, None),
         }
@@ -561,6 +570,8 @@ impl Fabric {
                 (&mut dst.recv_ring, dst.recv_base)
             } else if wr.rkey == TARGET_KEY[to] {
                 (&mut dst.target, b + 0x1_0000_0000)
+            } else if let Some(w) = dst.windows.iter_mut().find(|w| w.0 == wr.rkey) {
+                (&mut w.2, w.1)
             } else {
                 panic!("write with unknown rkey {:#x}", wr.rkey);
             };

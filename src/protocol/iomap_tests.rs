@@ -1,0 +1,231 @@
+//! Unit tests of the iomap engine side (`iomap.rs`).
+
+use super::*;
+use crate::protocol::{LocalRegions, Received, StreamConfig, WrId, FLAG_IOMAP};
+use std::net::Shutdown;
+
+fn engine(entries: u16, side: u64) -> StreamEngine {
+    let cfg = StreamConfig::builder().iomap_size(entries).build().unwrap();
+    let local = LocalRegions {
+        recv_ring_addr: side << 32,
+        recv_ring_rkey: side as u32 * 10 + 1,
+        target_list_addr: (side << 32) + 0x1000_0000,
+        target_list_rkey: side as u32 * 10 + 2,
+    };
+    let mut e = StreamEngine::new(cfg, local);
+    while e.pop_op().is_some() {}
+    e
+}
+
+/// Two connected engines with tables of `a` and `b` entries.
+fn pair(a: u16, b: u16) -> (StreamEngine, StreamEngine) {
+    let (mut x, mut y) = (engine(a, 1), engine(b, 2));
+    let (hx, hy) = (x.hello(), y.hello());
+    x.on_connected(&Hello::parse(&hy.to_bytes()).unwrap())
+        .unwrap();
+    y.on_connected(&Hello::parse(&hx.to_bytes()).unwrap())
+        .unwrap();
+    while x.pop_op().is_some() {}
+    while y.pop_op().is_some() {}
+    (x, y)
+}
+
+/// Maps a window of `len` bytes at `offset` from `from` into `to`'s table: returns the
+/// slot; the entry is delivered and adopted.
+fn map(from: &mut StreamEngine, to: &mut StreamEngine, offset: u64, addr: u64, len: u32) -> u16 {
+    let slot = from.iomap_reserve().unwrap();
+    let entry = IomapEntry {
+        offset,
+        window: RemoteSge::new(addr, 0x77, len),
+    };
+    let bytes = from.iomap_entry_bytes(&entry);
+    from.iomap_send(slot, |_| {}).unwrap();
+    let Some(Op::WriteWithImm {
+        imm,
+        remote_addr,
+        rkey,
+        payload,
+        inline,
+        ..
+    }) = from.pop_op()
+    else {
+        panic!("an entry goes as a WRITE WITH IMM");
+    };
+    assert_eq!(imm, Message::IomapSgl(u32::from(slot)).encode());
+    assert_eq!(rkey, to.local.target_list_rkey);
+    assert_eq!(
+        remote_addr,
+        to.local.target_list_addr + 32 + 24 * u64::from(slot)
+    );
+    assert_eq!(payload.len(), IOMAP_ENTRY_LEN);
+    assert!(
+        inline,
+        "24 bytes go inline under the default 64-byte threshold"
+    );
+    to.on_receive(WrId::recv(0), Received::Immediate(imm), &[0; 32]);
+    let index = to.take_iomap_update().expect("the slot to read");
+    assert_eq!(index, slot);
+    to.on_iomap_entry(index, &bytes);
+    assert_eq!(to.error(), None);
+    slot
+}
+
+#[test]
+fn sizes_scale_as_rsocket_scales_them() {
+    for (value, scale, back) in [
+        (0u16, 0u8, 0u16),
+        (1, 1, 1),
+        (128, 128, 128),
+        (129, 128, 128),
+        (256, 129, 256),
+        (300, 129, 256),
+        (32512, 255, 32512),
+        (u16::MAX, 255, 32512),
+    ] {
+        assert_eq!(iomap_scale(value), scale, "{value}");
+        assert_eq!(iomap_size_from_scale(scale), back, "{value}");
+    }
+    let cfg = StreamConfig::builder().iomap_size(300).build().unwrap();
+    assert_eq!(cfg.iomap_size(), 256);
+    assert_eq!(cfg.target_area_len(), 32 + 24 * 256);
+}
+
+#[test]
+fn entry_layout_in_both_orders() {
+    let e = IomapEntry {
+        offset: 0x0102_0304_0506_0708,
+        window: RemoteSge::new(0x1112_1314_1516_1718, 0x2122_2324, 0x3132_3334),
+    };
+    let le = e.encode(ByteOrder::Little);
+    assert_eq!(le[..8], 0x0102_0304_0506_0708u64.to_le_bytes());
+    assert_eq!(le[8..16], 0x1112_1314_1516_1718u64.to_le_bytes());
+    assert_eq!(le[16..20], 0x2122_2324u32.to_le_bytes());
+    assert_eq!(le[20..], 0x3132_3334u32.to_le_bytes());
+    let be = e.encode(ByteOrder::Big);
+    assert_eq!(be[..8], 0x0102_0304_0506_0708u64.to_be_bytes());
+    assert_eq!(IomapEntry::decode(&le, ByteOrder::Little), Some(e));
+    assert_eq!(IomapEntry::decode(&be, ByteOrder::Big), Some(e));
+    assert_eq!(IomapEntry::decode(&be[..23], ByteOrder::Big), None);
+}
+
+#[test]
+fn the_hello_offers_a_table_only_when_asked() {
+    let plain = engine(0, 1).hello();
+    assert_eq!(plain.flags & FLAG_IOMAP, 0);
+    assert_eq!(plain.target_iomap_size, 0);
+    let asked = engine(4, 1).hello();
+    assert_ne!(asked.flags & FLAG_IOMAP, 0);
+    assert_eq!(asked.target_iomap_size, 4);
+    let (a, b) = pair(4, 0);
+    assert_eq!((a.iomap_peer_size(), b.iomap_peer_size()), (0, 4));
+    // A size without the flag is no table.
+    let mut x = engine(0, 1);
+    let mut h = engine(4, 2).hello();
+    h.flags &= !FLAG_IOMAP;
+    x.on_connected(&h).unwrap();
+    assert_eq!(x.iomap_peer_size(), 0);
+}
+
+#[test]
+fn iowrite_lands_inside_the_window_in_order_with_the_stream() {
+    let (mut writer, mut owner) = pair(2, 2);
+    let (sseq, rseq) = (owner.sseq_no, writer.rseq_no);
+    map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 4096);
+    assert_eq!(
+        owner.sseq_no,
+        sseq.wrapping_add(1),
+        "the entry took a credit"
+    );
+    assert_eq!(
+        writer.rseq_no,
+        rseq.wrapping_add(1),
+        "and the receiver gives it back"
+    );
+    let window = writer.iomap_window(0x1_0100, 16).unwrap();
+    assert_eq!(window.window.addr, 0xabc_0000);
+    let mut copied = 0;
+    let n = writer.iowrite(0x1_0100, 3000, |s| copied += s.len).unwrap();
+    assert_eq!((n, copied), (3000, 3000));
+    let sends = std::iter::from_fn(|| writer.pop_op()).find(Op::is_send);
+    let Some(Op::Write {
+        remote_addr,
+        rkey,
+        payload,
+        ..
+    }) = sends
+    else {
+        panic!("an iowrite is a plain WRITE");
+    };
+    assert_eq!((remote_addr, rkey, payload.len()), (0xabc_0100, 0x77, 3000));
+    // The last byte of the window, and the whole window, are in; one byte more is not.
+    assert_eq!(writer.iowrite(0x1_0fff, 1, |_| {}), Ok(1));
+    assert_eq!(writer.iowrite(0x1_0000, 4096, |_| {}), Ok(4096));
+    while writer.pop_op().is_some() {}
+    let e = writer.iowrite(0x1_0001, 4096, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("runs past the end"), "{e}");
+    assert!(!writer.has_ops(), "nothing was queued");
+    let e = writer.iowrite(0xffff, 1, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("no window"), "{e}");
+    assert!(writer.error().is_none(), "the connection stays");
+    assert_eq!(writer.iowrite(0x1_0000, 0, |_| {}), Ok(0));
+}
+
+#[test]
+fn an_unmapped_window_is_gone_at_the_writer() {
+    let (mut writer, mut owner) = pair(1, 1);
+    let slot = map(&mut owner, &mut writer, 0, 0x5000, 100);
+    assert!(writer.iomap_window(0, 100).is_some());
+    assert!(matches!(owner.iomap_reserve(), Err(StreamError::Iomap(m)) if m.contains("all 1")));
+    owner.iomap_unmap(slot, |_| {}).unwrap();
+    let sends = std::iter::from_fn(|| owner.pop_op()).find(Op::is_send);
+    let Some(Op::WriteWithImm { imm, .. }) = sends else {
+        panic!("the cleared entry goes to the peer");
+    };
+    writer.on_receive(WrId::recv(0), Received::Immediate(imm), &[0; 32]);
+    let index = writer.take_iomap_update().unwrap();
+    writer.on_iomap_entry(index, &[0; IOMAP_ENTRY_LEN]);
+    assert!(writer.iomap_window(0, 1).is_none());
+    assert!(writer.iowrite(0, 1, |_| {}).is_err());
+    assert_eq!(owner.iomap_reserve(), Ok(slot), "the slot is free again");
+}
+
+#[test]
+fn hostile_entries_fail_the_connection() {
+    let (mut writer, _) = pair(2, 2);
+    // A slot beyond our table.
+    writer.on_receive(
+        WrId::recv(0),
+        Received::Immediate(Message::IomapSgl(2).encode()),
+        &[0; 32],
+    );
+    assert!(matches!(writer.error(), Some(StreamError::Protocol(m)) if m.contains("entry 2")));
+    // An entry whose range overflows.
+    for (offset, addr) in [(u64::MAX - 10, 0x1000), (0, u64::MAX - 10)] {
+        let (mut writer, _) = pair(2, 2);
+        let entry = IomapEntry {
+            offset,
+            window: RemoteSge::new(addr, 1, 100),
+        };
+        writer.on_iomap_entry(1, &entry.encode(ByteOrder::native()));
+        assert!(
+            matches!(writer.error(), Some(StreamError::Protocol(m)) if m.contains("overflows"))
+        );
+    }
+}
+
+#[test]
+fn no_table_closed_or_shut_down_are_refused() {
+    let (mut a, _) = pair(0, 0);
+    let e = a.iomap_reserve().unwrap_err();
+    assert!(e.to_string().contains("RDMA_IOMAPSIZE"), "{e}");
+    let (mut writer, mut owner) = pair(1, 1);
+    map(&mut owner, &mut writer, 0, 0x5000, 100);
+    writer.shutdown(Shutdown::Write);
+    assert_eq!(writer.iowrite(0, 1, |_| {}), Err(StreamError::WriteClosed));
+    assert_eq!(writer.iomap_reserve(), Err(StreamError::WriteClosed));
+    let mut opening = engine(1, 3);
+    assert_eq!(
+        opening.iowrite(0, 1, |_| {}),
+        Err(StreamError::NotConnected)
+    );
+}
