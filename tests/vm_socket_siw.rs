@@ -59,6 +59,7 @@ mod siw {
             tcp_swap_example_runs_on_the_device,
             small_rings_selective_signalling_and_event_mode,
             zero_copy_writes_of_each_size_interleaved_with_copying_writes,
+            a_pool_on_huge_pages_carries_a_checked_stream_or_says_what_to_reserve,
             a_registered_buffer_may_be_overwritten_when_its_write_returns,
             a_registered_buffer_serves_several_connections_and_devices,
             submitted_buffers_come_back_in_order_on_mio_events,

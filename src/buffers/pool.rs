@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::registered::RegisteredBuf;
+use crate::verbs::HugePages;
 use std::fmt;
 use std::io;
 use std::ops::{Deref, DerefMut};
@@ -29,6 +30,17 @@ struct PoolShared {
 impl BufferPool {
     /// A pool of `count` buffers of `buffer_len` bytes each (zeroed, page-aligned).
     pub fn new(count: usize, buffer_len: usize) -> io::Result<BufferPool> {
+        BufferPool::with_huge_pages(count, buffer_len, HugePages::Never)
+    }
+
+    /// A pool whose buffers are on 2 MiB huge pages as `huge` asks (see
+    /// [`RegisteredBuf::with_huge_pages`]; on hugetlb pages each buffer takes whole 2 MiB
+    /// pages, so size buffers in multiples of 2 MiB there).
+    pub fn with_huge_pages(
+        count: usize,
+        buffer_len: usize,
+        huge: HugePages,
+    ) -> io::Result<BufferPool> {
         if count == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -36,7 +48,7 @@ impl BufferPool {
             ));
         }
         let free = (0..count)
-            .map(|_| RegisteredBuf::new(buffer_len))
+            .map(|_| RegisteredBuf::with_huge_pages(buffer_len, huge))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(BufferPool {
             shared: Arc::new(PoolShared {

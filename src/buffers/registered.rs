@@ -3,7 +3,7 @@
 
 use super::sys::BufferMemory;
 use crate::socket::{CensusEntry, OpenDevice};
-use crate::verbs::{MemoryRegion, RegisteredMemory};
+use crate::verbs::{HugePages, MemoryRegion, Pages, RegisteredMemory};
 use std::fmt;
 use std::io;
 use std::ops::{Deref, DerefMut};
@@ -44,6 +44,22 @@ impl RegisteredBuf {
     /// `len` zeroed, page-aligned bytes (not registered yet).
     pub fn new(len: usize) -> io::Result<RegisteredBuf> {
         Ok(RegisteredBuf::from_memory(RegisteredMemory::allocate(len)?))
+    }
+
+    /// `len` zeroed bytes on 2 MiB huge pages as `huge` asks: `Require` fails with what to
+    /// reserve when the system has no free huge pages, `Prefer` falls back to transparent
+    /// huge pages or base pages ([`pages`](Self::pages) says which it got); see
+    /// docs/MEMORY.md.
+    pub fn with_huge_pages(len: usize, huge: HugePages) -> io::Result<RegisteredBuf> {
+        Ok(RegisteredBuf::from_memory(RegisteredMemory::allocate_with(
+            len, huge,
+        )?))
+    }
+
+    /// What backs the buffer: base pages, transparent huge pages or 2 MiB hugetlb pages
+    /// (memory from the caller counts as base pages).
+    pub fn pages(&self) -> Pages {
+        self.memory.pages()
     }
 
     /// The caller's bytes, taken over: the vector's allocation becomes the buffer (its

@@ -8,7 +8,7 @@
 //! reported every such send complete, so no `&mut` exists while the device reads.
 #![allow(unsafe_code)]
 
-use crate::verbs::{AccessFlags, MemoryRegion, ProtectionDomain, RegisteredMemory};
+use crate::verbs::{AccessFlags, MemoryRegion, Pages, ProtectionDomain, RegisteredMemory};
 use std::sync::{Arc, Mutex};
 
 /// What holds a registered buffer's bytes.
@@ -78,6 +78,14 @@ impl BufferMemory {
             .unwrap_or_else(|p| p.into_inner())
             .push(region.memory().clone());
         Ok(region)
+    }
+
+    /// What backs the memory (the caller's vector: base pages).
+    pub(crate) fn pages(&self) -> Pages {
+        match &self.backing {
+            Backing::Allocated { _memory: memory } => memory.pages(),
+            Backing::User { .. } => Pages::Base,
+        }
     }
 
     /// The length in bytes.

@@ -269,3 +269,50 @@ pub(crate) fn submitted_buffers_come_back_in_order_on_mio_events(f: &Fixture) {
     assert_eq!(total, SUBMISSIONS * LEN);
     assert_eq!((got, hash), (total, sent.0));
 }
+
+/// A pool on huge pages (`BufferPool::with_huge_pages`): with `Prefer` its buffers carry a
+/// checked stream whatever backs them; with `Require`, where the hugetlb pool has the pages
+/// the buffers are on 2 MiB pages and carry a checked stream, and where it has none the pool
+/// is refused with what to reserve.
+pub(crate) fn a_pool_on_huge_pages_carries_a_checked_stream_or_says_what_to_reserve(f: &Fixture) {
+    use rdmasock::verbs::{HugePages, Pages};
+    const LEN: usize = 2 << 20;
+    let free = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut pools = vec![BufferPool::with_huge_pages(2, LEN, HugePages::Prefer).expect("Prefer")];
+    match BufferPool::with_huge_pages(2, LEN, HugePages::Require) {
+        Ok(pool) => {
+            let buf = pool.get();
+            assert_eq!(buf.pages(), Pages::Huge2MiB, "Require gave hugetlb pages");
+            drop(buf);
+            pools.push(pool);
+        }
+        Err(e) => {
+            assert!(free < 2, "{free} free huge pages, yet Require failed: {e}");
+            assert_eq!(e.kind(), std::io::ErrorKind::OutOfMemory, "{e}");
+            assert!(e.to_string().contains("/proc/sys/vm/nr_hugepages"), "{e}");
+        }
+    }
+    let (s, mut c) = f.pair();
+    let reader = drain(s);
+    let (mut sent, mut total) = (StreamHash::new(), 0);
+    for (i, pool) in pools.iter().enumerate() {
+        for round in 0..3u64 {
+            let mut buf = pool.get();
+            fill(&mut buf, 100 + 10 * i as u64 + round);
+            assert_eq!(c.write_registered(&buf).expect("zero-copy write"), LEN);
+            sent.add(&buf);
+            total += LEN;
+        }
+    }
+    c.close()
+        .expect("the close finishes: the peer has every byte");
+    let (got, hash) = reader.join().expect("reader");
+    assert_eq!(
+        (got, hash),
+        (total, sent.0),
+        "the reader got every byte in order"
+    );
+}
