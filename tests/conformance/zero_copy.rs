@@ -295,7 +295,7 @@ pub(crate) fn a_pool_on_huge_pages_carries_a_checked_stream_or_says_what_to_rese
             assert!(e.to_string().contains("/proc/sys/vm/nr_hugepages"), "{e}");
         }
     }
-    let (s, mut c) = f.pair();
+    let (s, c) = f.pair();
     let reader = drain(s);
     let (mut sent, mut total) = (StreamHash::new(), 0);
     for (i, pool) in pools.iter().enumerate() {
