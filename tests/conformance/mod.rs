@@ -7,7 +7,9 @@
 //!   rdma-core bridge when the suite sets `RDMASOCK_PROVIDER=ibverbs`;
 //! - `vm_socket_siw.rs` (the VM): the kernel's siw0;
 //! - `vm_socket_cycles.rs` (the VM): the connect/close cycles on rxe0 and siw0, in a binary of
-//!   their own so that they have the suite's per-binary time limit to themselves.
+//!   their own so that they have the suite's per-binary time limit to themselves;
+//! - `uiwarp_socket_cycles.rs` (the host): the cycles on uiwarp, in a process of their own,
+//!   since they measure the process's fds and RSS.
 //!
 //! A provider's list names the cases it runs, and those that do not apply there with the
 //! reason (`not_applicable`: no test is generated, and the compiler checks that the name is a
