@@ -406,15 +406,7 @@ impl StreamEngine {
         len: usize,
         mut copy: impl FnMut(CopySpan),
     ) -> Result<usize, StreamError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        match self.phase {
-            Phase::Opening => return Err(StreamError::NotConnected),
-            Phase::Disconnected => return Err(StreamError::WriteClosed),
-            Phase::Connected if !self.writable => return Err(StreamError::WriteClosed),
-            Phase::Connected => {}
-        }
+        self.write_allowed()?;
         let mut done = 0;
         while done < len && self.can_send() {
             let xfer = (len - done)
@@ -497,8 +489,13 @@ impl StreamEngine {
             });
             self.target_index = (idx + 1) % TARGET_ENTRIES;
         }
-        // Signal when the interval is reached or when this post leaves us unable to send
-        // again: then a completion is what will unblock us.
+        (dest, self.count_signal())
+    }
+
+    /// Counts one more message towards the signalling interval and says whether it is
+    /// signalled: when the interval is reached, or when this post leaves us unable to send
+    /// again (then a completion is what will unblock us).
+    pub(crate) fn count_signal(&mut self) -> bool {
         self.unsignaled += 1;
         let starved =
             self.sqe_avail < self.sqes_per_message() || self.sbuf_avail < self.send_low_water();
@@ -506,7 +503,21 @@ impl StreamEngine {
         if signaled {
             self.unsignaled = 0;
         }
-        (dest, signaled)
+        signaled
+    }
+
+    /// Whether stream data may be written now: not before the connection is up, nor after
+    /// the connection failed, the peer disconnected or our side shut writing down.
+    pub(crate) fn write_allowed(&self) -> Result<(), StreamError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        match self.phase {
+            Phase::Opening => Err(StreamError::NotConnected),
+            Phase::Disconnected => Err(StreamError::WriteClosed),
+            Phase::Connected if !self.writable => Err(StreamError::WriteClosed),
+            Phase::Connected => Ok(()),
+        }
     }
 
     /// Queues `msg` with `payload` written to (addr, rkey): one WRITE WITH IMM, or in

@@ -17,7 +17,7 @@
 //! until the connection closes, so that a write already on its way lands harmlessly.
 #![forbid(unsafe_code)]
 
-use super::engine::{Phase, StreamEngine, TARGET_LIST_LEN};
+use super::engine::{StreamEngine, TARGET_LIST_LEN};
 use super::error::StreamError;
 use super::hello::{Hello, FLAG_IOMAP};
 use super::msg::{ByteOrder, Message, RemoteSge, SGE_LEN};
@@ -202,22 +202,10 @@ impl StreamEngine {
             .copied()
     }
 
-    fn iomap_writable(&self) -> Result<(), StreamError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        match self.phase {
-            Phase::Opening => Err(StreamError::NotConnected),
-            Phase::Disconnected => Err(StreamError::WriteClosed),
-            Phase::Connected if !self.writable => Err(StreamError::WriteClosed),
-            Phase::Connected => Ok(()),
-        }
-    }
-
     /// A free slot of the peer's table for a new window, reserved; released by
     /// [`iomap_unmap`](Self::iomap_unmap) (or [`iomap_release`](Self::iomap_release)).
     pub fn iomap_reserve(&mut self) -> Result<u16, StreamError> {
-        self.iomap_writable()?;
+        self.write_allowed()?;
         if self.iomap.peer_table.length == 0 {
             return Err(StreamError::Iomap(
                 "the peer offers no iomap table: it must set RDMA_IOMAPSIZE (rdmasock: \
@@ -254,7 +242,7 @@ impl StreamEngine {
         index: u16,
         mut copy: impl FnMut(CopySpan),
     ) -> Result<(), StreamError> {
-        self.iomap_writable()?;
+        self.write_allowed()?;
         if usize::from(index) >= self.iomap.used.len() {
             return Err(StreamError::Iomap(format!(
                 "iomap slot {index} is outside the peer's table of {} entries",
@@ -272,7 +260,7 @@ impl StreamEngine {
         let (first, second) = self.take_ring(len, &mut copy);
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= self.sqes_per_message();
-        let signaled = self.direct_signaled();
+        let signaled = self.count_signal();
         let addr = self.iomap.peer_table.addr + (IOMAP_ENTRY_LEN * usize::from(index)) as u64;
         let inline = len <= self.cfg.inline_threshold as usize;
         self.post_write_msg(
@@ -301,7 +289,7 @@ impl StreamEngine {
         index: u16,
         copy: impl FnMut(CopySpan),
     ) -> Result<(), StreamError> {
-        if self.iomap_writable().is_err() {
+        if self.write_allowed().is_err() {
             self.iomap_release(index);
             return Ok(());
         }
@@ -321,7 +309,7 @@ impl StreamEngine {
         len: usize,
         mut copy: impl FnMut(CopySpan),
     ) -> Result<usize, StreamError> {
-        self.iomap_writable()?;
+        self.write_allowed()?;
         if len == 0 {
             return Ok(0);
         }
@@ -344,7 +332,7 @@ impl StreamEngine {
                 })
             });
             self.sqe_avail -= 1;
-            let signaled = self.direct_signaled();
+            let signaled = self.count_signal();
             let wr_id = self.track(false, xfer, false, signaled);
             let remote = window.window.addr + (offset - window.offset) + done as u64;
             self.ops.push_back(Op::Write {
@@ -419,18 +407,6 @@ impl StreamEngine {
         self.sbuf_head = (self.sbuf_head + len) % self.sring_len;
         self.sbuf_avail -= len;
         (first, second)
-    }
-
-    /// Whether a direct write or iomap message is signalled: as a data message's rule.
-    fn direct_signaled(&mut self) -> bool {
-        self.unsignaled += 1;
-        let starved =
-            self.sqe_avail < self.sqes_per_message() || self.sbuf_avail < self.send_low_water();
-        let signaled = self.unsignaled >= self.cfg.signal_interval || starved;
-        if signaled {
-            self.unsignaled = 0;
-        }
-        signaled
     }
 }
 

@@ -5,7 +5,7 @@
 //! so a peer cannot tell the two apart.
 #![forbid(unsafe_code)]
 
-use super::engine::{Phase, StreamEngine};
+use super::engine::StreamEngine;
 use super::error::StreamError;
 use super::msg::Message;
 use super::op::{Payload, WrId};
@@ -34,15 +34,7 @@ impl StreamEngine {
         offset: usize,
         len: usize,
     ) -> Result<RegisteredWrite, StreamError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        match self.phase {
-            Phase::Opening => return Err(StreamError::NotConnected),
-            Phase::Disconnected => return Err(StreamError::WriteClosed),
-            Phase::Connected if !self.writable => return Err(StreamError::WriteClosed),
-            Phase::Connected => {}
-        }
+        self.write_allowed()?;
         let mut done = 0;
         while done < len && self.can_send_registered() {
             let xfer = (len - done)
