@@ -104,8 +104,8 @@ queue pair's retries), 5 s on siw0, whose keepalive finds a cut wire only when T
 retransmissions give up (`net.ipv4.tcp_retries2`, about 15 minutes; its wire cut waits
 20 s). The kernel devices' wire cuts run across two VMs (`tests/two_hosts.rs`); uiwarp's
 cuts a veth pair to a network namespace. The userspace provider completes a WRITE once its
-TCP socket took the bytes, so a flush proves placement with a zero-length RDMA READ after
-them; the kernel's siw completes a WRITE the same way and proves nothing more, so there what
+TCP socket took the bytes, so between two uiwarp ends a flush proves placement with a
+zero-length RDMA READ after them; the kernel's siw completes a WRITE the same way and proves nothing more, so there what
 TCP held when a killed peer's kernel reset the connection can be lost, and the close then
 fails. A stopped uiwarp peer whose window is full is not declared lost: its kernel answers
 each zero-window probe (`tests/uiwarp_faults.rs`,

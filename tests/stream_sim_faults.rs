@@ -343,3 +343,32 @@ fn a_placement_fence_that_comes_back_proves_the_flush() {
     complete_undelivered(&mut f, 0);
     assert_eq!(f.sides[0].engine.flush(), Ok(()));
 }
+
+/// A fencing side against a peer whose hello does not say it answers a fence (the kernel's
+/// siw, which answers a READ that names no memory with a TERMINATE) sends no fence: its flush
+/// returns `Ok` once the completions came, and the peer's hello lacks the flag. Against a
+/// peer that says it does, the fence is used.
+#[test]
+fn no_placement_fence_against_a_peer_that_does_not_answer_one() {
+    let fencing = small_config()
+        .write_with_send(true)
+        .placement_fence(true)
+        .build()
+        .unwrap();
+    let plain = small_config().write_with_send(true).build().unwrap();
+    let mut f = pair(fencing.clone(), plain);
+    assert!(f.sides[0].engine.hello().answers_fence());
+    assert!(!f.sides[1].engine.hello().answers_fence());
+    assert!(!f.sides[0].engine.proves_placement_by_read());
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    f.pump();
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+    assert_eq!(f.sides[1].engine.readable_bytes(), 100);
+    f.sides[0].drain_ops();
+    assert!(
+        !f.sides[0].sq.iter().any(|p| matches!(p.kind, Kind::Read)),
+        "no READ posted to a peer that does not answer one"
+    );
+    let f = pair(fencing.clone(), fencing);
+    assert!(f.sides[0].engine.proves_placement_by_read());
+}

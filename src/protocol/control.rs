@@ -136,14 +136,16 @@ impl StreamEngine {
     /// completion proves only that the local transport took a send, not that the peer placed
     /// it: on iWARP (write+send mode) a WRITE completes once TCP has its bytes. When the
     /// configuration asks for it ([`StreamConfig::placement_fence`](super::StreamConfig)),
-    /// against an rdmasock peer, which grants RDMA READs (`responder_resources`), the fence is a
-    /// zero-length RDMA READ after the data, whose response comes back only once the peer
-    /// placed every message before it (RFC 5040's ordering: a READ request is processed after
-    /// the messages sent before it). rsocket grants no READs on iWARP: against it a flush
-    /// vouches for the local transport only. Where RC acknowledgements complete a WRITE (InfiniBand,
+    /// against an rdmasock peer that says it answers one (its hello's
+    /// [`FLAG_ANSWERS_FENCE`](super::FLAG_ANSWERS_FENCE): the userspace provider; it grants
+    /// RDMA READs, `responder_resources`), the fence is a zero-length RDMA READ after the
+    /// data, whose response comes back only once the peer placed every message before it
+    /// (RFC 5040's ordering: a READ request is processed after the messages sent before it).
+    /// rsocket grants no READs on iWARP, and the kernel's siw refuses a READ that names no
+    /// memory: against them a flush vouches for the local transport only. Where RC acknowledgements complete a WRITE (InfiniBand,
     /// RoCE) the completion itself proves placement.
     pub fn proves_placement_by_read(&self) -> bool {
-        self.cfg.write_with_send && self.cfg.placement_fence && self.peer_rdmasock
+        self.cfg.write_with_send && self.cfg.placement_fence && self.peer_answers_fence
     }
 
     /// Whether data messages posted since the last fence wait for one (see

@@ -5,7 +5,7 @@
 
 use super::config::{StreamConfig, CONTROL_SLOTS, SEND_LOW_WATER};
 use super::error::StreamError;
-use super::hello::{Hello, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK};
+use super::hello::{Hello, FLAG_ANSWERS_FENCE, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK};
 use super::iomap::{iomap_scale, IomapState};
 use super::msg::{ByteOrder, Control, Message, RemoteSge, SGE_LEN};
 use super::op::{CopySpan, LocalRegions, Op, Payload, Readiness, RingSpan, WrId};
@@ -58,6 +58,8 @@ pub struct StreamEngine {
     pub(crate) error: Option<StreamError>,
     pub(crate) peer_order: ByteOrder,
     pub(crate) peer_rdmasock: bool,
+    /// The peer answers a placement fence ([`Hello::answers_fence`]).
+    pub(crate) peer_answers_fence: bool,
     pub(crate) ops: OpQueue,
     /// How many of `ops` are receive reposts ([`Op::PostRecv`]): whether only they are
     /// queued is asked on every read and small write, without walking the queue.
@@ -150,6 +152,7 @@ impl StreamEngine {
             error: None,
             peer_order: ByteOrder::native(),
             peer_rdmasock: false,
+            peer_answers_fence: false,
             ops: OpQueue::new(),
             queued_receives: 0,
             sseq_no: 0,
@@ -222,8 +225,14 @@ impl StreamEngine {
         } else {
             0
         };
+        // The provider under a fencing configuration answers fences too.
+        let fence_flag = if self.cfg.placement_fence {
+            FLAG_ANSWERS_FENCE
+        } else {
+            0
+        };
         Hello {
-            flags: order_flag | iomap_flag | FLAG_RDMASOCK,
+            flags: order_flag | iomap_flag | fence_flag | FLAG_RDMASOCK,
             credits: self.cfg.recv_queue_depth,
             target_iomap_size: iomap_scale(self.cfg.iomap_size),
             target_sgl: RemoteSge::new(
@@ -249,6 +258,7 @@ impl StreamEngine {
         }
         self.peer_order = ByteOrder::from_big_endian_flag(peer.big_endian());
         self.peer_rdmasock = peer.is_rdmasock();
+        self.peer_answers_fence = peer.answers_fence();
         self.remote_sgl = peer.target_sgl;
         self.remote_sge = 1;
         self.target = [peer.data_buf, RemoteSge::default()];

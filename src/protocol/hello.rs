@@ -6,7 +6,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 1 | version (must be 1) |
-//! | 1 | 1 | flags: bit 0 "my host is big-endian", bit 1 "I support iomap", bit 7 rdmasock extensions |
+//! | 1 | 1 | flags: bit 0 "my host is big-endian", bit 1 "I support iomap", bit 6 "I answer a placement fence" (rdmasock), bit 7 rdmasock extensions |
 //! | 2 | 2 | credits: the sender's receive-queue depth |
 //! | 4 | 3 | reserved, zero |
 //! | 7 | 1 | target iomap size (rsocket's scaled 8-bit encoding) |
@@ -29,6 +29,11 @@ pub const HELLO_LEN: usize = 40;
 pub const FLAG_BIG_ENDIAN: u8 = 1 << 0;
 /// Flag bit 1: the sender supports rsocket's iomap (direct placement) extension.
 pub const FLAG_IOMAP: u8 = 1 << 1;
+/// Flag bit 6 (an rdmasock extension, with [`FLAG_RDMASOCK`]): the sender answers a placement
+/// fence, a zero-length RDMA READ that names no memory (the userspace provider does; the
+/// kernel's siw answers one with a TERMINATE for an invalid STag, which breaks the
+/// connection), so the peer may prove a flush with one.
+pub const FLAG_ANSWERS_FENCE: u8 = 1 << 6;
 /// Flag bit 7: the sender is rdmasock and understands its extensions. rsocket ignores unknown
 /// flag bits, so setting it is harmless against a plain rsocket peer.
 pub const FLAG_RDMASOCK: u8 = 1 << 7;
@@ -151,6 +156,11 @@ impl Hello {
     /// True when the sender is an rdmasock endpoint (flag bit 7).
     pub fn is_rdmasock(&self) -> bool {
         self.flags & FLAG_RDMASOCK != 0
+    }
+
+    /// Whether the sender is rdmasock and answers a placement fence ([`FLAG_ANSWERS_FENCE`]).
+    pub fn answers_fence(&self) -> bool {
+        self.is_rdmasock() && self.flags & FLAG_ANSWERS_FENCE != 0
     }
 
     /// The 40 wire bytes.

@@ -68,8 +68,9 @@ impl Resources {
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
             // A WRITE's completion says only that TCP took it: a flush proves placement with
-            // a zero-length READ on uiwarp. The kernel's siw completes that READ with an
-            // error, so there a flush still vouches for siw's TCP only.
+            // a zero-length READ on uiwarp, against a peer whose hello says it answers one
+            // (uiwarp does). The kernel's siw answers that READ with a TERMINATE, so it
+            // neither sends nor is sent one: a flush there vouches for siw's TCP only.
             opts.stream.placement_fence = unpinned;
         }
         if unpinned {
