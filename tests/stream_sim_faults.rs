@@ -9,7 +9,7 @@
 mod fabric;
 
 use fabric::{pair, small_config, Completion, Fabric, Kind, Step};
-use rdmasock::protocol::{Received, StreamError, WrId};
+use rdmasock::protocol::{Received, StreamConfig, StreamError, WrId};
 
 fn is_reset(r: Result<(), StreamError>) -> bool {
     matches!(r, Err(StreamError::ConnectionReset(_)))
@@ -284,11 +284,7 @@ fn complete_undelivered(f: &mut Fabric, side: usize) {
 /// enough, and a fence that fails makes the flush fail.
 #[test]
 fn a_flush_waits_for_the_placement_fence_and_fails_with_it() {
-    let cfg = small_config()
-        .write_with_send(true)
-        .placement_fence(true)
-        .build()
-        .unwrap();
+    let cfg = fencing_config();
     let mut f = pair(cfg.clone(), cfg);
     assert!(f.sides[0].engine.proves_placement_by_read());
     assert_eq!(f.sides[0].app_write(100), Ok(100));
@@ -316,11 +312,7 @@ fn a_flush_waits_for_the_placement_fence_and_fails_with_it() {
 /// flush returns `Ok` once the completions came.
 #[test]
 fn a_placement_fence_that_comes_back_proves_the_flush() {
-    let cfg = small_config()
-        .write_with_send(true)
-        .placement_fence(true)
-        .build()
-        .unwrap();
+    let cfg = fencing_config();
     let mut f = pair(cfg.clone(), cfg);
     assert_eq!(f.sides[0].app_write(100), Ok(100));
     assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
@@ -350,11 +342,7 @@ fn a_placement_fence_that_comes_back_proves_the_flush() {
 /// peer that says it does, the fence is used.
 #[test]
 fn no_placement_fence_against_a_peer_that_does_not_answer_one() {
-    let fencing = small_config()
-        .write_with_send(true)
-        .placement_fence(true)
-        .build()
-        .unwrap();
+    let fencing = fencing_config();
     let plain = small_config().write_with_send(true).build().unwrap();
     let mut f = pair(fencing.clone(), plain);
     assert!(f.sides[0].engine.hello().answers_fence());
@@ -371,4 +359,13 @@ fn no_placement_fence_against_a_peer_that_does_not_answer_one() {
     );
     let f = pair(fencing.clone(), fencing);
     assert!(f.sides[0].engine.proves_placement_by_read());
+}
+
+/// Write+send mode (iWARP) with placement fences asked for.
+fn fencing_config() -> StreamConfig {
+    small_config()
+        .write_with_send(true)
+        .placement_fence(true)
+        .build()
+        .unwrap()
 }
