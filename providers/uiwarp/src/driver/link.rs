@@ -325,7 +325,7 @@ impl Link {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.fail(e);
+                    self.fail_writing(e, memory);
                     break;
                 }
             }
@@ -376,6 +376,21 @@ impl Link {
             }
         }
         lent.iter().map(|m| self.out.detach(m)).sum()
+    }
+
+    /// Fails the connection for a write error, after reading what TCP still holds: a peer
+    /// that sent its last messages (a DISCONNECT) and closed resets a later write (EPIPE,
+    /// ECONNRESET), while those messages still wait in the socket, readable before the
+    /// error. They reach the core first, and their receives complete.
+    fn fail_writing(&mut self, e: io::Error, memory: &dyn MemoryTable) {
+        self.out.clear();
+        if self.io_error.is_none() {
+            self.io_error = Some(e);
+        }
+        // With the error recorded, the reads' own flushes write nothing.
+        self.read_input(memory, false, usize::MAX);
+        self.read_done = true;
+        self.conn.handle_peer_closed(true);
     }
 
     fn fail(&mut self, e: io::Error) {
@@ -503,5 +518,89 @@ mod tests {
         let e = result.expect_err("a write after shutdown(Write) fails");
         assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
         assert!(!raised, "the failed write raised SIGPIPE");
+    }
+
+    /// A connection whose peer sent a message and closed before we wrote: our write is
+    /// reset (EPIPE) while the message still waits in our socket. The message must reach
+    /// its receive, as a successful completion, before the connection fails.
+    #[test]
+    fn a_write_reset_after_the_peers_last_message_still_delivers_it() {
+        use crate::protocol::{
+            connected_pair, Config, LocalSegment, RecvWork, RegionTable, Segments, SendOperation,
+            SendWork, SmallPayload, WorkQueue,
+        };
+        use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory, WcStatus};
+        use std::io::Write;
+        use std::sync::Arc;
+
+        let mut ours_table = RegionTable::new();
+        let receive = Arc::new(RegisteredMemory::allocate(64).expect("64 B"));
+        let key = ours_table.register_range(receive.clone(), 0, 64, AccessFlags::LOCAL_WRITE);
+        let peer_table = RegionTable::new();
+        let (mut ours, mut peer) = connected_pair(Config::default(), &ours_table, &peer_table);
+        let mut segments = Segments::new();
+        segments.push(LocalSegment {
+            addr: receive.addr(),
+            length: 64,
+            lkey: LocalKey(key),
+        });
+        ours.post_recv(RecvWork { wr_id: 7, segments })
+            .expect("a receive");
+        let send = |wr_id: u64, bytes: &[u8]| SendWork {
+            wr_id,
+            op: SendOperation::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            segments: Segments::new(),
+            small: SmallPayload::new(bytes),
+            signaled: true,
+            fence: false,
+        };
+        let last_words = b"DISCONNECT";
+        peer.post_send(send(1, last_words))
+            .expect("the peer's send");
+        let mut wire = Vec::new();
+        peer.poll_transmit(&peer_table, &mut wire, usize::MAX);
+        assert!(!wire.is_empty(), "the peer's SEND framed");
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        // The peer's last message and its FIN, then nothing: the socket is gone, and what
+        // we write next is answered with a reset.
+        server.write_all(&wire).unwrap();
+        drop(server);
+        drop(listener);
+        client.set_nonblocking(true).unwrap();
+        let mut link = Link::new(ours, TcpStream::from_std(client), Token(0));
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut wr_id = 100;
+        while link.io_error.is_none() {
+            assert!(Instant::now() < deadline, "no write failed within 10 s");
+            link.conn.post_send(send(wr_id, b"late")).expect("our send");
+            wr_id += 1;
+            link.flush(&ours_table);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let e = link.io_error.as_ref().unwrap();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)),
+            "the write failed with {e}"
+        );
+        let mut received = None;
+        while let Some(c) = link.conn.poll_completion() {
+            if c.queue == WorkQueue::Receive {
+                received.get_or_insert(c.completion);
+            }
+        }
+        let received = received.expect("the receive completed");
+        assert_eq!(received.wr_id, 7);
+        assert_eq!(received.status(), WcStatus::Success, "{received:?}");
+        assert_eq!(received.byte_len as usize, last_words.len());
+        let mut got = [0u8; 10];
+        receive.read_at(0, &mut got).unwrap();
+        assert_eq!(&got, last_words);
     }
 }

@@ -3,7 +3,8 @@
 //! arbitrary pieces and read in others; every frame must parse back and the bytes must land
 //! where a model of the posts says.
 
-use super::{connected_pair, Input};
+use super::Input;
+use crate::protocol::connected_pair;
 use crate::protocol::{
     Config, Connection, LocalSegment, RecvWork, RegionTable, Segments, SendOperation, SendWork,
     TxQueue, MIN_MULPDU,

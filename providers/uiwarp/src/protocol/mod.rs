@@ -32,6 +32,8 @@ mod connection;
 mod event;
 mod handshake;
 mod memory;
+#[cfg(any(test, fuzzing))]
+mod pair;
 mod receive;
 mod recv_queue;
 mod segments;
@@ -45,6 +47,8 @@ pub use connection::Connection;
 pub use event::{CloseReason, ConnectRequest, Established, Event, Origin, Termination};
 pub use handshake::{MAX_USER_PRIVATE_DATA, SIW_MAX_USER_PRIVATE_DATA};
 pub use memory::{AccessError, MemoryTable, RegionTable, RegionView};
+#[cfg(any(test, fuzzing))]
+pub(crate) use pair::connected_pair;
 pub use recv_queue::RecvQueue;
 pub use segments::Segments;
 pub use txqueue::TxQueue;
