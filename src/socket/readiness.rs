@@ -484,7 +484,10 @@ impl Shared {
             let channel = self.cq_channel().as_fd().as_raw_fd();
             let cm = self.endpoint().event_fd().as_raw_fd();
             SourceFd(&channel).register(&hub.registry, Token(new), Interest::READABLE)?;
-            SourceFd(&cm).register(&hub.registry, Token(new), Interest::READABLE)?;
+            // One fd may be both (uiwarp's eventfd is its queue pair's notice fd too).
+            if cm != channel {
+                SourceFd(&cm).register(&hub.registry, Token(new), Interest::READABLE)?;
+            }
             *id = Some(new);
         }
         drop(id);
@@ -564,7 +567,9 @@ impl Shared {
             let channel = self.cq_channel().as_fd().as_raw_fd();
             let cm = self.endpoint().event_fd().as_raw_fd();
             let _ = SourceFd(&channel).deregister(&hub.registry);
-            let _ = SourceFd(&cm).deregister(&hub.registry);
+            if cm != channel {
+                let _ = SourceFd(&cm).deregister(&hub.registry);
+            }
             hub.sockets
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

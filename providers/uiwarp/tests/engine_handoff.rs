@@ -1,7 +1,8 @@
 //! The progress engine's hand-off with application threads on real loopback sockets: a
-//! thread that spins on a completion queue, or sleeps on its channel, reads the socket
-//! itself while the engine stays asleep, and the engine takes the socket back once no such
-//! thread reads it (an RDMA READ to a side whose application never calls in is answered).
+//! thread that spins on a completion queue reads the socket itself while the engine stays
+//! asleep, and the engine takes the socket back once no such thread reads it (an RDMA READ to
+//! a side whose application never calls in is answered); a thread that sleeps on a channel
+//! gets its completions from the engine, which reads for it.
 
 mod loopback;
 
@@ -67,10 +68,9 @@ fn read_from_b(p: &Pair, round: u64) {
     assert!(got == data, "round {round}: READ returned other bytes");
 }
 
-/// A completion queue armed on a channel that nobody waits on: the engine leaves each
-/// arrival to a thread that would sleep there (it wakes on the socket too), and must take
-/// the socket back when no such thread reads it. An RDMA READ sent to that side is answered
-/// by the engine alone, as an RNIC would.
+/// A completion queue armed on a channel that nobody waits on: the engine reads each arrival
+/// (a thread sleeping there waits for the event the engine raises). An RDMA READ sent to
+/// that side is answered by the engine alone, as an RNIC would.
 #[test]
 fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
     let p = pair();
@@ -92,13 +92,12 @@ fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
 }
 
 /// Event mode, the way the socket layer waits: arm, sleep on the channel, take the event,
-/// poll. The woken thread reads the socket itself, and once it does the engine stops
-/// watching for input: a ping-pong of 1,000 round trips must not wake the engine thread per
-/// message (otherwise it would take about one engine wake-up per arrival, plus one per ACK
-/// for room to write, each a context switch that costs most of a message's time under
-/// QEMU's TCG).
+/// poll. The sleeper watches only the channel's eventfd (a connection costs no fd for it to
+/// watch the socket): the engine reads each arrival for it, and wakes once per arrival at
+/// most, not also per ACK for room to write (each wake-up is a context switch that costs
+/// most of a message's time under QEMU's TCG).
 #[test]
-fn an_event_mode_ping_pong_leaves_the_engine_asleep() {
+fn an_event_mode_ping_pong_wakes_the_engine_once_per_arrival() {
     const ROUND_TRIPS: u64 = 1000;
     let p = pair();
     let ea = rdmasock_uiwarp::driver::endpoint(&p.a.qp).unwrap();
@@ -135,10 +134,10 @@ fn an_event_mode_ping_pong_leaves_the_engine_asleep() {
         assert_eq!(wait(&p.a).opcode(), WcOpcode::Recv);
     }
     let woke = ea.engine_events() + eb.engine_events() - before;
-    // A stall of over a millisecond (a loaded host) hands a socket back to the engine for
-    // one arrival; 2,000 arrivals must not come near one wake-up each.
+    // One wake-up per arrival; room to write (an ACK) never wakes it when nothing waits for
+    // room. A few spare for arrivals that came in two pieces.
     assert!(
-        woke < ROUND_TRIPS / 5,
+        woke <= 2 * ROUND_TRIPS + ROUND_TRIPS / 10,
         "the engine woke {woke} times for {} arrivals",
         2 * ROUND_TRIPS
     );

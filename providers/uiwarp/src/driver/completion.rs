@@ -3,7 +3,6 @@
 //! They belong to the driver: polling an empty queue, or waiting on a channel, makes progress
 //! on the sockets of the queue pairs that report there. The verbs provider creates them.
 
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::{ChannelOps, CqOps};
 use rdmasock_verbs::{Error, Result, WcStatus, WorkCompletion};
@@ -24,11 +23,12 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
         .map_err(|e| Error::io(format!("creating the eventfd of {what}"), e.into()))
 }
 
-/// A completion channel. Its fd is an epoll instance holding an eventfd (readable while
-/// events wait) and the TCP sockets of the queue pairs whose CQs report here: a thread that
-/// sleeps on the channel wakes as soon as bytes arrive, as a thread blocked on a TCP socket
-/// would, and [`ChannelOps::get_event`] then makes the progress itself instead of waiting for
-/// the engine thread.
+/// A completion channel. Its fd is an eventfd, readable while events wait: the channel costs
+/// a connection one fd, and a thread that sleeps on it waits for nothing else. While a
+/// queue that reports here is armed, the engine thread reads the sockets of its queue pairs
+/// as bytes arrive (see [`UiwarpCq::req_notify`]), and the completions it hands to the queue
+/// raise the event that wakes the sleeper. [`ChannelOps::get_event`] still makes progress on
+/// those queue pairs itself when it finds no event waiting.
 ///
 /// The eventfd is also the notice fd of those queue pairs (see
 /// [`Endpoint::notice_fd`](super::Endpoint::notice_fd)): it is readable while events wait
@@ -37,7 +37,6 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
 /// waits again).
 #[derive(Debug)]
 pub struct UiwarpChannel {
-    epoll: Epoll,
     fd: EventFd,
     events: Mutex<Events>,
     endpoints: Mutex<Vec<Weak<Endpoint>>>,
@@ -84,13 +83,7 @@ thread_local! {
 impl UiwarpChannel {
     pub(crate) fn new() -> Result<UiwarpChannel> {
         let fd = new_eventfd("a completion channel")?;
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-            .map_err(|e| Error::io("creating the epoll fd of a completion channel", e.into()))?;
-        epoll
-            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
-            .map_err(|e| Error::io("adding a channel's eventfd to its epoll fd", e.into()))?;
         Ok(UiwarpChannel {
-            epoll,
             fd,
             events: Mutex::new(Events::default()),
             endpoints: Mutex::new(Vec::new()),
@@ -132,21 +125,14 @@ impl UiwarpChannel {
         self.fd.as_fd()
     }
 
-    /// Watches a connected QP's socket: the channel turns readable when it is.
-    pub(crate) fn watch(&self, endpoint: &Arc<Endpoint>, socket: BorrowedFd<'_>) {
+    /// Adds a connected QP whose CQs report here: [`ChannelOps::get_event`] makes progress
+    /// on it when it finds no event waiting.
+    pub(crate) fn watch(&self, endpoint: &Arc<Endpoint>) {
         let mut list = self.endpoints.lock().expect("channel lock");
         list.retain(|w| w.strong_count() > 0);
-        if list
+        if !list
             .iter()
             .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(endpoint)))
-        {
-            return;
-        }
-        // Level-triggered: progress drains the socket, so the fd is not left readable.
-        if self
-            .epoll
-            .add(socket, EpollEvent::new(EpollFlags::EPOLLIN, 1))
-            .is_ok()
         {
             list.push(Arc::downgrade(endpoint));
         }
@@ -169,7 +155,7 @@ impl UiwarpChannel {
 
 impl ChannelOps for UiwarpChannel {
     fn fd(&self) -> BorrowedFd<'_> {
-        self.epoll.0.as_fd()
+        self.fd.as_fd()
     }
 
     fn get_event(&self) -> Result<Option<u64>> {
@@ -293,8 +279,8 @@ impl UiwarpCq {
             .and_then(|c| c.as_any().downcast_ref::<UiwarpChannel>())
     }
 
-    /// Armed, with a channel: a thread sleeping on the channel wakes when its QPs' sockets
-    /// turn readable.
+    /// Armed, with a channel: a thread may sleep on the channel, so the engine reads the
+    /// QPs' sockets as bytes arrive (their completions raise its event).
     pub(crate) fn armed_with_channel(&self) -> bool {
         self.channel().is_some() && self.state.lock().expect("cq lock").armed.is_some()
     }
@@ -406,6 +392,16 @@ impl CqOps for UiwarpCq {
         if s.armed != Some(false) {
             s.armed = Some(solicited_only);
             self.armed.store(true, Ordering::Relaxed);
+        }
+        drop(s);
+        if self.channel.is_some() {
+            // A thread may sleep on the channel now, and only the engine reads for a sleeper:
+            // it takes back the sockets it left to a spinner.
+            let mut from = 0;
+            while let Some((i, e, ())) = self.next_endpoint(from, |_, _, _| Some(())) {
+                e.take_input_back();
+                from = i + 1;
+            }
         }
         Ok(())
     }

@@ -113,6 +113,9 @@ pub struct Endpoint {
     /// the engine leaves the socket to them.
     app_reads: AtomicU64,
     app_reads_seen: AtomicU64,
+    /// The engine stopped watching the socket for input, leaving it to a spinner (see
+    /// [`Endpoint::leave_input`]); arming a queue with a channel takes it back.
+    input_left: AtomicBool,
     /// Readiness events of this QP's socket that woke the engine thread.
     engine_events: AtomicU64,
     /// Bytes of inline payloads lent by their post, and those of them TCP did not take
@@ -195,6 +198,7 @@ impl Endpoint {
             polled_at: AtomicU64::new(0),
             app_reads: AtomicU64::new(0),
             app_reads_seen: AtomicU64::new(0),
+            input_left: AtomicBool::new(false),
             engine_events: AtomicU64::new(0),
             lent: AtomicU64::new(0),
             lent_copied: AtomicU64::new(0),
@@ -428,21 +432,29 @@ impl Endpoint {
         reads != seen || self.spun_on()
     }
 
-    /// Whether an application thread will read this socket when bytes arrive: one of its
-    /// completion queues is armed and has a channel, which watches the socket.
+    /// Whether a thread may sleep on a completion channel of this QP: one of its completion
+    /// queues is armed and has a channel, whose event the engine raises by reading the
+    /// socket as bytes arrive (the sleeper does not watch the socket).
     pub(crate) fn attended(&self) -> bool {
         st_attended(&self.recv_cq) || st_attended(&self.send_cq)
     }
 
-    /// On the engine thread, when an input edge finds a thread spinning on this QP or
-    /// sleeping on a channel that watches its socket: stops watching the socket for input
-    /// (the backstop takes it back), and writes what waits for room if `writable`. Waits for
-    /// the lock: the thread holding it reads, which takes moments, and an edge missed here
-    /// would come again with the next arrival.
+    /// On the engine thread, when an input edge finds a thread spinning on this QP (and none
+    /// sleeping on its channel): stops watching the socket for input (the backstop, or the
+    /// next arming of a queue with a channel, takes it back), and writes what waits for room
+    /// if `writable`. Waits for the lock: the thread holding it reads, which takes moments,
+    /// and an edge missed here would come again with the next arrival.
     pub(crate) fn leave_input(&self, engine: &Engine, writable: bool) {
         let mut st = self.lock();
         if let Some(link) = st.link.as_mut() {
             link.set_engine_reads(engine, false);
+            self.input_left.store(true, Ordering::SeqCst);
+            // A queue armed meanwhile may have found nothing to take back (the arming sets
+            // the flag under the queue's lock before it looks; this looks under that lock
+            // after setting it): a sleeper's bytes are the engine's to read.
+            if self.attended() && self.input_left.swap(false, Ordering::SeqCst) {
+                link.set_engine_reads(engine, true);
+            }
         }
         if writable {
             self.flush(&mut st, engine);
@@ -459,8 +471,26 @@ impl Endpoint {
         };
         let was_left = !link.engine_reads();
         link.set_engine_reads(engine, true);
+        self.input_left.store(false, Ordering::Release);
         if was_left || self.may_have_input() {
             self.drive_engine(&mut st, engine);
+        }
+    }
+
+    /// When one of this QP's queues is armed with a channel (a thread may sleep on it, and
+    /// only the engine reads for a sleeper): the engine watches the socket for input again if
+    /// it had left it to a spinner. Turning input back on reports bytes already waiting
+    /// (epoll checks readiness). One load when the engine reads already.
+    pub(crate) fn take_input_back(&self) {
+        if !self.input_left.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(engine) = super::engine() else {
+            return;
+        };
+        let mut st = self.lock();
+        if let Some(link) = st.link.as_mut() {
+            link.set_engine_reads(engine, true);
         }
     }
 
@@ -499,14 +529,16 @@ impl Endpoint {
         }
     }
 
-    /// Makes the completion channels of this QP's CQs watch its socket.
+    /// Adds this QP to the completion channels of its CQs (see [`UiwarpChannel::watch`]).
+    ///
+    /// [`UiwarpChannel::watch`]: super::completion::UiwarpChannel::watch
     pub(crate) fn watch_socket(self: &Arc<Self>, st: &EndpointState) {
-        let Some(link) = st.link.as_ref() else {
+        if st.link.is_none() {
             return;
-        };
+        }
         for cq in [&self.send_cq, &self.recv_cq] {
             if let Some(ch) = uiwarp_cq(cq).channel() {
-                ch.watch(self, link.socket_fd());
+                ch.watch(self);
             }
         }
     }

@@ -9,11 +9,13 @@
 //! socket takes it; polling an empty completion queue reads its queue pairs' sockets once the
 //! engine has seen bytes arrive (a hint per endpoint, so an idle poll costs no syscall), and
 //! on every poll while a thread spins (polls the queue empty again and again) and poll(2)
-//! finds the socket readable. While a thread spins, or sleeps on an armed queue's channel
-//! (an epoll fd that also watches the sockets, so it wakes on arrivals as a thread blocked on
-//! a TCP socket would), the engine stops watching the socket for input altogether: no
-//! wake-up of its own per arrival. A 1 ms backstop takes the socket back once no application
-//! thread has read it since the last look, in case nobody takes the bytes. The engine
+//! finds the socket readable. While a thread spins, the engine stops watching the socket for
+//! input altogether: no wake-up of its own per arrival. A 1 ms backstop takes the socket
+//! back once no application thread has read it since the last look, in case nobody takes
+//! the bytes; arming a queue that has a completion channel takes it back at once. A thread
+//! that sleeps on a channel waits on its eventfd alone (a connection costs no fd for it to
+//! watch the socket): the engine reads the bytes as they arrive, and the completions raise
+//! the channel's event. The engine
 //! watches for room to write only while bytes wait for it. Whoever finds a socket would
 //! block leaves the rest to the next edge, which the engine gets.
 #![forbid(unsafe_code)]
@@ -283,13 +285,15 @@ impl Engine {
                         if input {
                             e.note_input();
                         }
-                        if input && (e.spun_on() || e.attended()) {
-                            // An application thread spins on this QP's completion queue, or
-                            // sleeps on a channel that watches this socket (it woke too): it
+                        if input && e.spun_on() && !e.attended() {
+                            // An application thread spins on this QP's completion queue: it
                             // reads the bytes itself, without the hand-off through this
                             // thread, which stops watching for input meanwhile (no wake-up
                             // per arrival). The backstop takes the socket back once no
-                            // application thread reads it; write what waits for room.
+                            // application thread reads it (arming a queue with a channel,
+                            // before a sleep, at once); write what waits for room. A thread
+                            // sleeping on the channel does not watch the socket: the engine
+                            // reads for it, and the completions raise its event.
                             self.set_backstop(ev.token());
                             e.leave_input(&self, ev.is_writable());
                         } else {
