@@ -2,7 +2,7 @@
 //! thread that spins on a completion queue reads the socket itself while the engine stays
 //! asleep, and the engine takes the socket back once no such thread reads it (an RDMA READ to
 //! a side whose application never calls in is answered); a thread that sleeps on a channel
-//! gets its completions from the engine, which reads for it.
+//! is woken by the engine's raise of the channel, and reads the socket itself.
 
 mod loopback;
 
@@ -68,9 +68,10 @@ fn read_from_b(p: &Pair, round: u64) {
     assert!(got == data, "round {round}: READ returned other bytes");
 }
 
-/// A completion queue armed on a channel that nobody waits on: the engine reads each arrival
-/// (a thread sleeping there waits for the event the engine raises). An RDMA READ sent to
-/// that side is answered by the engine alone, as an RNIC would.
+/// A completion queue armed on a channel that nobody waits on: the engine raises the channel
+/// on each arrival for a thread that would sleep there, and must read the socket itself when
+/// no such thread does. An RDMA READ sent to that side is answered by the engine alone, as an
+/// RNIC would.
 #[test]
 fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
     let p = pair();
@@ -93,11 +94,12 @@ fn the_engine_answers_a_read_while_an_armed_cq_has_no_waiter() {
 
 /// Event mode, the way the socket layer waits: arm, sleep on the channel, take the event,
 /// poll. The sleeper watches only the channel's eventfd (a connection costs no fd for it to
-/// watch the socket): the engine reads each arrival for it, and wakes once per arrival at
-/// most, not also per ACK for room to write (each wake-up is a context switch that costs
-/// most of a message's time under QEMU's TCG).
+/// watch the socket): the engine raises the channel on each arrival and the woken thread
+/// reads the socket; the engine wakes about once per arrival, not also per ACK for room to
+/// write (each wake-up is a context switch that costs most of a message's time under QEMU's
+/// TCG).
 #[test]
-fn an_event_mode_ping_pong_wakes_the_engine_once_per_arrival() {
+fn an_event_mode_ping_pong_wakes_the_engine_about_once_per_arrival() {
     const ROUND_TRIPS: u64 = 1000;
     let p = pair();
     let ea = rdmasock_uiwarp::driver::endpoint(&p.a.qp).unwrap();
@@ -134,10 +136,11 @@ fn an_event_mode_ping_pong_wakes_the_engine_once_per_arrival() {
         assert_eq!(wait(&p.a).opcode(), WcOpcode::Recv);
     }
     let woke = ea.engine_events() + eb.engine_events() - before;
-    // One wake-up per arrival; room to write (an ACK) never wakes it when nothing waits for
-    // room. A few spare for arrivals that came in two pieces.
+    // About one wake-up per arrival (an edge the woken thread's read made stale, or a frame
+    // that came in two pieces, adds one); room to write (an ACK) never wakes it when nothing
+    // waits for room, which would make it two per arrival at least.
     assert!(
-        woke <= 2 * ROUND_TRIPS + ROUND_TRIPS / 10,
+        woke < 3 * ROUND_TRIPS,
         "the engine woke {woke} times for {} arrivals",
         2 * ROUND_TRIPS
     );

@@ -25,10 +25,10 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
 
 /// A completion channel. Its fd is an eventfd, readable while events wait: the channel costs
 /// a connection one fd, and a thread that sleeps on it waits for nothing else. While a
-/// queue that reports here is armed, the engine thread reads the sockets of its queue pairs
-/// as bytes arrive (see [`UiwarpCq::req_notify`]), and the completions it hands to the queue
-/// raise the event that wakes the sleeper. [`ChannelOps::get_event`] still makes progress on
-/// those queue pairs itself when it finds no event waiting.
+/// queue that reports here is armed, the engine thread, which watches the sockets of its
+/// queue pairs, raises the channel when bytes arrive (see [`UiwarpChannel::raise_input`])
+/// instead of reading them: the woken thread's [`ChannelOps::get_event`] reads them itself,
+/// as a thread blocked on a TCP socket would.
 ///
 /// The eventfd is also the notice fd of those queue pairs (see
 /// [`Endpoint::notice_fd`](super::Endpoint::notice_fd)): it is readable while events wait
@@ -50,6 +50,9 @@ struct Events {
     notices: usize,
     /// [`ChannelOps::wake`] was called and [`ChannelOps::take_wake`] has not taken it yet.
     woken: bool,
+    /// Bytes arrived for a queue pair reporting here ([`UiwarpChannel::raise_input`]) and
+    /// no [`ChannelOps::get_event`] has read them yet.
+    input: bool,
     fd_set: bool,
 }
 
@@ -65,7 +68,7 @@ impl Events {
 
     /// Drains the eventfd if it is set and neither an event, a notice nor a wake waits.
     fn settle(&mut self, fd: &EventFd) {
-        if self.fd_set && self.queue.is_empty() && self.notices == 0 && !self.woken {
+        if self.fd_set && self.queue.is_empty() && self.notices == 0 && !self.woken && !self.input {
             // Drains the counter (EAGAIN cannot happen: it was written).
             let _ = fd.read();
             self.fd_set = false;
@@ -109,6 +112,15 @@ impl UiwarpChannel {
     pub(crate) fn raise_notice(&self) {
         let mut events = self.events.lock().expect("channel lock");
         events.notices += 1;
+        events.set(&self.fd);
+    }
+
+    /// Bytes arrived on the socket of a queue pair reporting here while one of its queues is
+    /// armed: the fd turns readable, and the next [`ChannelOps::get_event`] reads the
+    /// sockets.
+    pub(crate) fn raise_input(&self) {
+        let mut events = self.events.lock().expect("channel lock");
+        events.input = true;
         events.set(&self.fd);
     }
 
@@ -159,6 +171,15 @@ impl ChannelOps for UiwarpChannel {
     }
 
     fn get_event(&self) -> Result<Option<u64>> {
+        {
+            // The reads below take the raised input (an event taken instead leaves it to
+            // the poll of the queue that follows: the queue pair's input hint is set).
+            let mut events = self.events.lock().expect("channel lock");
+            if events.input {
+                events.input = false;
+                events.settle(&self.fd);
+            }
+        }
         if let Some(c) = self.pop() {
             return Ok(Some(c));
         }
@@ -279,8 +300,8 @@ impl UiwarpCq {
             .and_then(|c| c.as_any().downcast_ref::<UiwarpChannel>())
     }
 
-    /// Armed, with a channel: a thread may sleep on the channel, so the engine reads the
-    /// QPs' sockets as bytes arrive (their completions raise its event).
+    /// Armed, with a channel: a thread may sleep on the channel, which the engine raises
+    /// when the QPs' sockets get bytes.
     pub(crate) fn armed_with_channel(&self) -> bool {
         self.channel().is_some() && self.state.lock().expect("cq lock").armed.is_some()
     }
@@ -395,8 +416,8 @@ impl CqOps for UiwarpCq {
         }
         drop(s);
         if self.channel.is_some() {
-            // A thread may sleep on the channel now, and only the engine reads for a sleeper:
-            // it takes back the sockets it left to a spinner.
+            // A thread may sleep on the channel now, and only the engine's input edges raise
+            // it: the engine takes back the sockets it left to a spinner.
             let mut from = 0;
             while let Some((i, e, ())) = self.next_endpoint(from, |_, _, _| Some(())) {
                 e.take_input_back();

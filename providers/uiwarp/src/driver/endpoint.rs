@@ -433,16 +433,31 @@ impl Endpoint {
     }
 
     /// Whether a thread may sleep on a completion channel of this QP: one of its completion
-    /// queues is armed and has a channel, whose event the engine raises by reading the
-    /// socket as bytes arrive (the sleeper does not watch the socket).
+    /// queues is armed and has a channel, which the engine raises when bytes arrive (the
+    /// sleeper does not watch the socket).
     pub(crate) fn attended(&self) -> bool {
         st_attended(&self.recv_cq) || st_attended(&self.send_cq)
     }
 
-    /// On the engine thread, when an input edge finds a thread spinning on this QP (and none
-    /// sleeping on its channel): stops watching the socket for input (the backstop, or the
-    /// next arming of a queue with a channel, takes it back), and writes what waits for room
-    /// if `writable`. Waits for the lock: the thread holding it reads, which takes moments,
+    /// On the engine thread, when an input edge finds a queue of this QP armed with a
+    /// channel: raises the channels, whose woken thread reads the socket itself (the
+    /// backstop reads it if none does), and writes what waits for room if `writable`.
+    pub(crate) fn raise_input(&self, engine: &Engine, writable: bool) {
+        for cq in [&self.send_cq, &self.recv_cq] {
+            if let Some(ch) = uiwarp_cq(cq).channel() {
+                ch.raise_input();
+            }
+        }
+        if writable {
+            let mut st = self.lock();
+            self.flush(&mut st, engine);
+        }
+    }
+
+    /// On the engine thread, when an input edge finds a thread spinning on this QP (and no
+    /// queue of it armed): stops watching the socket for input (the backstop, or the next
+    /// arming of a queue with a channel, takes it back), and writes what waits for room if
+    /// `writable`. Waits for the lock: the thread holding it reads, which takes moments,
     /// and an edge missed here would come again with the next arrival.
     pub(crate) fn leave_input(&self, engine: &Engine, writable: bool) {
         let mut st = self.lock();
@@ -451,7 +466,7 @@ impl Endpoint {
             self.input_left.store(true, Ordering::SeqCst);
             // A queue armed meanwhile may have found nothing to take back (the arming sets
             // the flag under the queue's lock before it looks; this looks under that lock
-            // after setting it): a sleeper's bytes are the engine's to read.
+            // after setting it): a sleeper's wake-up needs the engine's input edges.
             if self.attended() && self.input_left.swap(false, Ordering::SeqCst) {
                 link.set_engine_reads(engine, true);
             }
@@ -478,8 +493,8 @@ impl Endpoint {
     }
 
     /// When one of this QP's queues is armed with a channel (a thread may sleep on it, and
-    /// only the engine reads for a sleeper): the engine watches the socket for input again if
-    /// it had left it to a spinner. Turning input back on reports bytes already waiting
+    /// only the engine's input edges raise it): the engine watches the socket for input again
+    /// if it had left it to a spinner. Turning input back on reports bytes already waiting
     /// (epoll checks readiness). One load when the engine reads already.
     pub(crate) fn take_input_back(&self) {
         if !self.input_left.swap(false, Ordering::SeqCst) {

@@ -14,8 +14,9 @@
 //! back once no application thread has read it since the last look, in case nobody takes
 //! the bytes; arming a queue that has a completion channel takes it back at once. A thread
 //! that sleeps on a channel waits on its eventfd alone (a connection costs no fd for it to
-//! watch the socket): the engine reads the bytes as they arrive, and the completions raise
-//! the channel's event. The engine
+//! watch the socket): the engine raises the channel on each arrival while a queue is armed,
+//! and the woken thread reads the bytes itself (the backstop reads them if none does). The
+//! engine
 //! watches for room to write only while bytes wait for it. Whoever finds a socket would
 //! block leaves the rest to the next edge, which the engine gets.
 #![forbid(unsafe_code)]
@@ -290,15 +291,21 @@ impl Engine {
                         if input {
                             e.note_input();
                         }
-                        if input && e.spun_on() && !e.attended() {
+                        if input && e.attended() {
+                            // A thread may sleep on a channel of this QP: it reads the bytes
+                            // itself once the channel wakes it, without the hand-off through
+                            // this thread (its channel does not watch the socket, so the
+                            // edge is raised there). The backstop reads them if no
+                            // application thread does; write what waits for room.
+                            self.set_backstop(ev.token());
+                            e.raise_input(&self, ev.is_writable());
+                        } else if input && e.spun_on() {
                             // An application thread spins on this QP's completion queue: it
-                            // reads the bytes itself, without the hand-off through this
-                            // thread, which stops watching for input meanwhile (no wake-up
-                            // per arrival). The backstop takes the socket back once no
-                            // application thread reads it (arming a queue with a channel,
-                            // before a sleep, at once); write what waits for room. A thread
-                            // sleeping on the channel does not watch the socket: the engine
-                            // reads for it, and the completions raise its event.
+                            // reads the bytes itself, and this thread stops watching for
+                            // input meanwhile (no wake-up per arrival). The backstop takes
+                            // the socket back once no application thread reads it (arming a
+                            // queue with a channel, before a sleep, at once); write what
+                            // waits for room.
                             self.set_backstop(ev.token());
                             e.leave_input(&self, ev.is_writable());
                         } else {
