@@ -26,9 +26,9 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
 /// A completion channel. Its fd is an eventfd, readable while events wait: the channel costs
 /// a connection one fd, and a thread that sleeps on it waits for nothing else. While a
 /// queue that reports here is armed, the engine thread, which watches the sockets of its
-/// queue pairs, raises the channel when bytes arrive (see [`UiwarpChannel::raise_input`])
-/// instead of reading them: the woken thread's [`ChannelOps::get_event`] reads them itself,
-/// as a thread blocked on a TCP socket would.
+/// queue pairs, raises the channel when bytes arrive (`raise_input`) instead of reading
+/// them: the woken thread's [`ChannelOps::get_event`] reads them itself, as a thread blocked
+/// on a TCP socket would.
 ///
 /// The eventfd is also the notice fd of those queue pairs (see
 /// [`Endpoint::notice_fd`](super::Endpoint::notice_fd)): it is readable while events wait
