@@ -206,8 +206,13 @@ impl Engine {
 
     /// Has the engine read `token`'s endpoint again once it has handled the events at hand
     /// (its read budget ran out; no new edge would announce the bytes left).
+    /// Once per turn: a connection whose event and whose resume both ran out its budget in
+    /// one turn is listed once, not once more per turn.
     pub(crate) fn resume(&self, token: Token) {
-        self.resume.lock().expect("engine resume").push(token);
+        let mut resume = self.resume.lock().expect("engine resume");
+        if !resume.contains(&token) {
+            resume.push(token);
+        }
     }
 
     fn target(&self, token: Token) -> Option<Target> {
