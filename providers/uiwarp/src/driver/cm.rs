@@ -298,7 +298,13 @@ impl UiwarpListener {
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
             Some(socket2::Protocol::TCP),
-        )?;
+        )
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("creating the TCP socket to listen on {addr}: {e}"),
+            )
+        })?;
         socket.set_reuse_address(true)?;
         socket
             .bind(&addr.into())
@@ -309,7 +315,14 @@ impl UiwarpListener {
         let std_listener: std::net::TcpListener = socket.into();
         let local = std_listener.local_addr()?;
         let listener = mio::net::TcpListener::from_std(std_listener);
-        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| {
+            let e = io::Error::from(e);
+            io::Error::new(
+                e.kind(),
+                format!("creating the eventfd of a uiwarp listener on {addr}: {e}"),
+            )
+        })?;
         let shared = Arc::new(ListenerShared {
             socket: Mutex::new(listener),
             token: Mutex::new(None),

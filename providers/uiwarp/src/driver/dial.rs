@@ -67,7 +67,13 @@ impl Dial {
                 ));
             }
         }
-        let socket = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
+        let socket = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("creating the TCP socket of a connection to {dst}: {e}"),
+                )
+            })?;
         socket.set_cloexec(true)?;
         socket.set_nonblocking(true)?;
         match socket.connect(&dst.into()) {
