@@ -325,12 +325,34 @@ impl RdmaSocket {
     }
 
     /// The oldest submitted buffer, if the device has finished with it (or the stream
-    /// failed: its `result` says so). Never blocks. When none is ready (and one is
-    /// submitted), a writable event (mio) follows once one is.
+    /// failed: its `result` says so). Never blocks. Call it until it returns `None`: when
+    /// buffers stay submitted, the next that can be taken back is announced by a writable
+    /// event (mio), by the socket's fd turning readable (until the next call of this), and
+    /// by the tokio stream's write readiness.
     pub fn completed_registered(&self) -> Option<CompletedWrite> {
         let mut g = self.shared.lock();
+        self.shared.ready.completion_called();
         loop {
             if let Some(done) = g.take_completed() {
+                if !g.submitted.is_empty() {
+                    // The next one is announced when it is ready (at once if it is): the
+                    // queue is armed, so that its completion makes an event.
+                    let armed = loop {
+                        match g.progress().and_then(|p| Ok(p || g.arm()?)) {
+                            Ok(true) => continue,
+                            Ok(false) => break true,
+                            Err(_) => break false,
+                        }
+                    };
+                    self.shared.ready.completion_blocked();
+                    if armed {
+                        self.shared.report(&g);
+                    } else {
+                        // The connection is broken: the next call hands the buffer back.
+                        self.shared.ready.update(true, true, true);
+                    }
+                    self.shared.wake_others(&g);
+                }
                 return Some(done);
             }
             if g.submitted.is_empty() {
@@ -349,7 +371,7 @@ impl RdmaSocket {
                     });
                 }
             }
-            self.shared.ready.flush_blocked();
+            self.shared.ready.completion_blocked();
             self.shared.report(&g);
             self.shared.wake_others(&g);
             return None;
