@@ -152,7 +152,8 @@ impl ReadyFds {
         if self.read_raised.load(Ordering::SeqCst) {
             let _ = fds.read.write(1);
         }
-        if self.notice_raised.load(Ordering::SeqCst) || self.completion_raised.load(Ordering::SeqCst)
+        if self.notice_raised.load(Ordering::SeqCst)
+            || self.completion_raised.load(Ordering::SeqCst)
         {
             let _ = fds.write_notice.write(1);
         }
@@ -219,7 +220,8 @@ impl ReadyFds {
 
     /// Drains `write_notice` when neither a write nor a submitted buffer keeps it raised.
     fn quiet_notice(&self) {
-        if self.notice_raised.load(Ordering::SeqCst) || self.completion_raised.load(Ordering::SeqCst)
+        if self.notice_raised.load(Ordering::SeqCst)
+            || self.completion_raised.load(Ordering::SeqCst)
         {
             return;
         }

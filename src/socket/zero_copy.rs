@@ -252,10 +252,15 @@ impl RdmaSocket {
     /// [`wait_completed_registered`](Self::wait_completed_registered), in the order they
     /// were submitted. On a nonblocking socket it posts what fits now, at least one byte,
     /// and returns how many bytes that was; with nothing fitting it returns [`Refused`]
-    /// (`WouldBlock`) with the buffer, and a writable event (mio) follows when a write can
-    /// go on. Bytes after a short submission must wait until that buffer came back (submit
-    /// the rest with [`submit_registered_range`](Self::submit_registered_range)): anything
-    /// submitted or written before would land ahead of them in the stream.
+    /// (`WouldBlock`) with the buffer, nothing of it sent, and a writable event (mio), or
+    /// the socket's fd turning readable, follows when a write can go on.
+    ///
+    /// A short submission sends those bytes only (nothing of the rest is queued); the
+    /// buffer comes back with [`CompletedWrite::sent`] at the end of what went. The rest
+    /// must go next: submit it with
+    /// [`submit_registered_range`](Self::submit_registered_range)`(buf, sent..)` before any
+    /// other write or submission (anything sent before it would land ahead of it in the
+    /// stream); so retried, no byte is reordered or sent twice.
     ///
     /// Dropping the socket with buffers submitted drops them once the connection is gone;
     /// their memory is never freed while the device may read it.

@@ -10,7 +10,7 @@ use std::thread;
 
 /// FNV-1a over a stream, whatever pieces it comes in.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct StreamHash(pub(crate) u64);
+pub(crate) struct StreamHash(u64);
 
 impl StreamHash {
     pub(crate) fn new() -> StreamHash {
