@@ -2,8 +2,10 @@
 //!
 //! A registered socket shows mio two eventfds under its token: one that turns readable when a
 //! read that returned `WouldBlock` can go on, and one that turns writable when a write that
-//! returned `WouldBlock` can go on (an eventfd is writable below its largest count: we hold
-//! it there while writes would block, and reading it back to zero makes the writable edge).
+//! returned `WouldBlock` can go on, or a submitted zero-copy buffer can be taken back after
+//! `completed_registered` found none (an eventfd is writable below its largest count: we
+//! hold it there while writes would block, and reading it back to zero makes the writable
+//! edge).
 //! The completion channel and the connection manager's fd only say that *something* happened;
 //! a per-process thread (the hub) waits on those of every registered socket, makes the
 //! progress (drain the completion queue, re-arm it, drain again) and raises the eventfd of
@@ -618,39 +620,6 @@ impl Shared {
                 .unwrap_or_else(|p| p.into_inner())
                 .1
                 .remove(&id);
-        }
-    }
-}
-
-impl Shared {
-    /// One nonblocking look at whether a read (`write` false) or a write would go on, for
-    /// the async adapter's `readable`/`writable`: makes the progress there is, and when the
-    /// direction must wait, arms the completion queue (polling once more after, as a
-    /// nonblocking call does) and marks the direction as waited for, so that another
-    /// handle's progress raises its eventfd; `false` then.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn try_ready(&self, write: bool) -> io::Result<bool> {
-        let mut g = self.lock();
-        if let Some(e) = self.ready.take_enroll_error() {
-            return Err(e);
-        }
-        loop {
-            let r = g.readiness();
-            if (write && r.writable) || (!write && r.readable) {
-                self.report(&g);
-                return Ok(true);
-            }
-            if g.progress()? || g.arm()? {
-                self.wake_others(&g);
-                continue;
-            }
-            self.report(&g);
-            if write {
-                self.ready.write_blocked();
-            } else {
-                self.ready.read_blocked();
-            }
-            return Ok(false);
         }
     }
 }
