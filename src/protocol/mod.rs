@@ -80,8 +80,8 @@ pub use config::{
 pub use engine::{StreamEngine, TARGET_ENTRIES, TARGET_LIST_LEN};
 pub use error::StreamError;
 pub use hello::{
-    Hello, HelloError, FLAG_ANSWERS_FENCE, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK, HELLO_LEN,
-    HELLO_VERSION,
+    Hello, HelloError, FENCE_READ_LEN, FLAG_ANSWERS_FENCE, FLAG_BIG_ENDIAN, FLAG_IOMAP,
+    FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
 };
 pub use inline_write::InlineWrite;
 pub use iomap::{
