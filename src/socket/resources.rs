@@ -39,6 +39,8 @@ pub(crate) struct Resources {
     /// The receive ring replaced last, while the engine still reads from it.
     pub(crate) old_recv_mr: Option<MemoryRegion>,
     pub(crate) target_mr: MemoryRegion,
+    /// Where in `target_mr` a placement fence's READ response lands, where fences go.
+    fence_sink: Option<usize>,
     pub(crate) message_mr: Option<MemoryRegion>,
     pub(crate) cq_channel: CompletionChannel,
     /// The largest message posted from the caller's buffer where the queue pair lends inline
@@ -124,12 +126,13 @@ impl Resources {
         // The target list, and the iomap table after it (rsocket's layout); where placement
         // fences go, the peer may read it (its fences read the first byte) and the sink of
         // our own fences follows it.
-        let (target_access, fence_sink) = if cfg.placement_fence() {
+        let (target_access, fence_sink_len) = if cfg.placement_fence() {
             (REMOTE | AccessFlags::REMOTE_READ, FENCE_SINK_LEN)
         } else {
             (REMOTE, 0)
         };
-        let target_mr = pd.register(cfg.target_area_len() + fence_sink, target_access)?;
+        let target_mr = pd.register(cfg.target_area_len() + fence_sink_len, target_access)?;
+        let fence_sink = cfg.placement_fence().then(|| cfg.target_area_len());
         let message_mr = match cfg.message_area_len() {
             0 => None,
             n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
@@ -170,6 +173,7 @@ impl Resources {
             recv_mr,
             old_recv_mr: None,
             target_mr,
+            fence_sink,
             message_mr,
             cq_channel,
             device,
@@ -219,10 +223,13 @@ impl Resources {
     /// Where a placement fence's READ response lands: [`FENCE_READ_LEN`] byte after the
     /// target area, in the target list's registration (only where placement fences go).
     pub(crate) fn fence_sink(&self) -> io::Result<crate::verbs::ScatterGather<'_>> {
-        let len = FENCE_READ_LEN as usize;
-        Ok(self
-            .target_mr
-            .slice(self.target_mr.len() - FENCE_SINK_LEN, len)?)
+        let offset = self.fence_sink.ok_or_else(|| {
+            io::Error::other(
+                "a placement fence was posted on a connection set up without one (no sink \
+                 registered for its READ)",
+            )
+        })?;
+        Ok(self.target_mr.slice(offset, FENCE_READ_LEN as usize)?)
     }
 
     /// Where the peer writes: the receive ring and the target list, with their keys.
