@@ -98,11 +98,11 @@ if [ -n "$markdown" ]; then
 
 Each stream fault comes once the peer has received every byte a flush vouched for;
 keepalive is 500 ms. How each fault is made, how long each row waits, and why:
-[docs/TESTING.md](docs/TESTING.md#the-fault-table). The userspace provider completes a WRITE once its
-TCP socket took the bytes, so between two uiwarp ends a flush proves placement with a
-zero-length RDMA READ after them; the kernel's siw completes a WRITE the same way and proves nothing more, so there what
-TCP held when a killed peer's kernel reset the connection can be lost, and the close then
-fails.
+[docs/TESTING.md](docs/TESTING.md#the-fault-table). The userspace provider and the kernel's
+siw complete a WRITE once their TCP socket took the bytes, so a flush (and a close) between
+two rdmasock ends on them proves placement with a one-byte RDMA READ of the peer's target
+list after the bytes, whose response comes only once the peer placed every byte before it:
+a byte a flush vouched for is in the peer's memory.
 <!-- fault-table:end -->
 NOTES
   } > "$section"

@@ -25,8 +25,9 @@ pub(crate) enum Kind {
     WriteImm(u32),
     Write,
     Send,
-    /// A zero-length RDMA READ (a placement fence): executed in order, it proves every
-    /// earlier request placed.
+    /// A one-byte RDMA READ of the peer's target list (a placement fence): executed in
+    /// order, it proves every earlier request placed. One that names other memory is
+    /// refused (a TERMINATE): its completion fails.
     Read,
 }
 
@@ -138,7 +139,10 @@ impl Fabric {
             mem[off..off + data.len()].copy_from_slice(&data);
         }
         match wr.kind {
-            Kind::Write | Kind::Read => {}
+            Kind::Write => {}
+            Kind::Read => {
+                ok = wr.rkey == TARGET_KEY[to] && wr.remote_addr == base(to) + 0x1_0000_0000
+            }
             Kind::WriteImm(imm) => {
                 let (id, _) = dst.rq.pop_front().unwrap();
                 dst.cq.push_back(Completion::Recv(id, Some(imm)));

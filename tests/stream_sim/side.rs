@@ -213,12 +213,16 @@ impl Side {
                         signaled,
                     });
                 }
-                Op::Read { wr_id } => self.sq.push_back(Posted {
+                Op::Read {
+                    wr_id,
+                    remote_addr,
+                    rkey,
+                } => self.sq.push_back(Posted {
                     kind: Kind::Read,
                     wr_id,
                     source: Source::Captured(Vec::new()),
-                    remote_addr: 0,
-                    rkey: 0,
+                    remote_addr,
+                    rkey,
                     signaled: true,
                 }),
                 Op::Send {
