@@ -24,6 +24,7 @@
 mod common;
 
 use common::address::device_address;
+use common::bench::Summary;
 use common::markdown;
 use mio::{Events, Interest, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -255,28 +256,6 @@ fn round(kind: Kind, addr: SocketAddr, connections: usize, iters: usize) -> io::
     Ok(micros)
 }
 
-/// The median and range of one side's rounds.
-struct Summary {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Summary {
-    fn of(mut v: Vec<f64>) -> Summary {
-        v.sort_by(f64::total_cmp);
-        Summary {
-            median: v[v.len() / 2],
-            min: v[0],
-            max: v[v.len() - 1],
-        }
-    }
-
-    fn text(&self) -> String {
-        format!("{:.1} [{:.1}-{:.1}]", self.median, self.min, self.max)
-    }
-}
-
 fn main() {
     let a = args();
     let ip = device_address(a.device.as_deref()).unwrap_or_else(|e| {
@@ -316,14 +295,14 @@ fn main() {
         let name = format!("{c} connection{}", if c == 1 { "" } else { "s" });
         println!(
             "{name:<36} {:>22} {:>22} {ratio:>8.2} {paired:>8.2} {:>8}",
-            mio.text(),
-            poll.text(),
+            mio.text(1),
+            poll.text(1),
             "<= 1.10"
         );
         table.push_str(&format!(
             "| {c} | {} | {} | {ratio:.2} | {paired:.2} | ≤ 1.10 |\n",
-            mio.text(),
-            poll.text()
+            mio.text(1),
+            poll.text(1)
         ));
     }
     if let Some(file) = &a.markdown {

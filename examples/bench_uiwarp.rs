@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::bench::Stream;
+use common::bench::{Stream, Summary};
 use common::clock::RoundTrips;
 use common::markdown;
 use rdmasock::socket::WaitStats;
@@ -303,13 +303,13 @@ fn main() {
         };
         println!(
             "{name:<34} {:>22} {:>22} {ratio:>8.2} {paired:>8} {target:>8}",
-            tcp.text(),
-            rdma.text()
+            tcp.text(0),
+            rdma.text(0)
         );
         table.push_str(&format!(
             "| {name} | {} | {} | {ratio:.2} | {paired} | {} |\n",
-            tcp.text(),
-            rdma.text(),
+            tcp.text(0),
+            rdma.text(0),
             target.replace("<=", "≤").replace(">=", "≥")
         ));
     }
@@ -331,34 +331,5 @@ fn main() {
                 std::process::exit(1);
             }
         }
-    }
-}
-
-/// The median and range of one side's rounds.
-struct Summary {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Summary {
-    fn of(mut v: Vec<f64>) -> Summary {
-        if v.is_empty() {
-            return Summary {
-                median: f64::NAN,
-                min: f64::NAN,
-                max: f64::NAN,
-            };
-        }
-        v.sort_by(|a, b| a.total_cmp(b));
-        Summary {
-            median: v[v.len() / 2],
-            min: v[0],
-            max: v[v.len() - 1],
-        }
-    }
-
-    fn text(&self) -> String {
-        format!("{:.1} [{:.0}-{:.0}]", self.median, self.min, self.max)
     }
 }

@@ -18,7 +18,7 @@
 mod async_net;
 mod common;
 
-use async_net::cli::{self, Mode, Options};
+use async_net::cli::{self, Error};
 use async_net::{Connection, Listener, Transport};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -28,8 +28,6 @@ use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The service: `POST /echo` answers with the request's body, anything else is 404.
 async fn echo(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Error> {
@@ -118,67 +116,7 @@ async fn client_connection(
     Ok(times)
 }
 
-/// Runs the client: `options.requests` requests spread over `options.connections`
-/// connections at once.
-async fn client(addr: SocketAddr, options: &Options) -> Result<(), Error> {
-    let (requests, connections) = (options.requests, options.connections);
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..connections {
-        let count = requests / connections + usize::from(c < requests % connections);
-        tasks.spawn(client_connection(
-            options.transport,
-            addr,
-            c,
-            count,
-            options.size,
-        ));
-    }
-    let mut times = Vec::with_capacity(requests);
-    while let Some(done) = tasks.join_next().await {
-        times.extend(done??);
-    }
-    cli::report(options, &mut times, start.elapsed());
-    println!("ok: {} bodies echoed", times.len());
-    Ok(())
-}
-
-async fn run(options: Options) -> Result<(), Error> {
-    let transport = options.transport;
-    match options.mode {
-        Mode::Server(addr) => {
-            let listener = Listener::bind(transport, addr).await?;
-            let (at, name) = (listener.local_addr()?, transport.name());
-            println!("hyper_echo: serving on {at} over {name}");
-            serve(listener).await
-        }
-        Mode::Client(addr) => client(addr, &options).await,
-        Mode::Local(ip) => {
-            let ip = ip.map_or_else(|| async_net::default_ip(transport), Ok)?;
-            let listener = Listener::bind(transport, SocketAddr::new(ip, 0)).await?;
-            let addr = listener.local_addr()?;
-            let server = tokio::spawn(serve(listener));
-            let result = client(addr, &options).await;
-            server.abort();
-            result
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match Options::from_args() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("hyper_echo: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(options).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hyper_echo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::run_echo("hyper_echo", "bodies", serve, client_connection).await
 }

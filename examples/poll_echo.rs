@@ -17,6 +17,9 @@
 #[path = "common/address.rs"]
 #[allow(dead_code)]
 mod address;
+#[path = "common/echo_main.rs"]
+#[allow(dead_code)]
+mod echo_main;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use rdmasock::{RdmaListener, RdmaSocket};
@@ -257,54 +260,7 @@ pub(crate) fn clients(addr: SocketAddr, n: usize, bytes: usize) -> Result<(), St
     Ok(())
 }
 
-#[allow(dead_code)]
-fn run(args: &[String]) -> Result<(), String> {
-    let num = |i: usize, default: usize| -> Result<usize, String> {
-        args.get(i)
-            .map_or(Ok(default), |v| v.parse().map_err(|e| format!("{v}: {e}")))
-    };
-    match args.first().map(String::as_str) {
-        Some("server") => {
-            let addr = args.get(1).ok_or("server needs ADDRESS:PORT")?;
-            let l = RdmaListener::bind(addr.as_str()).map_err(|e| e.to_string())?;
-            println!("serving on {}", l.local_addr().map_err(|e| e.to_string())?);
-            serve(l, None).map_err(|e| e.to_string())
-        }
-        Some("clients") => {
-            let addr: SocketAddr = args
-                .get(1)
-                .ok_or("clients needs ADDRESS:PORT")?
-                .parse()
-                .map_err(|e| format!("address: {e}"))?;
-            clients(addr, num(2, 8)?, num(3, 65536)?)
-        }
-        Some("local") => {
-            let (n, bytes) = (num(1, 16)?, num(2, 65536)?);
-            let ip = address::device_address(None)?;
-            let l = RdmaListener::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
-            let addr = l.local_addr().map_err(|e| e.to_string())?;
-            let server = std::thread::spawn(move || serve(l, Some(n)));
-            clients(addr, n, bytes)?;
-            server
-                .join()
-                .map_err(|_| "the server panicked".to_string())?
-                .map_err(|e| e.to_string())
-        }
-        _ => Err(
-            "usage: poll_echo server ADDR:PORT | clients ADDR:PORT N BYTES | local [N] [BYTES]"
-                .into(),
-        ),
-    }
-}
-
 #[allow(dead_code)] // also compiled into the socket tests (tests/conformance/fd.rs), which have their own main
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("poll_echo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    echo_main::main("poll_echo", serve, clients)
 }

@@ -152,7 +152,11 @@
 //!   error to report), and after a write returned `WouldBlock`, from when writing can go on
 //!   until the next write call. One direction's `WouldBlock` never hides the other's
 //!   readiness. So a loop that polls only POLLIN reads and writes on each wakeup until both
-//!   would block; it must read bytes that wait (left unread, they keep the fd readable);
+//!   would block; it must read bytes that wait (left unread, they keep the fd readable).
+//!   With buffers submitted ([`RdmaSocket::submit_registered`]), it is also readable after
+//!   [`RdmaSocket::completed_registered`] found none ready (or handed one back with more in
+//!   flight), from when the next can be taken back until the next such call: call it until
+//!   it returns `None` on each wakeup;
 //! * a listener's fd is readable while `accept` may go on: a request waits and the backlog
 //!   has room, a handshake moved on, or a handshake's bound passed.
 //!

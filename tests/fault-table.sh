@@ -96,20 +96,13 @@ if [ -n "$markdown" ]; then
 [^frames]: The kernel builds a kernel device's frames; a flood of raw frames needs a packet
     generator on the wire, which this runner does not have.
 
-Each stream fault comes once the peer has received every byte a flush vouched for; the
-writer then goes on writing and flushing until a call fails (a stopped peer: writing only,
-until its ring and TCP window are full). Keepalive: 500 ms. SIGSTOP
-waits 5 s (uiwarp: past the 2.5 s in which a cut wire is found), 20 s on rxe0 (past its
-queue pair's retries), 5 s on siw0, whose keepalive finds a cut wire only when TCP's
-retransmissions give up (`net.ipv4.tcp_retries2`, about 15 minutes; its wire cut waits
-20 s). The kernel devices' wire cuts run across two VMs (`tests/two_hosts.rs`); uiwarp's
-cuts a veth pair to a network namespace. The userspace provider completes a WRITE once its
-TCP socket took the bytes, so between two uiwarp ends a flush proves placement with a
-zero-length RDMA READ after them; the kernel's siw completes a WRITE the same way and proves nothing more, so there what
-TCP held when a killed peer's kernel reset the connection can be lost, and the close then
-fails. A stopped uiwarp peer whose window is full is not declared lost: its kernel answers
-each zero-window probe (`tests/uiwarp_faults.rs`,
-`a_stopped_peer_with_a_full_window_is_never_declared_lost`).
+Each stream fault comes once the peer has received every byte a flush vouched for;
+keepalive is 500 ms. How each fault is made, how long each row waits, and why:
+[docs/TESTING.md](docs/TESTING.md#the-fault-table). The userspace provider and the kernel's
+siw complete a WRITE once their TCP socket took the bytes, so a flush (and a close) between
+two rdmasock ends on them proves placement with a one-byte RDMA READ of the peer's target
+list after the bytes, whose response comes only once the peer placed every byte before it:
+a byte a flush vouched for is in the peer's memory.
 <!-- fault-table:end -->
 NOTES
   } > "$section"

@@ -14,27 +14,19 @@ use std::time::{Duration, Instant};
 
 #[path = "example_support/mod.rs"]
 mod example_support;
-use example_support::example;
+use example_support::{example, output_within};
 
 /// Runs example `name` with `args` (stdin empty) and returns its stdout and stderr; fails
 /// the test if it does not exit successfully within two minutes.
 fn run_example(name: &str, args: &[&str]) -> (String, String) {
-    let mut child = Command::new(example(name))
+    let child = Command::new(example(name))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("start the {name} example: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("poll the example").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{name} {args:?} still running after 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("collect output");
+    let out = output_within(child, Duration::from_secs(120), &format!("{name} {args:?}"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(

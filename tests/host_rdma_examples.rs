@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 #[path = "example_support/mod.rs"]
 mod example_support;
-use example_support::example;
+use example_support::{example, output_within};
 
 /// How long any one step may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -69,21 +69,8 @@ fn start(name: &str, args: &[&str]) -> Child {
 
 /// Waits for `child` to exit within [`PATIENCE`] (killing it otherwise) and returns its
 /// output.
-fn finish(mut child: Child, name: &str) -> Output {
-    let deadline = Instant::now() + PATIENCE;
-    while child.try_wait().expect("poll the example").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect output");
-            panic!(
-                "{name} still running after {PATIENCE:?}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("collect output")
+fn finish(child: Child, name: &str) -> Output {
+    output_within(child, PATIENCE, name)
 }
 
 #[test]

@@ -6,11 +6,11 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "example_support/mod.rs"]
 mod example_support;
-use example_support::example;
+use example_support::{example, output_within};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -26,16 +26,8 @@ fn spawn(args: &[String]) -> Child {
 
 /// Waits up to `LIMIT` for `child`; returns its stdout (after `first`, a line already
 /// read) and fails the test if it did not exit successfully.
-fn finish(mut child: Child, first: String, what: &str) -> String {
-    let deadline = Instant::now() + LIMIT;
-    while child.try_wait().expect("poll").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} still running after {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("collect output");
+fn finish(child: Child, first: String, what: &str) -> String {
+    let out = output_within(child, LIMIT, what);
     let stdout = first + &String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

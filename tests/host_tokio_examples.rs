@@ -6,23 +6,15 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "example_support/mod.rs"]
 mod example_support;
-use example_support::example;
+use example_support::{example, output_within};
 
 /// Waits up to two minutes for `child` to exit; kills it and fails the test past that.
-fn finish(mut child: Child, what: &str) -> (bool, String) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("poll the example").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} still running after 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("collect output");
+fn finish(child: Child, what: &str) -> (bool, String) {
+    let out = output_within(child, Duration::from_secs(120), what);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -8,8 +8,9 @@
 #[path = "stream_sim/fabric.rs"]
 mod fabric;
 
-use fabric::{pair, small_config, Completion, Fabric, Kind, Step};
-use rdmasock::protocol::{Received, StreamConfig, StreamError, WrId};
+use fabric::{pair, small_config, Completion, Fabric, Kind, Step, TARGET_KEY};
+use rdmasock::protocol::{Received, StreamConfig, StreamError, WrId, FENCE_READ_LEN};
+use std::net::Shutdown;
 
 fn is_reset(r: Result<(), StreamError>) -> bool {
     matches!(r, Err(StreamError::ConnectionReset(_)))
@@ -336,10 +337,64 @@ fn a_placement_fence_that_comes_back_proves_the_flush() {
     assert_eq!(f.sides[0].engine.flush(), Ok(()));
 }
 
-/// A fencing side against a peer whose hello does not say it answers a fence (the kernel's
-/// siw, which answers a READ that names no memory with a TERMINATE) sends no fence: its flush
-/// returns `Ok` once the completions came, and the peer's hello lacks the flag. Against a
-/// peer that says it does, the fence is used.
+/// The fence is a one-byte READ of the first byte of the peer's target list, the memory its
+/// hello names (the kernel's siw refuses a zero-length READ, which names no memory, with a
+/// TERMINATE; the fabric refuses a READ of anything but that byte).
+#[test]
+fn the_placement_fence_reads_the_first_byte_of_the_peers_target_list() {
+    let cfg = fencing_config();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(FENCE_READ_LEN, 1);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+    f.sides[0].drain_ops();
+    let fence = f.sides[0].sq.back().expect("the fence");
+    assert!(matches!(fence.kind, Kind::Read));
+    let target_list = f.sides[1].engine.hello().target_sgl;
+    assert_eq!(
+        (fence.remote_addr, fence.rkey),
+        (target_list.addr, target_list.key)
+    );
+    assert_eq!(fence.rkey, TARGET_KEY[1]);
+    f.pump();
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+    assert_eq!(f.sides[1].engine.readable_bytes(), 100);
+}
+
+/// A close sends the fence before its DISCONNECT (once the peer has that, it may answer no
+/// more READs); when the connection breaks after the data completed, the fence is flushed
+/// with an error and the close says the bytes may not have arrived.
+#[test]
+fn a_close_fences_before_its_disconnect_and_fails_when_the_fence_is_flushed() {
+    let cfg = fencing_config();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    complete_undelivered(&mut f, 0);
+    f.sides[0].engine.shutdown(Shutdown::Both);
+    f.sides[0].drain_ops();
+    let kinds: Vec<bool> = f.sides[0]
+        .sq
+        .iter()
+        .map(|p| matches!(p.kind, Kind::Read))
+        .collect();
+    assert_eq!(
+        kinds.first(),
+        Some(&true),
+        "the fence goes first, then the DISCONNECT"
+    );
+    assert!(kinds.len() > 1 && !kinds[1..].contains(&true));
+    f.dead = true;
+    f.pump();
+    let flushed = f.sides[0].engine.flush();
+    assert!(is_reset(flushed.clone()), "{flushed:?}");
+    assert!(f.sides[0].engine.undelivered().is_some());
+    assert_eq!(f.sides[1].engine.readable_bytes(), 0, "nothing arrived");
+}
+
+/// A fencing side against a peer whose hello does not say it answers a fence (an rsocket
+/// peer, which grants no READs on iWARP, or an rdmasock peer configured without fences)
+/// sends no fence: its flush returns `Ok` once the completions came, and the peer's hello
+/// lacks the flag. Against a peer that says it does, the fence is used.
 #[test]
 fn no_placement_fence_against_a_peer_that_does_not_answer_one() {
     let fencing = fencing_config();

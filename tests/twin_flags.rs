@@ -13,11 +13,11 @@ use std::collections::BTreeSet;
 use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "example_support/mod.rs"]
 mod example_support;
-use example_support::example;
+use example_support::{example, output_within};
 
 /// One option a usage text lists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -113,7 +113,7 @@ fn short_option(word: &str) -> Option<char> {
 /// Runs `program` with `args` (stdin empty) to its end within 30 s; `None` when the
 /// program is not installed.
 fn run(program: &PathBuf, args: &[String]) -> Option<Output> {
-    let mut child = match Command::new(program)
+    let child = match Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -124,15 +124,8 @@ fn run(program: &PathBuf, args: &[String]) -> Option<Output> {
         Err(e) if e.kind() == ErrorKind::NotFound => return None,
         Err(e) => panic!("cannot start {}: {e}", program.display()),
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("poll the child").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{} {args:?} still running after 30 s", program.display());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Some(child.wait_with_output().expect("collect output"))
+    let what = format!("{} {args:?}", program.display());
+    Some(output_within(child, Duration::from_secs(30), &what))
 }
 
 fn text(out: &Output) -> String {

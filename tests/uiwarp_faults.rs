@@ -61,7 +61,8 @@ const STOP_RUNS: usize = 3;
 
 /// The row of a cut wire: no byte a flush vouched for is lost. The userspace provider
 /// completes a WRITE once its TCP socket took the bytes, so a flush proves placement with a
-/// zero-length RDMA READ after them (a placement fence), whose response comes only once the
+/// one-byte RDMA READ of the peer's target list after them (a placement fence), whose
+/// response comes only once the
 /// peer placed every byte before it; a flush that cannot get it fails once the keepalive
 /// finds the wire cut.
 #[test]

@@ -2,9 +2,9 @@
 //! (`tests/vm/run.sh`, which runs these with `--ignored --test-threads=1`): faults injected
 //! into live connections, each test measuring and printing one row (`fault_support/`;
 //! `tests/fault-table.sh` gathers the rows) and asserting that the fault was detected within
-//! the bound its settings imply and that no byte a call vouched for was lost, or, on siw,
-//! where a killed peer may lose bytes a flush vouched for (its WRITE completes once TCP took
-//! the bytes), that the close failed. Their wire cut needs two hosts: `two_hosts.rs`
+//! the bound its settings imply and that no byte a call vouched for was lost (on siw, whose
+//! WRITE completes once TCP took the bytes, a flush proves placement with a placement
+//! fence, as on uiwarp). Their wire cut needs two hosts: `two_hosts.rs`
 //! measures it. The host's rows are `uiwarp_faults.rs`'s. Each test panics when it is not
 //! run in the VM.
 

@@ -68,6 +68,8 @@ mod rxe {
             a_pool_on_huge_pages_carries_a_checked_stream_or_says_what_to_reserve,
             a_registered_buffer_may_be_overwritten_when_its_write_returns,
             a_registered_buffer_serves_several_connections_and_devices,
+            submitted_buffers_come_back_on_the_socket_fd_under_poll,
+            a_short_submission_s_rest_keeps_the_stream_in_order,
             submitted_buffers_come_back_in_order_on_mio_events,
         ];
         not_applicable: [

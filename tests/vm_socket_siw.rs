@@ -62,12 +62,11 @@ mod siw {
             a_pool_on_huge_pages_carries_a_checked_stream_or_says_what_to_reserve,
             a_registered_buffer_may_be_overwritten_when_its_write_returns,
             a_registered_buffer_serves_several_connections_and_devices,
+            submitted_buffers_come_back_on_the_socket_fd_under_poll,
+            a_short_submission_s_rest_keeps_the_stream_in_order,
+            submitted_buffers_come_back_in_order_on_mio_events,
         ];
         not_applicable: [
-            submitted_buffers_come_back_in_order_on_mio_events =>
-                "known bug on siw0, not yet found: once in a few runs the reader gets 256 KiB \
-                 (one submission) less than was sent while close() returns Ok; runs on uiwarp \
-                 and rxe0",
             thousand_connect_close_cycles_leak_nothing =>
                 "vm_socket_cycles.rs runs it: a binary of its own, for the suite's time limit",
         ];

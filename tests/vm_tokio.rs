@@ -43,6 +43,8 @@ mod rxe {
             cancelled_connects_leave_nothing_behind,
             errors_read_as_the_blocking_api_s,
             zero_copy_writes_hand_the_buffer_back,
+            submitted_buffers_come_back_asynchronously_and_a_dropped_submit_loses_none,
+            a_write_registered_among_submissions_leaves_theirs_in_order,
         ];
         not_applicable: [];
     }
@@ -69,6 +71,8 @@ mod siw {
             cancelled_connects_leave_nothing_behind,
             errors_read_as_the_blocking_api_s,
             zero_copy_writes_hand_the_buffer_back,
+            submitted_buffers_come_back_asynchronously_and_a_dropped_submit_loses_none,
+            a_write_registered_among_submissions_leaves_theirs_in_order,
         ];
         not_applicable: [];
     }

@@ -28,6 +28,7 @@ mod common;
 mod echo;
 mod workloads;
 
+use common::bench::Summary;
 use common::markdown;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -112,28 +113,6 @@ fn rxe_address() -> Result<IpAddr, String> {
     }
 }
 
-/// The median and range of one side's rounds.
-struct Summary {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Summary {
-    fn of(mut v: Vec<f64>) -> Summary {
-        v.sort_by(f64::total_cmp);
-        Summary {
-            median: v[v.len() / 2],
-            min: v[0],
-            max: v[v.len() - 1],
-        }
-    }
-
-    fn text(&self) -> String {
-        format!("{:.1} [{:.1}-{:.1}]", self.median, self.min, self.max)
-    }
-}
-
 fn main() {
     let a = match args() {
         Ok(a) => a,
@@ -199,14 +178,14 @@ fn main() {
         let against = row.against.name();
         println!(
             "{name:<34} {against:<22} {:>24} {:>24} {ratio:>6.2} {paired:>6.2} {:>7}",
-            base.text(),
-            ours.text(),
+            base.text(1),
+            ours.text(1),
             row.target
         );
         table.push_str(&format!(
             "| {name} | {against} | {} | {} | {ratio:.2} | {paired:.2} | {} |\n",
-            base.text(),
-            ours.text(),
+            base.text(1),
+            ours.text(1),
             row.target.replace("<=", "≤").replace(">=", "≥")
         ));
     }

@@ -1,4 +1,5 @@
-//! What the benchmarks share: the stream trait both kinds of socket implement.
+//! What the benchmarks share: the stream trait both kinds of socket implement, and the
+//! summary of a contender's rounds.
 
 use rdmasock::socket::WaitStats;
 use rdmasock::RdmaSocket;
@@ -20,5 +21,40 @@ impl Stream for TcpStream {
 impl Stream for RdmaSocket {
     fn waits(&self) -> Option<WaitStats> {
         Some(self.wait_stats())
+    }
+}
+
+/// The median and range of one side's rounds.
+pub(crate) struct Summary {
+    /// The median round.
+    pub median: f64,
+    /// The least round.
+    pub min: f64,
+    /// The greatest round.
+    pub max: f64,
+}
+
+impl Summary {
+    /// The median, least and greatest of `v`; all NaN when `v` is empty.
+    pub(crate) fn of(mut v: Vec<f64>) -> Summary {
+        if v.is_empty() {
+            return Summary {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
+        }
+        v.sort_by(f64::total_cmp);
+        Summary {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    /// `median [min-max]`: the median with one decimal, the range with `range_decimals`.
+    pub(crate) fn text(&self, range_decimals: usize) -> String {
+        let d = range_decimals;
+        format!("{:.1} [{:.d$}-{:.d$}]", self.median, self.min, self.max)
     }
 }

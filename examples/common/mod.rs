@@ -1,6 +1,6 @@
 //! What the examples share: getopt-style option parsing (std only) and C-style number parsing
-//! (`strtol(s, NULL, 0)`) for the rdma-core twins, the benchmarks' stream trait, and which
-//! address to use on this machine.
+//! (`strtol(s, NULL, 0)`) for the rdma-core twins, the benchmarks' stream trait and summary
+//! of rounds, and which address to use on this machine.
 #![allow(dead_code)] // each example uses a different part
 
 pub(crate) mod address;

@@ -22,7 +22,7 @@ mod async_net;
 mod common;
 mod echo;
 
-use async_net::cli::{self, Mode, Options};
+use async_net::cli::{self, Error};
 use async_net::{Connection, Listener, Transport};
 use echo::{Echo, EchoClient, EchoReply, EchoRequest, EchoServer};
 use hyper_util::rt::TokioIo;
@@ -31,8 +31,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::{Channel, Endpoint, Server, Uri};
-
-type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// tonic's server learns each connection's addresses from its stream: `request.remote_addr()`
 /// then works as over TCP.
@@ -130,67 +128,7 @@ async fn client_channel(
     Ok(times)
 }
 
-/// Runs the client: `options.requests` calls spread over `options.connections` channels
-/// at once.
-async fn client(addr: SocketAddr, options: &Options) -> Result<(), Error> {
-    let (requests, channels) = (options.requests, options.connections);
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..channels {
-        let count = requests / channels + usize::from(c < requests % channels);
-        tasks.spawn(client_channel(
-            options.transport,
-            addr,
-            c,
-            count,
-            options.size,
-        ));
-    }
-    let mut times = Vec::with_capacity(requests);
-    while let Some(done) = tasks.join_next().await {
-        times.extend(done??);
-    }
-    cli::report(options, &mut times, start.elapsed());
-    println!("ok: {} calls echoed", times.len());
-    Ok(())
-}
-
-async fn run(options: Options) -> Result<(), Error> {
-    let transport = options.transport;
-    match options.mode {
-        Mode::Server(addr) => {
-            let listener = Listener::bind(transport, addr).await?;
-            let (at, name) = (listener.local_addr()?, transport.name());
-            println!("grpc_echo: serving on {at} over {name}");
-            serve(listener).await
-        }
-        Mode::Client(addr) => client(addr, &options).await,
-        Mode::Local(ip) => {
-            let ip = ip.map_or_else(|| async_net::default_ip(transport), Ok)?;
-            let listener = Listener::bind(transport, SocketAddr::new(ip, 0)).await?;
-            let addr = listener.local_addr()?;
-            let server = tokio::spawn(serve(listener));
-            let result = client(addr, &options).await;
-            server.abort();
-            result
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match Options::from_args() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("grpc_echo: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(options).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("grpc_echo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::run_echo("grpc_echo", "calls", serve, client_channel).await
 }

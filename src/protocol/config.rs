@@ -287,9 +287,10 @@ impl StreamConfigBuilder {
         self.0.write_with_send = on;
         self
     }
-    /// In write+send mode, against an rdmasock peer, make a flush or close prove placement
-    /// with a zero-length RDMA READ after the data (set it for iWARP devices whose READs the
-    /// connection allows; see
+    /// In write+send mode, against an rdmasock peer that answers one, make a flush or close
+    /// prove placement with a one-byte RDMA READ of the peer's target list after the data,
+    /// and say in the hello that this end answers one (set it for iWARP devices, and register
+    /// the target list with remote read access; see
     /// [`StreamEngine::proves_placement_by_read`](super::StreamEngine::proves_placement_by_read)).
     pub fn placement_fence(mut self, on: bool) -> Self {
         self.0.placement_fence = on;

@@ -137,13 +137,14 @@ impl StreamEngine {
     /// it: on iWARP (write+send mode) a WRITE completes once TCP has its bytes. When the
     /// configuration asks for it ([`StreamConfig::placement_fence`](super::StreamConfig)),
     /// against an rdmasock peer that says it answers one (its hello's
-    /// [`FLAG_ANSWERS_FENCE`](super::FLAG_ANSWERS_FENCE): the userspace provider; it grants
-    /// RDMA READs, `responder_resources`), the fence is a zero-length RDMA READ after the
+    /// [`FLAG_ANSWERS_FENCE`](super::FLAG_ANSWERS_FENCE): the userspace provider and the
+    /// kernel's siw), the fence is an RDMA READ of the first
+    /// [`FENCE_READ_LEN`](super::FENCE_READ_LEN) byte of the peer's target list after the
     /// data, whose response comes back only once the peer placed every message before it
     /// (RFC 5040's ordering: a READ request is processed after the messages sent before it).
-    /// rsocket grants no READs on iWARP, and the kernel's siw refuses a READ that names no
-    /// memory: against them a flush vouches for the local transport only. Where RC acknowledgements complete a WRITE (InfiniBand,
-    /// RoCE) the completion itself proves placement.
+    /// rsocket grants no READs on iWARP: against it a flush vouches for the local transport
+    /// only. Where RC acknowledgements complete a WRITE (InfiniBand, RoCE) the completion
+    /// itself proves placement.
     pub fn proves_placement_by_read(&self) -> bool {
         self.cfg.write_with_send && self.cfg.placement_fence && self.peer_answers_fence
     }
@@ -188,8 +189,8 @@ impl StreamEngine {
         }
     }
 
-    /// The placement fence: a signalled zero-length RDMA READ, invisible to the peer's
-    /// application (see [`proves_placement_by_read`](Self::proves_placement_by_read)). It
+    /// The placement fence: a signalled one-byte RDMA READ of the peer's target list,
+    /// invisible to the peer's application (see [`proves_placement_by_read`](Self::proves_placement_by_read)). It
     /// holds a control slot and covers every data message posted so far.
     fn post_fence(&mut self) {
         let wr_id = self.track(true, 0, false, true);
@@ -198,7 +199,11 @@ impl StreamEngine {
             p.message = self.sseq_no;
         }
         self.unfenced = false;
-        self.ops.push_back(Op::Read { wr_id });
+        self.ops.push_back(Op::Read {
+            wr_id,
+            remote_addr: self.remote_sgl.addr,
+            rkey: self.remote_sgl.key,
+        });
     }
 
     /// A signalled zero-length RDMA WRITE without immediate: invisible to the peer. It holds

@@ -9,8 +9,8 @@
 
 use super::{
     ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Message, Op, Payload, Received,
-    RemoteSge, RingChange, StreamConfig, StreamEngine, WrId, CONTROL_SLOTS, HELLO_LEN, SGE_LEN,
-    TARGET_LIST_LEN,
+    RemoteSge, RingChange, StreamConfig, StreamEngine, WrId, CONTROL_SLOTS, FENCE_READ_LEN,
+    HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -303,8 +303,14 @@ impl Driver {
                         "more sends posted than the send queue holds"
                     );
                 }
-                Op::Read { wr_id } => {
+                Op::Read {
+                    wr_id,
+                    remote_addr,
+                    rkey,
+                } => {
                     assert!(!wr_id.is_receive(), "{op:?}");
+                    // It reads memory the peer advertised (its target list).
+                    self.check_remote(remote_addr, rkey, FENCE_READ_LEN as usize);
                     assert!(
                         e.proves_placement_by_read(),
                         "a fence where WRITEs prove placement"

@@ -78,8 +78,8 @@ impl Driver {
                     }
                 }
                 Op::Send { wr_id, .. } => self.sends.push_back(wr_id),
-                // A placement fence (a zero-length READ) completes like a send.
-                Op::Read { wr_id } => self.sends.push_back(wr_id),
+                // A placement fence (a one-byte READ) completes like a send.
+                Op::Read { wr_id, .. } => self.sends.push_back(wr_id),
             }
         }
     }

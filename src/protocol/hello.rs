@@ -6,7 +6,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 1 | version (must be 1) |
-//! | 1 | 1 | flags: bit 0 "my host is big-endian", bit 1 "I support iomap", bit 6 "I answer a placement fence" (rdmasock), bit 7 rdmasock extensions |
+//! | 1 | 1 | flags: bit 0 "my host is big-endian", bit 1 "I support iomap", bit 6 "my target list's first byte may be RDMA READ: I answer a placement fence" (rdmasock), bit 7 rdmasock extensions |
 //! | 2 | 2 | credits: the sender's receive-queue depth |
 //! | 4 | 3 | reserved, zero |
 //! | 7 | 1 | target iomap size (rsocket's scaled 8-bit encoding) |
@@ -30,10 +30,19 @@ pub const FLAG_BIG_ENDIAN: u8 = 1 << 0;
 /// Flag bit 1: the sender supports rsocket's iomap (direct placement) extension.
 pub const FLAG_IOMAP: u8 = 1 << 1;
 /// Flag bit 6 (an rdmasock extension, with [`FLAG_RDMASOCK`]): the sender answers a placement
-/// fence, a zero-length RDMA READ that names no memory (the userspace provider does; the
-/// kernel's siw answers one with a TERMINATE for an invalid STag, which breaks the
-/// connection), so the peer may prove a flush with one.
+/// fence. It promises that the peer may RDMA READ the first [`FENCE_READ_LEN`] byte of the
+/// sender's target list (the address and rkey of its target SGL in this hello) for as long as
+/// the connection is up: the sender registered its target list with remote read access, and
+/// its queue pair grants the peer's READs (one at a time: `responder_resources = 1`). Such a
+/// READ's response comes back only after the sender placed every message sent before it, so
+/// the peer may prove a flush with one. The byte it reads is one the peer itself wrote there
+/// (part of a target entry) or zero: the grant exposes no other memory. The userspace provider and the
+/// kernel's siw both answer it; a plain rsocket peer never sets the flag and gets no fence.
 pub const FLAG_ANSWERS_FENCE: u8 = 1 << 6;
+/// The bytes a placement fence reads from the start of a [`FLAG_ANSWERS_FENCE`] peer's target
+/// list: one, because the kernel's siw refuses a zero-length READ (it names no memory, STag 0)
+/// with a TERMINATE.
+pub const FENCE_READ_LEN: u32 = 1;
 /// Flag bit 7: the sender is rdmasock and understands its extensions. rsocket ignores unknown
 /// flag bits, so setting it is harmless against a plain rsocket peer.
 pub const FLAG_RDMASOCK: u8 = 1 << 7;

@@ -9,7 +9,9 @@
 //!    [`StreamConfig::control_area_len`]), a remotely writable receive ring
 //!    ([`StreamConfig::recv_ring_min`] bytes), a remotely writable, zeroed 32-byte
 //!    target list (followed by the iomap table when one is configured:
-//!    [`StreamConfig::target_area_len`] bytes in all), and in write+send mode a message area
+//!    [`StreamConfig::target_area_len`] bytes in all; where [`StreamConfig::placement_fence`]
+//!    is on, also remotely readable, with a few bytes after it for the sink of our own
+//!    fences' READs, [`FENCE_READ_LEN`]), and in write+send mode a message area
 //!    ([`StreamConfig::message_area_len`]). Create an RC queue pair with the configured depths
 //!    (two send SGEs, the inline threshold, a completion queue of send + receive depth), and
 //!    without `sq_sig_all` when the signal interval is above 1. Connect like rsocket:
@@ -80,8 +82,8 @@ pub use config::{
 pub use engine::{StreamEngine, TARGET_ENTRIES, TARGET_LIST_LEN};
 pub use error::StreamError;
 pub use hello::{
-    Hello, HelloError, FLAG_ANSWERS_FENCE, FLAG_BIG_ENDIAN, FLAG_IOMAP, FLAG_RDMASOCK, HELLO_LEN,
-    HELLO_VERSION,
+    Hello, HelloError, FENCE_READ_LEN, FLAG_ANSWERS_FENCE, FLAG_BIG_ENDIAN, FLAG_IOMAP,
+    FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
 };
 pub use inline_write::InlineWrite;
 pub use iomap::{

@@ -144,13 +144,20 @@ pub enum Op {
         /// Request a completion.
         signaled: bool,
     },
-    /// Post a signalled zero-length RDMA READ, a placement fence (see
+    /// Post a signalled RDMA READ of [`FENCE_READ_LEN`](super::FENCE_READ_LEN) byte, a
+    /// placement fence (see
     /// [`StreamEngine::proves_placement_by_read`](super::StreamEngine::proves_placement_by_read)):
-    /// it names no remote memory, and its sink is one zero-length entry of any local region
-    /// (siw takes exactly one scatter/gather entry for a READ).
+    /// it reads the first byte of the peer's target list, and its sink is one entry of that
+    /// length in local memory registered for it alone, with local and remote write access
+    /// (siw takes exactly one scatter/gather entry for a READ; iWARP wants a READ's sink
+    /// remotely writable), which nothing else reads or writes.
     Read {
         /// The id to post it with.
         wr_id: WrId,
+        /// Remote address: the start of the peer's target list.
+        remote_addr: u64,
+        /// Remote key: the peer's target list's.
+        rkey: u32,
     },
     /// Post a receive: with no buffer, or in write+send mode a 4-byte buffer at
     /// `message_slot * 4` of the message area.
@@ -184,7 +191,7 @@ impl Op {
             Op::WriteWithImm { wr_id, .. }
             | Op::Write { wr_id, .. }
             | Op::Send { wr_id, .. }
-            | Op::Read { wr_id }
+            | Op::Read { wr_id, .. }
             | Op::PostRecv { wr_id, .. } => Some(wr_id),
             Op::ClearTargetEntry { .. } => None,
         }

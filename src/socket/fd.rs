@@ -7,7 +7,10 @@
 //! * a socket's fd is readable while a read would not block (bytes, end of stream, or an
 //!   error to report), and, after a write returned `WouldBlock`, from when writing can go on
 //!   until the next write call. A read's `WouldBlock` never hides a pending write
-//!   notification, nor the reverse;
+//!   notification, nor the reverse. After `completed_registered` returned `None` with
+//!   buffers submitted (or handed one back with more in flight), it is readable from when
+//!   the oldest can be taken back until the next `completed_registered` call; that notice
+//!   and a write's share the fd's write half, and neither call quiets the other's;
 //! * a listener's fd is readable while `accept` may go on (a request waits and the backlog
 //!   has room, a handshake moved on, or a handshake's bound passed).
 //!
@@ -28,8 +31,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 impl AsFd for RdmaSocket {
     /// The socket's readiness fd (see [the crate's documentation](crate#a-file-descriptor-for-any-event-loop)): readable while a read would not
-    /// block, and after a write's `WouldBlock` from when writing can go on until the next
-    /// write call. Wait on it for readability only; never read, write or close it.
+    /// block, after a write's `WouldBlock` from when writing can go on until the next write
+    /// call, and after [`completed_registered`](RdmaSocket::completed_registered) left
+    /// buffers submitted from when the next can be taken back until its next call. Wait on
+    /// it for readability only; never read, write or close it.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.shared.enroll_for_fd();
         self.shared.ready.fd()

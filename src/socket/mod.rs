@@ -49,6 +49,8 @@ mod options;
 mod post;
 mod rdma_socket;
 mod readiness;
+#[cfg(test)]
+mod ready_fds_tests;
 mod resources;
 mod shared;
 mod source;
@@ -73,4 +75,6 @@ pub use options::{
 };
 pub use rdma_socket::RdmaSocket;
 pub use wait::WaitStats;
+#[cfg(feature = "tokio")]
+pub(crate) use zero_copy::bounds;
 pub use zero_copy::{CompletedWrite, Refused};

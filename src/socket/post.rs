@@ -210,8 +210,8 @@ impl Connection {
                 }
             }
             if matches!(send.op, SendOp::RdmaRead { .. }) {
-                // A placement fence's sink: one zero-length entry (siw takes exactly one).
-                counts[i] = 1;
+                // A placement fence's sink: one entry (siw takes exactly one).
+                (sges[i], counts[i]) = ([self.res.fence_sink()?; 2], 1);
             }
         }
         let wrs: [SendRequest<'_>; N] = std::array::from_fn(|i| {
@@ -397,10 +397,14 @@ impl PreparedSend {
                 inline,
                 signaled,
             } => (wr_id, SendOp::Send, payload, inline, signaled),
-            Op::Read { wr_id } => {
+            Op::Read {
+                wr_id,
+                remote_addr,
+                rkey,
+            } => {
                 let op = SendOp::RdmaRead {
-                    remote_addr: 0,
-                    rkey: RemoteKey(0),
+                    remote_addr,
+                    rkey: RemoteKey(rkey),
                 };
                 (wr_id, op, Payload::Empty, false, true)
             }

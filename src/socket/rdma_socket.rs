@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 ///   holds both ends there should [`shutdown`](Self::shutdown) both before it drops
 ///   either, or the first drop waits out the close timeout for a peer nobody drives);
 /// * a blocking [`flush`](Write::flush) waits until every written byte is in the peer's
-///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s); between two
-///   ends on the userspace iWARP provider a zero-length RDMA READ after the bytes proves
-///   it, and on the kernel's siw or against it, or against an rsocket peer on iWARP, `Ok`
-///   says only that the device's TCP took them;
+///   memory (on a nonblocking socket it returns at once, like `TcpStream`'s); on iWARP
+///   (the userspace provider, the kernel's siw, and the two mixed) a one-byte RDMA READ of
+///   the peer's target list after the bytes proves it, and against an rsocket peer on
+///   iWARP `Ok` says only that the device's TCP took them;
 /// * [`connect`](Self::connect) gives up after the options' connect timeout (10 s by
 ///   default), not the kernel's TCP retry limit;
 /// * its fd (`AsFd`, `AsRawFd`) is a readiness fd, not the transport (the connection is a

@@ -2,8 +2,10 @@
 //!
 //! A registered socket shows mio two eventfds under its token: one that turns readable when a
 //! read that returned `WouldBlock` can go on, and one that turns writable when a write that
-//! returned `WouldBlock` can go on (an eventfd is writable below its largest count: we hold
-//! it there while writes would block, and reading it back to zero makes the writable edge).
+//! returned `WouldBlock` can go on, or a submitted zero-copy buffer can be taken back after
+//! `completed_registered` found none (an eventfd is writable below its largest count: we
+//! hold it there while writes would block, and reading it back to zero makes the writable
+//! edge).
 //! The completion channel and the connection manager's fd only say that *something* happened;
 //! a per-process thread (the hub) waits on those of every registered socket, makes the
 //! progress (drain the completion queue, re-arm it, drain again) and raises the eventfd of
@@ -40,7 +42,9 @@ struct Fds {
     read: EventFd,
     write: EventFd,
     /// The handed-out fd's write half: readable from when a write that returned `WouldBlock`
-    /// can go on until the next write call.
+    /// can go on until the next write call, and from when a submitted buffer can be taken
+    /// back (after `completed_registered` found none ready, or handed one back with more in
+    /// flight) until the next `completed_registered` call.
     write_notice: EventFd,
     /// The fd handed out ([`AsFd`] on the socket): an epoll instance over `read` and
     /// `write_notice`, readable while either is.
@@ -93,8 +97,13 @@ pub(crate) struct ReadyFds {
     notice_waiting: AtomicBool,
     /// `read` holds a count (it is drained only then).
     read_raised: AtomicBool,
-    /// `write_notice` holds a count.
+    /// `write_notice` holds a count for a write that can go on.
     notice_raised: AtomicBool,
+    /// `completed_registered` waits for a submitted buffer: `write_notice` is raised (and the
+    /// write fd made writable, through `flush_waiting`) once one can be taken back.
+    completion_waiting: AtomicBool,
+    /// `write_notice` holds a count for a submitted buffer that can be taken back.
+    completion_raised: AtomicBool,
     /// The fd was handed out: the socket stays under the hub until it is dropped.
     handed_out: AtomicBool,
     /// Putting the socket under the hub for its fd failed: the next call returns the error.
@@ -122,6 +131,8 @@ impl ReadyFds {
             notice_waiting: AtomicBool::new(false),
             read_raised: AtomicBool::new(false),
             notice_raised: AtomicBool::new(false),
+            completion_waiting: AtomicBool::new(false),
+            completion_raised: AtomicBool::new(false),
             handed_out: AtomicBool::new(false),
             enroll_failed: AtomicBool::new(false),
             enroll_error: Mutex::new(None),
@@ -143,7 +154,9 @@ impl ReadyFds {
         if self.read_raised.load(Ordering::SeqCst) {
             let _ = fds.read.write(1);
         }
-        if self.notice_raised.load(Ordering::SeqCst) {
+        if self.notice_raised.load(Ordering::SeqCst)
+            || self.completion_raised.load(Ordering::SeqCst)
+        {
             let _ = fds.write_notice.write(1);
         }
         Ok(fds)
@@ -188,16 +201,44 @@ impl ReadyFds {
         self.write_waiting.store(true, Ordering::SeqCst);
     }
 
-    /// A write call begins: the handed-out fd's write half, if raised, goes quiet (it told
-    /// of one `WouldBlock` that is over).
+    /// A write call begins: the handed-out fd's write half, if raised for a write, goes quiet
+    /// (it told of one `WouldBlock` that is over), unless a submitted buffer also waits to
+    /// be taken back.
     #[inline(always)]
     pub(crate) fn write_called(&self) {
         if self.notice_raised.load(Ordering::Relaxed) {
             self.notice_raised.store(false, Ordering::SeqCst);
-            if let Some(fds) = self.fds.get() {
-                let _ = fds.write_notice.read();
-            }
+            self.quiet_notice();
         }
+    }
+
+    /// `completed_registered` is called: the handed-out fd's write half, if raised for a
+    /// submitted buffer, goes quiet (the call takes it back), unless a write also waits.
+    pub(crate) fn completion_called(&self) {
+        if self.completion_raised.swap(false, Ordering::SeqCst) {
+            self.quiet_notice();
+        }
+    }
+
+    /// Drains `write_notice` when neither a write nor a submitted buffer keeps it raised.
+    fn quiet_notice(&self) {
+        if self.notice_raised.load(Ordering::SeqCst)
+            || self.completion_raised.load(Ordering::SeqCst)
+        {
+            return;
+        }
+        if let Some(fds) = self.fds.get() {
+            // EAGAIN means it was quiet already.
+            let _ = fds.write_notice.read();
+        }
+    }
+
+    /// `completed_registered` waits for a submitted buffer (none was ready, or more are in
+    /// flight): the write fd stops being writable, and the handed-out fd's write half waits,
+    /// until one can be taken back (`flushed` in [`update`](Self::update)).
+    pub(crate) fn completion_blocked(&self) {
+        self.flush_blocked();
+        self.completion_waiting.store(true, Ordering::SeqCst);
     }
 
     /// A nonblocking flush found sends still in flight: the write fd stops being writable
@@ -217,10 +258,13 @@ impl ReadyFds {
             || self.write_waiting.load(Ordering::SeqCst)
             || self.notice_waiting.load(Ordering::SeqCst)
             || self.flush_waiting.load(Ordering::SeqCst)
+            || self.completion_waiting.load(Ordering::SeqCst)
     }
 
     /// Raises the fd of each waited-for direction that `readable`/`writable` now allow; the
-    /// write fd also when a flush waits and `flushed` (every posted send completed) holds.
+    /// write fd also when a flush waits and `flushed` (every posted send completed, or a
+    /// submitted buffer can be taken back) holds, and the handed-out fd's write half when
+    /// `completed_registered` waits and `flushed` holds.
     pub(crate) fn update(&self, readable: bool, writable: bool, flushed: bool) {
         if readable && self.read_waiting.swap(false, Ordering::SeqCst) {
             self.raise_read();
@@ -236,6 +280,12 @@ impl ReadyFds {
         }
         if writable && self.notice_waiting.swap(false, Ordering::SeqCst) {
             self.notice_raised.store(true, Ordering::SeqCst);
+            if let Some(fds) = self.fds.get() {
+                let _ = fds.write_notice.write(1);
+            }
+        }
+        if flushed && self.completion_waiting.swap(false, Ordering::SeqCst) {
+            self.completion_raised.store(true, Ordering::SeqCst);
             if let Some(fds) = self.fds.get() {
                 let _ = fds.write_notice.write(1);
             }
@@ -575,39 +625,6 @@ impl Shared {
                 .unwrap_or_else(|p| p.into_inner())
                 .1
                 .remove(&id);
-        }
-    }
-}
-
-impl Shared {
-    /// One nonblocking look at whether a read (`write` false) or a write would go on, for
-    /// the async adapter's `readable`/`writable`: makes the progress there is, and when the
-    /// direction must wait, arms the completion queue (polling once more after, as a
-    /// nonblocking call does) and marks the direction as waited for, so that another
-    /// handle's progress raises its eventfd; `false` then.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn try_ready(&self, write: bool) -> io::Result<bool> {
-        let mut g = self.lock();
-        if let Some(e) = self.ready.take_enroll_error() {
-            return Err(e);
-        }
-        loop {
-            let r = g.readiness();
-            if (write && r.writable) || (!write && r.readable) {
-                self.report(&g);
-                return Ok(true);
-            }
-            if g.progress()? || g.arm()? {
-                self.wake_others(&g);
-                continue;
-            }
-            self.report(&g);
-            if write {
-                self.ready.write_blocked();
-            } else {
-                self.ready.read_blocked();
-            }
-            return Ok(false);
         }
     }
 }

@@ -10,7 +10,7 @@ use super::options::SocketOptions;
 use super::post::SCRATCH_LEN;
 use super::warm::RingWarmer;
 use crate::cm::CmEndpoint;
-use crate::protocol::LocalRegions;
+use crate::protocol::{LocalRegions, FENCE_READ_LEN};
 use crate::verbs::{
     AccessFlags, CompletionChannel, CompletionQueue, HugePages, MemoryRegion, ProtectionDomain,
     QpCapabilities, QpInitAttributes, QueuePair, RegisteredMemory, Transport,
@@ -23,6 +23,10 @@ const MESSAGE_WORD_LEN: u32 = 4;
 /// The most inline bytes asked of a device that lends inline sends.
 const LEND_REQUEST_CAP: u32 = 1 << 30;
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+/// The bytes after the target area where a placement fence's READ response lands (see
+/// [`Resources::fence_sink`]): remotely writable, as iWARP wants a READ's sink, and read by
+/// nothing.
+const FENCE_SINK_LEN: usize = 8;
 
 /// The verbs objects of a connection. Field order is drop order: the queue pair goes first,
 /// the shared device (which the last connection on it closes) last.
@@ -35,6 +39,8 @@ pub(crate) struct Resources {
     /// The receive ring replaced last, while the engine still reads from it.
     pub(crate) old_recv_mr: Option<MemoryRegion>,
     pub(crate) target_mr: MemoryRegion,
+    /// Where in `target_mr` a placement fence's READ response lands, where fences go.
+    fence_sink: Option<usize>,
     pub(crate) message_mr: Option<MemoryRegion>,
     pub(crate) cq_channel: CompletionChannel,
     /// The largest message posted from the caller's buffer where the queue pair lends inline
@@ -67,11 +73,10 @@ impl Resources {
         let unpinned = context.device().uverbs_path.is_none();
         if context.device().transport == Transport::Iwarp {
             opts.stream.write_with_send = true;
-            // A WRITE's completion says only that TCP took it: a flush proves placement with
-            // a zero-length READ on uiwarp, against a peer whose hello says it answers one
-            // (uiwarp does). The kernel's siw answers that READ with a TERMINATE, so it
-            // neither sends nor is sent one: a flush there vouches for siw's TCP only.
-            opts.stream.placement_fence = unpinned;
+            // A WRITE's completion says only that TCP took it (uiwarp and siw alike): a flush
+            // proves placement with a one-byte READ of the peer's target list, against a
+            // peer whose hello says it answers one (see `FLAG_ANSWERS_FENCE`).
+            opts.stream.placement_fence = true;
         }
         if unpinned {
             // No kernel device: registrations pin nothing (see UNPINNED_RING).
@@ -118,8 +123,16 @@ impl Resources {
         let huge_pages = opts.huge_pages;
         let send_mr = register_ring(pd, send_len, AccessFlags::LOCAL_WRITE, huge_pages)?;
         let recv_mr = register_ring(pd, cfg.recv_ring_min(), REMOTE, huge_pages)?;
-        // The target list, and the iomap table after it (rsocket's layout).
-        let target_mr = pd.register(cfg.target_area_len(), REMOTE)?;
+        // The target list, and the iomap table after it (rsocket's layout); where placement
+        // fences go, the peer may read it (its fences read the first byte) and the sink of
+        // our own fences follows it.
+        let (target_access, fence_sink_len) = if cfg.placement_fence() {
+            (REMOTE | AccessFlags::REMOTE_READ, FENCE_SINK_LEN)
+        } else {
+            (REMOTE, 0)
+        };
+        let target_mr = pd.register(cfg.target_area_len() + fence_sink_len, target_access)?;
+        let fence_sink = cfg.placement_fence().then(|| cfg.target_area_len());
         let message_mr = match cfg.message_area_len() {
             0 => None,
             n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
@@ -160,6 +173,7 @@ impl Resources {
             recv_mr,
             old_recv_mr: None,
             target_mr,
+            fence_sink,
             message_mr,
             cq_channel,
             device,
@@ -204,6 +218,18 @@ impl Resources {
         }
         self.send_mr = mr;
         Ok(())
+    }
+
+    /// Where a placement fence's READ response lands: [`FENCE_READ_LEN`] byte after the
+    /// target area, in the target list's registration (only where placement fences go).
+    pub(crate) fn fence_sink(&self) -> io::Result<crate::verbs::ScatterGather<'_>> {
+        let offset = self.fence_sink.ok_or_else(|| {
+            io::Error::other(
+                "a placement fence was posted on a connection set up without one (no sink \
+                 registered for its READ)",
+            )
+        })?;
+        Ok(self.target_mr.slice(offset, FENCE_READ_LEN as usize)?)
     }
 
     /// Where the peer writes: the receive ring and the target list, with their keys.

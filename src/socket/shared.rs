@@ -327,6 +327,37 @@ impl Shared {
         io::ErrorKind::WouldBlock.into()
     }
 
+    /// One nonblocking look at whether a read (`write` false) or a write would go on, for
+    /// the async adapter's `readable`/`writable`: makes the progress there is, and when the
+    /// direction must wait, arms the completion queue (polling once more after, as a
+    /// nonblocking call does) and marks the direction as waited for, so that another
+    /// handle's progress raises its eventfd; `false` then.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn try_ready(&self, write: bool) -> io::Result<bool> {
+        let mut g = self.lock();
+        if let Some(e) = self.ready.take_enroll_error() {
+            return Err(e);
+        }
+        loop {
+            let r = g.readiness();
+            if (write && r.writable) || (!write && r.readable) {
+                self.report(&g);
+                return Ok(true);
+            }
+            if g.progress()? || g.arm()? {
+                self.wake_others(&g);
+                continue;
+            }
+            self.report(&g);
+            if write {
+                self.ready.write_blocked();
+            } else {
+                self.ready.read_blocked();
+            }
+            return Ok(false);
+        }
+    }
+
     /// One nonblocking look at a flush, for the async adapter: `true` once every written byte
     /// was placed in the peer's memory (or the connection failed: the next read or write
     /// says so, as after a blocking flush). Otherwise the queue is armed, the write fd goes

@@ -252,10 +252,15 @@ impl RdmaSocket {
     /// [`wait_completed_registered`](Self::wait_completed_registered), in the order they
     /// were submitted. On a nonblocking socket it posts what fits now, at least one byte,
     /// and returns how many bytes that was; with nothing fitting it returns [`Refused`]
-    /// (`WouldBlock`) with the buffer, and a writable event (mio) follows when a write can
-    /// go on. Bytes after a short submission must wait until that buffer came back (submit
-    /// the rest with [`submit_registered_range`](Self::submit_registered_range)): anything
-    /// submitted or written before would land ahead of them in the stream.
+    /// (`WouldBlock`) with the buffer, nothing of it sent, and a writable event (mio), or
+    /// the socket's fd turning readable, follows when a write can go on.
+    ///
+    /// A short submission sends those bytes only (nothing of the rest is queued); the
+    /// buffer comes back with [`CompletedWrite::sent`] at the end of what went. The rest
+    /// must go next: submit it with
+    /// [`submit_registered_range`](Self::submit_registered_range)`(buf, sent..)` before any
+    /// other write or submission (anything sent before it would land ahead of it in the
+    /// stream); so retried, no byte is reordered or sent twice.
     ///
     /// Dropping the socket with buffers submitted drops them once the connection is gone;
     /// their memory is never freed while the device may read it.
@@ -325,12 +330,34 @@ impl RdmaSocket {
     }
 
     /// The oldest submitted buffer, if the device has finished with it (or the stream
-    /// failed: its `result` says so). Never blocks. When none is ready (and one is
-    /// submitted), a writable event (mio) follows once one is.
+    /// failed: its `result` says so). Never blocks. Call it until it returns `None`: when
+    /// buffers stay submitted, the next that can be taken back is announced by a writable
+    /// event (mio), by the socket's fd turning readable (until the next call of this), and
+    /// by the tokio stream's write readiness.
     pub fn completed_registered(&self) -> Option<CompletedWrite> {
         let mut g = self.shared.lock();
+        self.shared.ready.completion_called();
         loop {
             if let Some(done) = g.take_completed() {
+                if !g.submitted.is_empty() {
+                    // The next one is announced when it is ready (at once if it is): the
+                    // queue is armed, so that its completion makes an event.
+                    let armed = loop {
+                        match g.progress().and_then(|p| Ok(p || g.arm()?)) {
+                            Ok(true) => continue,
+                            Ok(false) => break true,
+                            Err(_) => break false,
+                        }
+                    };
+                    self.shared.ready.completion_blocked();
+                    if armed {
+                        self.shared.report(&g);
+                    } else {
+                        // The connection is broken: the next call hands the buffer back.
+                        self.shared.ready.update(true, true, true);
+                    }
+                    self.shared.wake_others(&g);
+                }
                 return Some(done);
             }
             if g.submitted.is_empty() {
@@ -349,7 +376,7 @@ impl RdmaSocket {
                     });
                 }
             }
-            self.shared.ready.flush_blocked();
+            self.shared.ready.completion_blocked();
             self.shared.report(&g);
             self.shared.wake_others(&g);
             return None;

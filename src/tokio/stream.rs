@@ -3,6 +3,7 @@
 
 use super::events::{Readiness, Way};
 use super::split::{self, OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
+use super::zero_copy::Returns;
 use crate::socket::{RdmaSocket, SocketOptions};
 use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf, Ready};
 use ::tokio::net::ToSocketAddrs;
@@ -13,7 +14,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub struct RdmaStream {
     socket: Option<RdmaSocket>,
     /// `shutdown().await` sent end-of-stream already.
     write_shut: AtomicBool,
+    /// Zero-copy buffers handed back outside the socket's queue.
+    returns: Mutex<Returns>,
 }
 
 impl fmt::Debug for RdmaStream {
@@ -70,12 +73,16 @@ impl RdmaStream {
             events: Some(events),
             socket: Some(socket),
             write_shut: AtomicBool::new(false),
+            returns: Mutex::default(),
         })
     }
 
     /// Gives the blocking socket back, still in nonblocking mode (call
     /// [`RdmaSocket::set_nonblocking`]`(false)` to block again), like
-    /// `TcpStream::into_std`.
+    /// `TcpStream::into_std`. Submitted zero-copy buffers the socket still holds come back
+    /// from its [`completed_registered`](RdmaSocket::completed_registered); those the
+    /// stream had already taken back for its own
+    /// [`completed_registered`](Self::completed_registered) are dropped.
     pub fn into_std(mut self) -> io::Result<RdmaSocket> {
         drop(self.events.take());
         Ok(self
@@ -88,6 +95,10 @@ impl RdmaStream {
         self.socket
             .as_ref()
             .expect("a stream holds its socket until it is dropped")
+    }
+
+    pub(crate) fn returns(&self) -> &Mutex<Returns> {
+        &self.returns
     }
 
     pub(crate) fn events(&self) -> &Readiness {

@@ -1,14 +1,68 @@
 //! Zero-copy writes on [`RdmaStream`]: the buffer is passed by value and handed back with
 //! the result, so that a future dropped half-way cannot free memory the device still reads
 //! (the socket keeps a submitted buffer until its sends completed).
+//!
+//! Two shapes: [`RdmaStream::write_registered`] (one buffer, back when the device has read
+//! it) and [`RdmaStream::submit_registered`] with [`RdmaStream::completed_registered`]
+//! (several buffers in flight, back in submission order), both waiting on the stream's
+//! write readiness: the completion channel's edge, and the write eventfd that the socket
+//! raises once a submitted buffer can be taken back.
 #![forbid(unsafe_code)]
 
 use super::events::Way;
 use super::stream::RdmaStream;
 use crate::buffers::RegisteredBuf;
-use crate::socket::CompletedWrite;
+use crate::socket::{CompletedWrite, Refused};
+use std::collections::{HashSet, VecDeque};
 use std::future::poll_fn;
 use std::io;
+use std::ops::RangeBounds;
+use std::sync::{Mutex, MutexGuard};
+
+/// The stream's own record of submitted buffers, beside the socket's queue.
+#[derive(Debug, Default)]
+pub(crate) struct Returns {
+    /// The first bytes' addresses of the buffers that `write_registered` futures submitted:
+    /// one that comes back to anyone but its future belonged to a future that was dropped
+    /// (the stream's calls take `&mut self`, so no other future of it runs meanwhile), and
+    /// is let go.
+    writes: HashSet<usize>,
+    /// Buffers that [`RdmaStream::completed_registered`] hands back before the socket's:
+    /// those a `write_registered` took back on its way to its own (older than every buffer
+    /// the socket still holds), and those whose `submit_registered` future was dropped
+    /// before they were posted.
+    early: VecDeque<CompletedWrite>,
+}
+
+/// A buffer a `submit_registered` future holds while it waits for room: dropped with the
+/// future, it goes to the stream's early returns, unposted.
+struct Unposted<'a> {
+    buf: Option<RegisteredBuf>,
+    /// Where the range to submit starts: the `sent` it comes back with.
+    from: usize,
+    returns: &'a Mutex<Returns>,
+}
+
+impl Drop for Unposted<'_> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            lock(self.returns).early.push_back(CompletedWrite {
+                buf,
+                sent: self.from,
+                result: Ok(()),
+            });
+        }
+    }
+}
+
+fn lock(returns: &Mutex<Returns>) -> MutexGuard<'_, Returns> {
+    returns.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The address that identifies a buffer while the socket holds it.
+fn address(buf: &RegisteredBuf) -> usize {
+    buf.as_ptr() as usize
+}
 
 impl RdmaStream {
     /// Writes all of `buf` without copying it (see
@@ -24,7 +78,7 @@ impl RdmaStream {
         buf: RegisteredBuf,
     ) -> (io::Result<usize>, RegisteredBuf) {
         let len = buf.len();
-        let identity = buf.as_ptr();
+        let identity = address(&buf);
         let mut held = Some(buf);
         let mut done = 0;
         loop {
@@ -32,7 +86,10 @@ impl RdmaStream {
                 self.events().drive(cx, Way::Write, || {
                     let buf = held.take().expect("the buffer is held between submissions");
                     match self.socket().submit_registered_range(buf, done..) {
-                        Ok(n) => Ok(n),
+                        Ok(n) => {
+                            lock(self.returns()).writes.insert(identity);
+                            Ok(n)
+                        }
                         Err(refused) => {
                             held = Some(refused.buf);
                             Err(refused.error)
@@ -48,10 +105,9 @@ impl RdmaStream {
             let completed = poll_fn(|cx| {
                 self.events().drive(cx, Way::Write, || {
                     while let Some(done) = self.socket().completed_registered() {
-                        if done.buf.as_ptr() == identity {
-                            return Ok(done);
+                        if let Some(own) = self.sort_returned(done, identity) {
+                            return Ok(own);
                         }
-                        // A buffer of a write whose future was dropped: let it go.
                     }
                     Err(io::ErrorKind::WouldBlock.into())
                 })
@@ -76,17 +132,131 @@ impl RdmaStream {
             held = Some(buf);
         }
     }
-}
 
-impl RdmaStream {
-    /// Blocks until the submitted buffer at `identity` comes back, dropping those of dropped
-    /// writes on the way (its sends complete, or the stream fails and it comes back with
-    /// the error).
-    fn wait_for(&self, identity: *const u8) -> CompletedWrite {
+    /// Submits a zero-copy write of `buf` (see
+    /// [`RdmaSocket::submit_registered`](crate::RdmaSocket::submit_registered)), waiting
+    /// without blocking a worker until at least one byte fits: returns how many bytes went
+    /// out (all of them, or fewer when the peer's ring had less room: submit the rest,
+    /// from the `sent` the buffer comes back with, before anything else). The buffer comes
+    /// back from [`completed_registered`](Self::completed_registered). An error other than
+    /// room returns it at once, in [`Refused`].
+    ///
+    /// Cancellation safe: the buffer goes to the socket only in the poll that posts it (the
+    /// future is then complete). Dropped before that, the future leaves the buffer, unsent,
+    /// to [`completed_registered`](Self::completed_registered), which hands it back ahead
+    /// of the buffers still in flight with `sent` where its range started and `result` Ok:
+    /// no buffer is lost, and no byte of it went.
+    pub async fn submit_registered(&mut self, buf: RegisteredBuf) -> Result<usize, Refused> {
+        self.submit_registered_range(buf, ..).await
+    }
+
+    /// [`submit_registered`](Self::submit_registered) of the bytes `range` of `buf`.
+    pub async fn submit_registered_range(
+        &mut self,
+        buf: RegisteredBuf,
+        range: impl RangeBounds<usize>,
+    ) -> Result<usize, Refused> {
+        let (start, end) = match crate::socket::bounds(&range, buf.len()) {
+            Ok(b) => b,
+            Err(error) => return Err(Refused { error, buf }),
+        };
+        let mut held = Unposted {
+            buf: Some(buf),
+            from: start,
+            returns: self.returns(),
+        };
+        let mut refused = None;
+        let posted = poll_fn(|cx| {
+            self.events().drive(cx, Way::Write, || {
+                let buf = held
+                    .buf
+                    .take()
+                    .expect("the buffer is held until it is posted");
+                self.socket()
+                    .submit_registered_range(buf, start..end)
+                    .map_err(|r| {
+                        let kind = r.error.kind();
+                        if kind == io::ErrorKind::WouldBlock {
+                            held.buf = Some(r.buf);
+                        } else {
+                            refused = Some(r);
+                        }
+                        io::Error::from(kind)
+                    })
+            })
+        })
+        .await;
+        match (posted, refused) {
+            (Ok(n), _) => Ok(n),
+            (Err(_), Some(r)) => Err(r),
+            // The reactor failed to watch the socket: the buffer is still held.
+            (Err(error), None) => Err(Refused {
+                error,
+                buf: held.buf.take().expect("a buffer waiting for room is held"),
+            }),
+        }
+    }
+
+    /// The oldest buffer submitted with [`submit_registered`](Self::submit_registered),
+    /// once the device has finished with it (or the stream failed: its `result` says so),
+    /// waiting without blocking a worker; `None` when the stream holds none.
+    ///
+    /// Cancellation safe: the buffers stay with the stream until a call returns them.
+    pub async fn completed_registered(&mut self) -> io::Result<Option<CompletedWrite>> {
+        if let Some(done) = lock(self.returns()).early.pop_front() {
+            return Ok(Some(done));
+        }
+        poll_fn(|cx| {
+            self.events().drive(cx, Way::Write, || loop {
+                match self.socket().completed_registered() {
+                    Some(done) => {
+                        if lock(self.returns()).writes.remove(&address(&done.buf)) {
+                            // A buffer of a `write_registered` whose future was dropped.
+                            continue;
+                        }
+                        return Ok(Some(done));
+                    }
+                    None if self.socket().registered_in_flight() == 0 => return Ok(None),
+                    None => return Err(io::ErrorKind::WouldBlock.into()),
+                }
+            })
+        })
+        .await
+    }
+
+    /// How many submitted buffers the stream holds, not yet handed back by
+    /// [`completed_registered`](Self::completed_registered) (with those of dropped
+    /// `write_registered` futures until the device has let them go).
+    pub fn registered_in_flight(&self) -> usize {
+        self.socket().registered_in_flight() + lock(self.returns()).early.len()
+    }
+
+    /// Sorts a buffer the socket handed back to `write_registered` waiting for `identity`:
+    /// its own is returned; one of a dropped `write_registered` future is let go; one of
+    /// `submit_registered` waits in the early returns.
+    fn sort_returned(&self, done: CompletedWrite, identity: usize) -> Option<CompletedWrite> {
+        let mut returns = lock(self.returns());
+        let at = address(&done.buf);
+        if at == identity {
+            returns.writes.remove(&at);
+            return Some(done);
+        }
+        if !returns.writes.remove(&at) {
+            returns.early.push_back(done);
+        }
+        None
+    }
+
+    /// Blocks until the submitted buffer at `identity` comes back, sorting the others on
+    /// the way (its sends complete, or the stream fails and it comes back with the error).
+    fn wait_for(&self, identity: usize) -> CompletedWrite {
         loop {
             match self.socket().completed_registered() {
-                Some(done) if done.buf.as_ptr() == identity => return done,
-                Some(_) => {}
+                Some(done) => {
+                    if let Some(own) = self.sort_returned(done, identity) {
+                        return own;
+                    }
+                }
                 None => std::thread::sleep(std::time::Duration::from_millis(1)),
             }
         }

@@ -49,6 +49,7 @@ mod polling;
 mod vanish;
 mod waits;
 mod zero_copy;
+mod zero_copy_fd;
 
 // Each binary runs some of the cases: the others' names are unused there.
 #[allow(unused_imports)]
@@ -77,6 +78,8 @@ pub(crate) use vanish::*;
 pub(crate) use waits::*;
 #[allow(unused_imports)]
 pub(crate) use zero_copy::*;
+#[allow(unused_imports)]
+pub(crate) use zero_copy_fd::*;
 
 use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
 use std::net::{IpAddr, SocketAddr};

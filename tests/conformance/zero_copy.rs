@@ -216,9 +216,13 @@ pub(crate) fn submitted_buffers_come_back_in_order_on_mio_events(f: &Fixture) {
     let mut free: Vec<RegisteredBuf> = (0..3).map(|_| RegisteredBuf::new(LEN).unwrap()).collect();
     // What each submission in flight sent, oldest first: (first byte's identity, range).
     let mut in_flight: VecDeque<(*const u8, std::ops::Range<usize>)> = VecDeque::new();
-    let mut pending: Option<(RegisteredBuf, usize)> = None;
+    // Buffers whose rest waits to be submitted, with where it starts, in the order their
+    // first parts went: more than one buffer may come back partly sent, and a refused
+    // remainder may wait with nothing in flight (the peer's credits are out until its
+    // reader frees room).
+    let mut pending: VecDeque<(RegisteredBuf, usize)> = VecDeque::new();
     let (mut sent, mut total, mut submissions) = (StreamHash::new(), 0, 0);
-    while submissions < SUBMISSIONS || !in_flight.is_empty() {
+    while submissions < SUBMISSIONS || !in_flight.is_empty() || !pending.is_empty() {
         let mut progressed = false;
         while let Some(done) = c.completed_registered() {
             let (identity, range) = in_flight.pop_front().expect("a buffer comes back once");
@@ -228,20 +232,20 @@ pub(crate) fn submitted_buffers_come_back_in_order_on_mio_events(f: &Fixture) {
             sent.add(&done.buf[range.clone()]);
             total += range.len();
             if range.end < LEN {
-                pending = Some((done.buf, range.end));
+                pending.push_back((done.buf, range.end));
             } else {
                 free.push(done.buf);
             }
             progressed = true;
         }
-        if pending.is_none() && submissions < SUBMISSIONS {
+        if pending.is_empty() && submissions < SUBMISSIONS {
             if let Some(mut buf) = free.pop() {
                 buf.fill(submissions as u8);
                 submissions += 1;
-                pending = Some((buf, 0));
+                pending.push_back((buf, 0));
             }
         }
-        if let Some((buf, from)) = pending.take() {
+        if let Some((buf, from)) = pending.pop_front() {
             let identity = buf.as_ptr();
             match c.submit_registered_range(buf, from..) {
                 Ok(n) => {
@@ -251,7 +255,7 @@ pub(crate) fn submitted_buffers_come_back_in_order_on_mio_events(f: &Fixture) {
                 }
                 Err(refused) => {
                     assert_eq!(refused.error.kind(), std::io::ErrorKind::WouldBlock);
-                    pending = Some((refused.buf, from));
+                    pending.push_front((refused.buf, from));
                 }
             }
         }

@@ -299,14 +299,13 @@ pub(crate) fn measure_nothing_lost(f: &Fixture, fault: Fault, case: &str) -> Row
     row
 }
 
-/// Whether a flush's `Ok` on `provider` says the bytes are in the peer's memory: on rxe a
-/// WRITE completes once the peer acknowledged it; uiwarp completes a WRITE once its TCP
-/// socket took the bytes, and a flush proves placement with a zero-length RDMA READ after
-/// them. siw completes a WRITE once its TCP socket took the bytes and proves nothing more,
-/// so what TCP held when the peer vanished (killed, or its wire cut) can be lost after a
-/// flush returned `Ok`; the close then fails.
+/// Whether a flush's `Ok` on `provider` says the bytes are in the peer's memory (between
+/// two rdmasock ends): on rxe a WRITE completes once the peer acknowledged it; uiwarp and
+/// siw complete a WRITE once their TCP socket took the bytes, and a flush proves placement
+/// with a placement fence, a one-byte RDMA READ of the peer's target list after them,
+/// whose response comes only once the peer placed every byte before it.
 pub(crate) fn flush_vouches_for_the_peer(provider: Provider) -> bool {
-    matches!(provider, Provider::Rxe | Provider::Uiwarp)
+    matches!(provider, Provider::Rxe | Provider::Uiwarp | Provider::Siw)
 }
 
 /// [`measure_nothing_lost`] where a flush vouches for the peer, [`measure`] (bytes lost

@@ -65,7 +65,7 @@ impl Receiver {
                         sender.on_message(imm);
                         self.events.push_back(Event::SendDone(wr_id));
                     }
-                    Op::Write { wr_id, .. } | Op::Read { wr_id } => {
+                    Op::Write { wr_id, .. } | Op::Read { wr_id, .. } => {
                         self.events.push_back(Event::SendDone(wr_id))
                     }
                     Op::Send { .. } => panic!("write+send mode is not modelled"),

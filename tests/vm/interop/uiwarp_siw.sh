@@ -1,7 +1,8 @@
 #!/bin/bash
 # uiwarp_siw.sh - interop of the userspace iWARP provider (uiwarp) with the kernel's siw, both
 # directions, in one VM boot; the uiwarp side writes a pcap that tshark must decode with good
-# CRCs and no malformed frames.
+# CRCs and no malformed frames, and the RdmaSocket captures must hold placement fences (RDMA
+# READs) answered across the two providers.
 #
 #   cargo build --release --example socket_echo --example rdma_server --example rdma_client
 #   tests/vm/run.sh --both -- bash tests/vm/interop/uiwarp_siw.sh
@@ -94,5 +95,17 @@ for f in "$PCAP"/*.pcap; do
     false
   fi
   check $? "tshark decodes $(basename "$f") cleanly"
+done
+
+echo "=== placement fences between RdmaSocket ends on uiwarp and siw"
+# A flush or close after written bytes proves placement with a one-byte RDMA READ of the
+# peer's target list: the socket captures hold READ requests (RDMAP opcode 1) and the
+# responses (2) of the other provider.
+for n in 3 4 5 6; do
+  f=$PCAP/$n.pcap
+  requests=$($T -r "$f" -Y "iwarp_rdma.opcode == 1" 2>/dev/null | wc -l)
+  responses=$($T -r "$f" -Y "iwarp_rdma.opcode == 2" 2>/dev/null | wc -l)
+  [ "$requests" -gt 0 ] && [ "$responses" -gt 0 ]
+  check $? "$n.pcap holds placement fences ($requests READ requests, $responses responses)"
 done
 exit $failed
