@@ -15,7 +15,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::io;
 use std::net::Shutdown;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
@@ -132,8 +132,12 @@ impl Shared {
             self.ready.write_called();
         }
         let mut call = self.call_wait(&g, dir);
+        // The channel's input watch of the last sleep: dropped once the events are taken,
+        // so that the bytes this thread reads wake no other thread.
+        let mut watch = None;
         loop {
             let took = call.take_woke() && g.take_events_after_wake()?;
+            drop(watch.take());
             // The attempt comes first: when the bytes or the room are already there (a
             // stream in flight), the completions wait for the progress after it, and the
             // call makes one pass over the queue instead of two.
@@ -168,7 +172,7 @@ impl Shared {
                 return Err(self.report_blocked(&g, dir));
             }
             let bound = call.sleep_bound()?;
-            g = self.sleep(g, bound)?;
+            (g, watch) = self.sleep(g, bound)?;
         }
     }
 
@@ -239,14 +243,18 @@ impl Shared {
     }
 
     /// Sleeps until a completion, a connection-manager event, the keepalive timer or `left`.
+    /// Where the channel lends the fd whose input raises its events
+    /// ([`CompletionChannel::watch_input`], uiwarp's socket), the sleep polls it too and
+    /// wakes on arrivals directly; the watch comes back, for the caller to drop once it has
+    /// taken the events.
     fn sleep<'a>(
         &'a self,
         mut g: MutexGuard<'a, Connection>,
         left: Option<Duration>,
-    ) -> io::Result<MutexGuard<'a, Connection>> {
+    ) -> io::Result<(MutexGuard<'a, Connection>, Option<InputWatch<'a>>)> {
         let keepalive = g.keepalive_tick();
         if g.engine.has_ops() {
-            return Ok(g);
+            return Ok((g, None));
         }
         let wait = match (left, keepalive) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -265,7 +273,7 @@ impl Shared {
                 None => self.cond.wait(g).unwrap_or_else(|p| p.into_inner()),
             };
             g.sleepers.cond_waiters -= 1;
-            return Ok(g);
+            return Ok((g, None));
         }
         // Made under the lock, before the flag: whoever sees the flag finds the waker. A
         // channel that can be woken itself (uiwarp's) needs none: the sleeper polls it anyway.
@@ -277,7 +285,14 @@ impl Shared {
         };
         g.sleepers.poller_active = true;
         drop(g);
-        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), waker, wait);
+        let watch = self.cq_channel.watch_input();
+        let result = poll_fds(
+            &self.cq_channel,
+            self.endpoint.as_ref(),
+            waker,
+            watch.as_deref().map(|w| w.as_fd()),
+            wait,
+        );
         let mut g = self.lock();
         g.sleepers.poller_active = false;
         if matches!(result, Ok(true)) {
@@ -291,7 +306,7 @@ impl Shared {
             self.cond.notify_all();
         }
         result?;
-        Ok(g)
+        Ok((g, watch))
     }
 
     /// Wakes other blocked callers after a state change made outside `run`.
@@ -433,21 +448,23 @@ impl Shared {
 /// time: another caller's progress reaches it within this.
 const WAKERLESS_NAP: Duration = Duration::from_millis(5);
 
-/// Sleeps in poll(2) on the three fds (two without a waker); true when the waker fired.
+/// A sleeper's watch on the fd whose input raises the channel's events (see
+/// [`CompletionChannel::watch_input`]).
+type InputWatch<'a> = Box<dyn AsFd + Send + 'a>;
+
+/// Sleeps in poll(2) on the three fds (two without a waker), and on `input` too where the
+/// channel lends it; true when the waker fired.
 fn poll_fds(
     channel: &CompletionChannel,
     endpoint: &dyn CmEndpoint,
     waker: Option<&EventFd>,
+    input: Option<BorrowedFd<'_>>,
     wait: Option<Duration>,
 ) -> io::Result<bool> {
-    let timeout = match wait {
-        None => PollTimeout::NONE,
-        Some(w) => {
-            // Round up so that a sub-millisecond remainder still sleeps.
-            let ms = w.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-        }
-    };
+    if let Some(input) = input {
+        return poll_with_input(channel, endpoint, waker, input, wait);
+    }
+    let timeout = poll_timeout(wait);
     let mut fds = [
         PollFd::new(channel.as_fd(), PollFlags::POLLIN),
         PollFd::new(endpoint.event_fd(), PollFlags::POLLIN),
@@ -466,6 +483,49 @@ fn poll_fds(
         Err(nix::errno::Errno::EINTR) => Ok(false),
         Err(e) => Err(io::Error::other(format!(
             "poll on the connection's completion channel and rdma_cm fd: {e}"
+        ))),
+    }
+}
+
+/// poll(2)'s timeout for `wait` (`None`: none).
+fn poll_timeout(wait: Option<Duration>) -> PollTimeout {
+    match wait {
+        None => PollTimeout::NONE,
+        Some(w) => {
+            // Round up so that a sub-millisecond remainder still sleeps.
+            let ms = w.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+    }
+}
+
+/// [`poll_fds`] with the channel's input fd as well (the waker, if any, comes third).
+fn poll_with_input(
+    channel: &CompletionChannel,
+    endpoint: &dyn CmEndpoint,
+    waker: Option<&EventFd>,
+    input: BorrowedFd<'_>,
+    wait: Option<Duration>,
+) -> io::Result<bool> {
+    let mut fds = [
+        PollFd::new(channel.as_fd(), PollFlags::POLLIN),
+        PollFd::new(endpoint.event_fd(), PollFlags::POLLIN),
+        PollFd::new(input, PollFlags::POLLIN),
+        PollFd::new(input, PollFlags::POLLIN),
+    ];
+    let n = match waker {
+        Some(w) => {
+            fds[2] = PollFd::new(w.as_fd(), PollFlags::POLLIN);
+            4
+        }
+        None => 3,
+    };
+    let fds = &mut fds[..n];
+    match nix::poll::poll(fds, poll_timeout(wait)) {
+        Ok(_) => Ok(waker.is_some() && fds[2].any().unwrap_or(true)),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(io::Error::other(format!(
+            "poll on the connection's completion channel, rdma_cm fd and socket: {e}"
         ))),
     }
 }

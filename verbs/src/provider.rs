@@ -23,7 +23,7 @@ use crate::wc::WorkCompletion;
 use crate::wr::{PostError, RecvRequest, SendRequest};
 use std::any::Any;
 use std::fmt::Debug;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 /// A device kind's implementation.
@@ -148,6 +148,17 @@ pub trait ChannelOps: Send + Sync + Debug {
     fn wake(&self) {}
     /// Takes back what [`wake`](Self::wake) raised (the woken thread calls it).
     fn take_wake(&self) {}
+    /// For a thread about to sleep on the channel: the fd whose input raises its events (the
+    /// socket of the one queue pair a userspace provider's channel serves), for the thread to
+    /// poll beside [`fd`](Self::fd) and take the bytes itself once woken. While the returned
+    /// watch lives, the provider leaves arrivals on that fd to its holder and does not raise
+    /// the channel for them; dropping it (after taking the events, so that bytes the holder
+    /// reads wake nobody else) hands them back, and bytes that came in between are not lost.
+    /// `None` (the default): the channel serves several queue pairs, or the kernel raises
+    /// its events.
+    fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+        None
+    }
     /// For downcasting.
     fn as_any(&self) -> &dyn Any;
 }

@@ -68,6 +68,15 @@ impl CompletionChannel {
         self.ops.take_wake()
     }
 
+    /// For a thread about to sleep on the channel: the fd whose input raises its events, to
+    /// poll beside the channel's and read through [`try_get_event`](Self::try_get_event)
+    /// once readable; arrivals there raise no event while the watch lives (see
+    /// [`ChannelOps::watch_input`]). Drop it after taking the events. `None` for kernel
+    /// devices and channels that serve several queue pairs.
+    pub fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+        self.ops.watch_input()
+    }
+
     /// Waits up to `timeout` (forever with `None`) for an event; `Ok(None)` on timeout.
     ///
     /// It polls the fd first and reads once it is readable: a waiter usually arrives before

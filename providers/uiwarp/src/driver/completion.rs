@@ -215,8 +215,41 @@ impl ChannelOps for UiwarpChannel {
         events.settle(&self.fd);
     }
 
+    fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+        let endpoint = {
+            let list = self.endpoints.lock().expect("channel lock");
+            let mut live = list.iter().filter_map(Weak::upgrade);
+            let endpoint = live.next()?;
+            if live.next().is_some() {
+                return None;
+            }
+            endpoint
+        };
+        let socket = endpoint.watch_input()?;
+        Some(Box::new(InputWatch { endpoint, socket }))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+/// A sleeping thread's watch on the socket of a channel's one queue pair (see
+/// [`ChannelOps::watch_input`]): the engine leaves the socket's input to it until it drops.
+struct InputWatch {
+    endpoint: Arc<Endpoint>,
+    socket: Arc<mio::net::TcpStream>,
+}
+
+impl AsFd for InputWatch {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl Drop for InputWatch {
+    fn drop(&mut self) {
+        self.endpoint.unwatch_input();
     }
 }
 

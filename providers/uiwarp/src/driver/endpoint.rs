@@ -8,13 +8,14 @@ use super::link::{Link, ENGINE_READ_BUDGET};
 use super::Engine;
 use crate::memory::{InlinePool, QpMemory, RegionSet};
 use crate::protocol::{CloseReason, Event, Negotiated, RecvQueue, WorkQueue};
+use mio::net::TcpStream;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdmasock_verbs::provider::CqOps;
 use rdmasock_verbs::{QpCapabilities, QpNumber, QpState, RegisteredMemory};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -116,6 +117,9 @@ pub struct Endpoint {
     /// The engine stopped watching the socket for input, leaving it to a spinner (see
     /// [`Endpoint::leave_input`]); arming a queue with a channel takes it back.
     input_left: AtomicBool,
+    /// Threads sleeping on a completion channel that poll this QP's socket themselves (see
+    /// [`Endpoint::watch_input`]): the engine leaves its input to them.
+    input_watchers: AtomicU32,
     /// Readiness events of this QP's socket that woke the engine thread.
     engine_events: AtomicU64,
     /// Bytes of inline payloads lent by their post, and those of them TCP did not take
@@ -199,6 +203,7 @@ impl Endpoint {
             app_reads: AtomicU64::new(0),
             app_reads_seen: AtomicU64::new(0),
             input_left: AtomicBool::new(false),
+            input_watchers: AtomicU32::new(0),
             engine_events: AtomicU64::new(0),
             lent: AtomicU64::new(0),
             lent_copied: AtomicU64::new(0),
@@ -490,6 +495,65 @@ impl Endpoint {
         if was_left || self.may_have_input() {
             self.drive_engine(&mut st, engine);
         }
+    }
+
+    /// For a thread about to sleep on a channel of this QP, which polls the socket itself
+    /// and reads it once woken: the engine stops watching the socket for input (one change
+    /// of its registration, none while it has left input already) until
+    /// [`unwatch_input`](Self::unwatch_input). `None` when there is no socket to watch.
+    pub(crate) fn watch_input(&self) -> Option<Arc<TcpStream>> {
+        let engine = super::engine().ok()?;
+        let mut st = self.lock();
+        let link = st.link.as_mut()?;
+        let socket = link.socket()?;
+        self.input_watchers.fetch_add(1, Ordering::SeqCst);
+        if link.engine_reads() {
+            link.set_engine_reads(engine, false);
+        }
+        self.input_left.store(true, Ordering::SeqCst);
+        Some(socket)
+    }
+
+    /// The sleeper [`watch_input`](Self::watch_input) served is awake and has read: the last
+    /// one to leave hands input back to the engine, whose re-armed registration reports
+    /// bytes that came in between (epoll checks readiness). Counted under the lock that
+    /// [`leave_input_to_watcher`](Self::leave_input_to_watcher) checks under.
+    pub(crate) fn unwatch_input(&self) {
+        let mut st = self.lock();
+        if self.input_watchers.fetch_sub(1, Ordering::SeqCst) != 1
+            || !self.input_left.swap(false, Ordering::SeqCst)
+        {
+            return;
+        }
+        if let (Some(link), Ok(engine)) = (st.link.as_mut(), super::engine()) {
+            link.set_engine_reads(engine, true);
+        }
+    }
+
+    /// On the engine thread, when an input edge finds a sleeping thread polling this QP's
+    /// socket (the engine took input back meanwhile, by a backstop or another thread's
+    /// arming): stops watching for input again, and writes what waits for room if
+    /// `writable`. `false`: the watcher left before the lock was taken, and the engine
+    /// moves the input itself.
+    pub(crate) fn leave_input_to_watcher(&self, engine: &Engine, writable: bool) -> bool {
+        let mut st = self.lock();
+        if !self.input_watched() {
+            return false;
+        }
+        if let Some(link) = st.link.as_mut() {
+            link.set_engine_reads(engine, false);
+            self.input_left.store(true, Ordering::SeqCst);
+        }
+        if writable {
+            self.flush(&mut st, engine);
+        }
+        true
+    }
+
+    /// Whether a sleeping thread polls this QP's socket itself (see
+    /// [`watch_input`](Self::watch_input)).
+    pub(crate) fn input_watched(&self) -> bool {
+        self.input_watchers.load(Ordering::SeqCst) > 0
     }
 
     /// When one of this QP's queues is armed with a channel (a thread may sleep on it, and

@@ -7,12 +7,14 @@ use super::pcap::Flow;
 use super::Engine;
 use crate::protocol::{Connection, MemoryTable, TxQueue};
 use mio::net::TcpStream;
+use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use rdmasock_verbs::{send_pieces, tcp_progress, SendPiece};
 use std::cell::RefCell;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes read from TCP per call, at most: a thread's buffer starts at [`FIRST_READ_CHUNK`]
@@ -44,7 +46,9 @@ const LINGER: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub(crate) struct Link {
     pub(crate) conn: Connection,
-    socket: TcpStream,
+    /// Shared with a thread that sleeps on a completion channel and polls the socket (see
+    /// [`Link::socket`]): the socket stays open until that poll returns.
+    socket: Arc<TcpStream>,
     pub(crate) token: Token,
     /// What the core gave and TCP has not taken yet.
     out: TxQueue,
@@ -84,7 +88,7 @@ impl Link {
         };
         Link {
             conn,
-            socket,
+            socket: Arc::new(socket),
             token,
             out: TxQueue::new(),
             read_done: false,
@@ -152,17 +156,26 @@ impl Link {
             return Ok(());
         }
         match (self.interest, wanted) {
-            (_, None) => engine.deregister(&mut self.socket),
-            (None, Some(i)) => engine.register(&mut self.socket, self.token, i)?,
-            (Some(_), Some(i)) => engine.reregister(&mut self.socket, self.token, i)?,
+            (_, None) => engine.deregister(&mut SourceFd(&self.socket.as_raw_fd())),
+            (None, Some(i)) => {
+                engine.register(&mut SourceFd(&self.socket.as_raw_fd()), self.token, i)?
+            }
+            (Some(_), Some(i)) => {
+                engine.reregister(&mut SourceFd(&self.socket.as_raw_fd()), self.token, i)?
+            }
         }
         self.interest = wanted;
         Ok(())
     }
 
     pub(crate) fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         self.socket.as_fd()
+    }
+
+    /// The socket, for a thread that polls it while it sleeps on a completion channel
+    /// (`None` once its end was read: it would stay readable).
+    pub(crate) fn socket(&self) -> Option<Arc<TcpStream>> {
+        (!self.read_done).then(|| Arc::clone(&self.socket))
     }
 
     /// Whether the socket has bytes or an end to read, by a zero-timeout poll(2) (which,
@@ -247,7 +260,7 @@ impl Link {
         }
         let mut moved = false;
         loop {
-            match self.socket.read(scratch) {
+            match (&*self.socket).read(scratch) {
                 Ok(0) => {
                     self.read_done = true;
                     self.conn.handle_peer_closed(false);
@@ -457,9 +470,9 @@ impl Link {
     }
 
     /// Deregisters and closes the socket.
-    pub(crate) fn close(mut self, engine: &Engine) {
+    pub(crate) fn close(self, engine: &Engine) {
         if self.interest.is_some() {
-            engine.deregister(&mut self.socket);
+            engine.deregister(&mut SourceFd(&self.socket.as_raw_fd()));
         }
         engine.remove(self.token);
     }

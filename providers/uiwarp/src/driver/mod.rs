@@ -291,7 +291,14 @@ impl Engine {
                         if input {
                             e.note_input();
                         }
-                        if input && e.attended() {
+                        if input
+                            && e.input_watched()
+                            && e.leave_input_to_watcher(&self, ev.is_writable())
+                        {
+                            // A thread sleeping on a channel of this QP polls the socket
+                            // itself and woke too: it reads the bytes; this thread stops
+                            // watching for input until that thread leaves.
+                        } else if input && e.attended() {
                             // A thread may sleep on a channel of this QP: it reads the bytes
                             // itself once the channel wakes it, without the hand-off through
                             // this thread (its channel does not watch the socket, so the
