@@ -132,8 +132,8 @@ impl Shared {
             self.ready.write_called();
         }
         let mut call = self.call_wait(&g, dir);
-        // The channel's input watch of the last sleep: dropped once the events are taken,
-        // so that the bytes this thread reads wake no other thread.
+        // The channel's input watch of the last arming (see `arm_to_sleep`): dropped once
+        // the events are taken after the sleep.
         let mut watch = None;
         loop {
             let took = call.take_woke() && g.take_events_after_wake()?;
@@ -150,7 +150,7 @@ impl Shared {
                 || match g.wait.next_step(&mut call) {
                     Step::Spin(end) => {
                         let found = spin_until(end, &self.contenders, || g.progress())?;
-                        call.spun(found) || g.arm()?
+                        call.spun(found) || self.arm_to_sleep(&mut g, &mut watch)?
                     }
                     Step::Nap(nap) => {
                         let progressed;
@@ -160,7 +160,8 @@ impl Shared {
                         }
                         continue;
                     }
-                    Step::ArmAndSleep => g.arm()?,
+                    Step::ArmAndSleep if call.nonblocking() => g.arm()?,
+                    Step::ArmAndSleep => self.arm_to_sleep(&mut g, &mut watch)?,
                 };
             if progress {
                 // What this thread took from the queue may be what a sleeping caller waits
@@ -172,8 +173,24 @@ impl Shared {
                 return Err(self.report_blocked(&g, dir));
             }
             let bound = call.sleep_bound()?;
-            (g, watch) = self.sleep(g, bound)?;
+            g = self.sleep(g, bound, watch.as_deref().map(|w| w.as_fd()))?;
         }
+    }
+
+    /// Arms the queue for a blocking call about to sleep, holding the channel's input watch
+    /// first where it lends one ([`CompletionChannel::watch_input`], uiwarp's socket): the
+    /// sleep polls that fd too and wakes on arrivals directly, and the provider does not
+    /// raise the channel for them meanwhile. The caller drops the watch once it has taken
+    /// the events after its sleep. Whether the arming found progress.
+    fn arm_to_sleep<'a>(
+        &'a self,
+        g: &mut Connection,
+        watch: &mut Option<InputWatch<'a>>,
+    ) -> io::Result<bool> {
+        if watch.is_none() {
+            *watch = self.cq_channel.watch_input();
+        }
+        g.arm()
     }
 
     /// A new call's wait: the timeout of its direction, and whether it may block.
@@ -242,19 +259,18 @@ impl Shared {
         Ok((g, progressed))
     }
 
-    /// Sleeps until a completion, a connection-manager event, the keepalive timer or `left`.
-    /// Where the channel lends the fd whose input raises its events
-    /// ([`CompletionChannel::watch_input`], uiwarp's socket), the sleep polls it too and
-    /// wakes on arrivals directly; the watch comes back, for the caller to drop once it has
-    /// taken the events.
+    /// Sleeps until a completion, a connection-manager event, the keepalive timer or `left`;
+    /// also until `input` is readable, the fd of the channel's input watch (see
+    /// [`arm_to_sleep`](Self::arm_to_sleep)) where there is one.
     fn sleep<'a>(
         &'a self,
         mut g: MutexGuard<'a, Connection>,
         left: Option<Duration>,
-    ) -> io::Result<(MutexGuard<'a, Connection>, Option<InputWatch<'a>>)> {
+        input: Option<BorrowedFd<'_>>,
+    ) -> io::Result<MutexGuard<'a, Connection>> {
         let keepalive = g.keepalive_tick();
         if g.engine.has_ops() {
-            return Ok((g, None));
+            return Ok(g);
         }
         let wait = match (left, keepalive) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -273,7 +289,7 @@ impl Shared {
                 None => self.cond.wait(g).unwrap_or_else(|p| p.into_inner()),
             };
             g.sleepers.cond_waiters -= 1;
-            return Ok((g, None));
+            return Ok(g);
         }
         // Made under the lock, before the flag: whoever sees the flag finds the waker. A
         // channel that can be woken itself (uiwarp's) needs none: the sleeper polls it anyway.
@@ -285,14 +301,7 @@ impl Shared {
         };
         g.sleepers.poller_active = true;
         drop(g);
-        let watch = self.cq_channel.watch_input();
-        let result = poll_fds(
-            &self.cq_channel,
-            self.endpoint.as_ref(),
-            waker,
-            watch.as_deref().map(|w| w.as_fd()),
-            wait,
-        );
+        let result = poll_fds(&self.cq_channel, self.endpoint.as_ref(), waker, input, wait);
         let mut g = self.lock();
         g.sleepers.poller_active = false;
         if matches!(result, Ok(true)) {
@@ -306,7 +315,7 @@ impl Shared {
             self.cond.notify_all();
         }
         result?;
-        Ok((g, watch))
+        Ok(g)
     }
 
     /// Wakes other blocked callers after a state change made outside `run`.

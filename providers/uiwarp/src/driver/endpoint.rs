@@ -497,10 +497,13 @@ impl Endpoint {
         }
     }
 
-    /// For a thread about to sleep on a channel of this QP, which polls the socket itself
-    /// and reads it once woken: the engine stops watching the socket for input (one change
-    /// of its registration, none while it has left input already) until
-    /// [`unwatch_input`](Self::unwatch_input). `None` when there is no socket to watch.
+    /// For a thread about to arm a queue of this QP and sleep on its channel, polling the
+    /// socket itself and reading it once woken: the engine stops watching the socket for
+    /// input, as for a spinner (one change of its registration, none while it has left input
+    /// already), and arming a queue does not take it back while a watcher lives (see
+    /// [`take_input_back`](Self::take_input_back)). The watcher leaving changes nothing: the
+    /// next sleeper or spinner reads, another thread's arming takes the socket back, and the
+    /// backstop does once no application thread reads it. `None` when there is no socket.
     pub(crate) fn watch_input(&self) -> Option<Arc<TcpStream>> {
         let engine = super::engine().ok()?;
         let mut st = self.lock();
@@ -509,25 +512,18 @@ impl Endpoint {
         self.input_watchers.fetch_add(1, Ordering::SeqCst);
         if link.engine_reads() {
             link.set_engine_reads(engine, false);
+            self.input_left.store(true, Ordering::SeqCst);
+            engine.set_backstop_from_outside(link.token);
         }
-        self.input_left.store(true, Ordering::SeqCst);
         Some(socket)
     }
 
-    /// The sleeper [`watch_input`](Self::watch_input) served is awake and has read: the last
-    /// one to leave hands input back to the engine, whose re-armed registration reports
-    /// bytes that came in between (epoll checks readiness). Counted under the lock that
-    /// [`leave_input_to_watcher`](Self::leave_input_to_watcher) checks under.
+    /// The sleeper [`watch_input`](Self::watch_input) served is awake and has read.
+    /// Counted under the lock that [`leave_input_to_watcher`](Self::leave_input_to_watcher)
+    /// checks under.
     pub(crate) fn unwatch_input(&self) {
-        let mut st = self.lock();
-        if self.input_watchers.fetch_sub(1, Ordering::SeqCst) != 1
-            || !self.input_left.swap(false, Ordering::SeqCst)
-        {
-            return;
-        }
-        if let (Some(link), Ok(engine)) = (st.link.as_mut(), super::engine()) {
-            link.set_engine_reads(engine, true);
-        }
+        let _st = self.lock();
+        self.input_watchers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// On the engine thread, when an input edge finds a sleeping thread polling this QP's
@@ -558,10 +554,12 @@ impl Endpoint {
 
     /// When one of this QP's queues is armed with a channel (a thread may sleep on it, and
     /// only the engine's input edges raise it): the engine watches the socket for input again
-    /// if it had left it to a spinner. Turning input back on reports bytes already waiting
-    /// (epoll checks readiness). One load when the engine reads already.
+    /// if it had left it to a spinner or a sleeper that watched the socket, unless a sleeper
+    /// watches it now (see [`watch_input`](Self::watch_input)). Turning input back on
+    /// reports bytes already waiting (epoll checks readiness). Two loads when the engine
+    /// reads already.
     pub(crate) fn take_input_back(&self) {
-        if !self.input_left.swap(false, Ordering::SeqCst) {
+        if self.input_watched() || !self.input_left.swap(false, Ordering::SeqCst) {
             return;
         }
         let Ok(engine) = super::engine() else {

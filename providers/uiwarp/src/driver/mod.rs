@@ -207,6 +207,19 @@ impl Engine {
             .or_insert(at);
     }
 
+    /// [`set_backstop`](Self::set_backstop) from an application thread: wakes the engine to
+    /// take the new timer into its poll timeout when there was none.
+    pub(crate) fn set_backstop_from_outside(&self, token: Token) {
+        let at = Instant::now() + BACKSTOP;
+        let mut timers = self.timers.lock().expect("engine timers");
+        if timers.contains_key(&(token.0 | BACKSTOP_BIT)) {
+            return;
+        }
+        timers.insert(token.0 | BACKSTOP_BIT, at);
+        drop(timers);
+        let _ = self.waker.wake();
+    }
+
     /// Has the engine read `token`'s endpoint again once it has handled the events at hand
     /// (its read budget ran out; no new edge would announce the bytes left).
     /// Once per turn: a connection whose event and whose resume both ran out its budget in
@@ -296,8 +309,10 @@ impl Engine {
                             && e.leave_input_to_watcher(&self, ev.is_writable())
                         {
                             // A thread sleeping on a channel of this QP polls the socket
-                            // itself and woke too: it reads the bytes; this thread stops
-                            // watching for input until that thread leaves.
+                            // itself and woke too: it reads the bytes, and this thread stops
+                            // watching for input again. The backstop takes the socket back
+                            // once no application thread reads it.
+                            self.set_backstop(ev.token());
                         } else if input && e.attended() {
                             // A thread may sleep on a channel of this QP: it reads the bytes
                             // itself once the channel wakes it, without the hand-off through
