@@ -2,7 +2,9 @@
 //! thread that spins on a completion queue reads the socket itself while the engine stays
 //! asleep, and the engine takes the socket back once no such thread reads it (an RDMA READ to
 //! a side whose application never calls in is answered); a thread that sleeps on a channel
-//! is woken by the engine's raise of the channel, and reads the socket itself.
+//! is woken by the engine's raise of the channel, and reads the socket itself; a sleeper
+//! that also polls the socket (the channel's input watch) wakes on arrivals with no engine
+//! wake-up at all, and the engine takes the socket back once it is gone.
 
 mod loopback;
 
@@ -144,6 +146,87 @@ fn an_event_mode_ping_pong_wakes_the_engine_about_once_per_arrival() {
         "the engine woke {woke} times for {} arrivals",
         2 * ROUND_TRIPS
     );
+}
+
+/// Event mode the way the socket layer's blocking calls wait: take the channel's input watch,
+/// arm, sleep in poll(2) on the channel's fd and the watched socket, take the events, drop
+/// the watch, poll. The engine leaves input to the watchers: it wakes for almost none of the
+/// arrivals (each of which would be a thread hop). Once the watchers are gone, nothing is
+/// lost: the engine answers an RDMA READ to the quiet side, and a thread that arms and waits
+/// on the channel's fd alone is woken by the next arrival.
+#[test]
+fn a_sleeper_that_watches_the_socket_wakes_on_arrivals_without_the_engine() {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    const ROUND_TRIPS: u64 = 1000;
+    let p = pair();
+    let ea = rdmasock_uiwarp::driver::endpoint(&p.a.qp).unwrap();
+    let eb = rdmasock_uiwarp::driver::endpoint(&p.b.qp).unwrap();
+    let sg_a = [p.a.mr.slice(0, 64).unwrap()];
+    let sg_b = [p.b.mr.slice(0, 64).unwrap()];
+    let wait = |side: &Side| {
+        let mut wc = [WorkCompletion::default()];
+        loop {
+            let watch = side.channel.watch_input().expect("one QP: its socket");
+            side.cq.req_notify(false).unwrap();
+            if side.cq.poll(&mut wc).unwrap().len() == 1 {
+                assert_eq!(wc[0].status(), WcStatus::Success);
+                return wc[0];
+            }
+            let mut fds = [
+                PollFd::new(side.channel.as_fd(), PollFlags::POLLIN),
+                PollFd::new(watch.as_fd(), PollFlags::POLLIN),
+            ];
+            assert!(
+                poll(&mut fds, PollTimeout::from(10_000u16)).unwrap() > 0,
+                "no wake-up"
+            );
+            let mut events = 0;
+            while side.channel.try_get_event().unwrap().is_some() {
+                events += 1;
+            }
+            side.cq.ack_events(events);
+            drop(watch);
+        }
+    };
+    let before = ea.engine_events() + eb.engine_events();
+    for i in 0..ROUND_TRIPS {
+        p.b.post_recv(i, &[(1000, 64)]);
+        p.a.post_recv(i, &[(1000, 64)]);
+        p.a.qp
+            .post_send(&[SendRequest::new(i, SendOp::Send, &sg_a).with_flags(SendFlags::empty())])
+            .unwrap();
+        assert_eq!(wait(&p.b).opcode(), WcOpcode::Recv);
+        p.b.qp
+            .post_send(&[SendRequest::new(i, SendOp::Send, &sg_b).with_flags(SendFlags::empty())])
+            .unwrap();
+        assert_eq!(wait(&p.a).opcode(), WcOpcode::Recv);
+    }
+    let woke = ea.engine_events() + eb.engine_events() - before;
+    // The engine hands each side's input to its watchers once (and again after a backstop
+    // that found an idle millisecond); an engine raising the channel per arrival would wake
+    // about once per arrival.
+    assert!(
+        woke < ROUND_TRIPS / 10,
+        "the engine woke {woke} times for {} arrivals",
+        2 * ROUND_TRIPS
+    );
+    // The watchers are gone: b's engine alone answers a's READs.
+    for round in 0..5 {
+        read_from_b(&p, round);
+    }
+    // A waiter on the channel's fd alone (as the mio hub waits): its arming takes the
+    // socket back, and the next arrival raises the channel.
+    p.b.post_recv(7, &[(0, 64)]);
+    p.b.cq.req_notify(false).unwrap();
+    p.a.qp
+        .post_send(&[SendRequest::new(7, SendOp::Send, &sg_a)])
+        .unwrap();
+    assert_eq!(
+        p.b.channel.wait(Some(TIMEOUT)).unwrap(),
+        Some(p.b.cq.cookie())
+    );
+    assert_eq!(poll_ok(&p.b.cq).wr_id, 7);
 }
 
 /// One completion queue shared by many queue pairs: a thread spinning on it (which checks a
