@@ -24,11 +24,12 @@ fn new_eventfd(what: &str) -> Result<EventFd> {
 }
 
 /// A completion channel. Its fd is an eventfd, readable while events wait: the channel costs
-/// a connection one fd, and a thread that sleeps on it waits for nothing else. While a
-/// queue that reports here is armed, the engine thread, which watches the sockets of its
-/// queue pairs, raises the channel when bytes arrive (`raise_input`) instead of reading
-/// them: the woken thread's [`ChannelOps::get_event`] reads them itself, as a thread blocked
-/// on a TCP socket would.
+/// a connection one fd. A thread that sleeps on it may also poll the socket of its one queue
+/// pair ([`ChannelOps::watch_input`]): the engine leaves that socket's input to it, and its
+/// [`ChannelOps::get_event`] reads the bytes once it wakes. For a thread that waits on the
+/// eventfd alone, the engine thread, which watches the sockets of the queue pairs, raises the
+/// channel when bytes arrive while a queue that reports here is armed (`raise_input`)
+/// instead of reading them: the woken thread's `get_event` reads them itself.
 ///
 /// The eventfd is also the notice fd of those queue pairs (see
 /// [`Endpoint::notice_fd`](super::Endpoint::notice_fd)): it is readable while events wait

@@ -438,8 +438,8 @@ impl Endpoint {
     }
 
     /// Whether a thread may sleep on a completion channel of this QP: one of its completion
-    /// queues is armed and has a channel, which the engine raises when bytes arrive (the
-    /// sleeper does not watch the socket).
+    /// queues is armed and has a channel, which the engine raises when bytes arrive for a
+    /// sleeper that does not watch the socket itself (see [`watch_input`](Self::watch_input)).
     pub(crate) fn attended(&self) -> bool {
         st_attended(&self.recv_cq) || st_attended(&self.send_cq)
     }

@@ -12,11 +12,13 @@
 //! finds the socket readable. While a thread spins, the engine stops watching the socket for
 //! input altogether: no wake-up of its own per arrival. A 1 ms backstop takes the socket
 //! back once no application thread has read it since the last look, in case nobody takes
-//! the bytes; arming a queue that has a completion channel takes it back at once. A thread
-//! that sleeps on a channel waits on its eventfd alone (a connection costs no fd for it to
-//! watch the socket): the engine raises the channel on each arrival while a queue is armed,
-//! and the woken thread reads the bytes itself (the backstop reads them if none does). The
-//! engine
+//! the bytes; arming a queue that has a completion channel takes it back at once (unless a
+//! sleeper watches the socket). A thread that sleeps on a channel serving one queue pair
+//! polls the socket beside the channel's eventfd (its input watch, taken before it arms):
+//! the engine leaves input to it as to a spinner, and it reads the bytes itself once woken.
+//! A thread that waits on the eventfd alone (the socket layer's readiness thread, tokio) is
+//! woken by the engine, which raises the channel on each arrival while a queue is armed;
+//! that thread reads the bytes itself (the backstop reads them if none does). The engine
 //! watches for room to write only while bytes wait for it. Whoever finds a socket would
 //! block leaves the rest to the next edge, which the engine gets.
 #![forbid(unsafe_code)]
@@ -316,7 +318,7 @@ impl Engine {
                         } else if input && e.attended() {
                             // A thread may sleep on a channel of this QP: it reads the bytes
                             // itself once the channel wakes it, without the hand-off through
-                            // this thread (its channel does not watch the socket, so the
+                            // this thread (it waits on the channel's eventfd alone, so the
                             // edge is raised there). The backstop reads them if no
                             // application thread does; write what waits for room.
                             self.set_backstop(ev.token());
