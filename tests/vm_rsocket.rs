@@ -201,7 +201,7 @@ fn proof_rejects_kernel_tcp() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let client = loop {
         let c = rstream(port, EXCHANGE, &["-s", &ip, "-T", "s"], false);
-        let out = c.wait_with_output().expect("rstream client");
+        let out = wait_bounded(c, "kernel-TCP rstream client");
         if out.status.success() {
             break out;
         }
@@ -272,7 +272,7 @@ fn capture_rsocket_and_ours_on_siw() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let client = rstream(theirs, exchange, &["-s", &ip_text], false);
-        let out = client.wait_with_output().expect("rstream client");
+        let out = wait_bounded(client, "rstream client <-> rstream server on siw0");
         if out.status.success() {
             break;
         }

@@ -177,27 +177,36 @@ pub(crate) fn counters_text() -> String {
     counters.join(" ")
 }
 
-/// Waits for rstream (bounded) and checks it exited 0 and reported its test.
-pub(crate) fn finish(child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut child = child;
-    loop {
-        if child.try_wait().expect("poll rstream").is_some() {
-            break;
-        }
+/// How long one rstream run may take: seconds under TCG, and a stuck one must fail its step
+/// by name instead of the binary's time limit killing the whole suite.
+const RSTREAM_BOUND: Duration = Duration::from_secs(120);
+
+/// How long one read or write of the socket side of an exchange may block.
+const SOCKET_BOUND: Duration = Duration::from_secs(60);
+
+/// Waits for an rstream process, bounded by [`RSTREAM_BOUND`]: one still running then is
+/// killed and the step fails with where it was stuck.
+pub(crate) fn wait_bounded(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + RSTREAM_BOUND;
+    while child.try_wait().expect("poll rstream").is_none() {
         if Instant::now() > deadline {
             let stuck = where_stuck(child.id());
             let _ = child.kill();
             let out = child.wait_with_output().expect("collect rstream output");
             panic!(
-                "{what}: rstream still running after 120 s; stdout {:?} stderr {:?}\n{stuck}",
+                "{what}: rstream still running after {RSTREAM_BOUND:?}; stdout {:?} stderr {:?}\n{stuck}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
         thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().expect("collect rstream output");
+    child.wait_with_output().expect("collect rstream output")
+}
+
+/// Waits for rstream (bounded) and checks it exited 0 and reported its test.
+pub(crate) fn finish(child: Child, what: &str) -> Output {
+    let out = wait_bounded(child, what);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{what}: rstream said:\n{stdout}{stderr}");
@@ -256,8 +265,18 @@ pub(crate) fn write_pattern(s: &mut RdmaSocket, len: usize, pattern: &mut Patter
         .unwrap_or_else(|e| panic!("{what}: write {len} bytes: {e}"));
 }
 
+/// Bounds each read and write of an exchange by [`SOCKET_BOUND`]: a peer that stops fails
+/// the step that waits on it (a timeout error) instead of hanging the suite.
+fn bound_socket(s: &RdmaSocket) {
+    s.set_read_timeout(Some(SOCKET_BOUND))
+        .expect("set_read_timeout");
+    s.set_write_timeout(Some(SOCKET_BOUND))
+        .expect("set_write_timeout");
+}
+
 /// rstream's client side over our socket; ends by reading the server's close (EOF).
 pub(crate) fn play_client(mut s: RdmaSocket, exchange: Exchange, what: &str) {
+    bound_socket(&s);
     let (mut out, mut back, mut got) = (Pattern(0), Pattern(0), 0u64);
     write_pattern(&mut s, SYNC_BYTES, &mut out, what);
     read_checked(&mut s, SYNC_BYTES, &mut back, &mut got, what);
@@ -275,6 +294,7 @@ pub(crate) fn play_client(mut s: RdmaSocket, exchange: Exchange, what: &str) {
 
 /// rstream's server side over our socket.
 pub(crate) fn play_server(mut s: RdmaSocket, exchange: Exchange, what: &str) {
+    bound_socket(&s);
     let (mut out, mut inbound, mut got) = (Pattern(0), Pattern(0), 0u64);
     read_checked(&mut s, SYNC_BYTES, &mut inbound, &mut got, what);
     write_pattern(&mut s, SYNC_BYTES, &mut out, what);
