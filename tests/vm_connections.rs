@@ -520,8 +520,20 @@ fn a_connect_storm_on_rxe0_is_refused_beyond_the_backlog() {
     storm("RDMA_VM_RXE_IP", UNANSWERED);
 }
 
+/// A reproduced kernel bug, skipped by the suite: on Debian's 6.1 (6.1.0-57) siw, a storm
+/// of connects can kill the kernel's listener and corrupt its memory. In the runs where the
+/// listener dies, the clients are answered only after siw's MPA timeout (10 s): a client
+/// that gives up before siw's accept work reached its TCP connection closes it, and the
+/// FIN lands on the listening endpoint (the same path as
+/// `known_bug_siw_listener_dies_when_a_client_connects_and_leaves_at_once` in
+/// vm_siw_services.rs). The endpoint's reference count then drops below zero: destroying
+/// the listener logs `WARNING … siw_cep_put` from `siw_destroy_listen` (a use after free),
+/// and after a few such storms the guest's kernel spins for ever on a freed endpoint's lock
+/// in `siw_cep_set_inuse` (RCU stalls; the VM stops scheduling). Run by hand, in a VM of
+/// its own: `tests/vm/run.sh --both -- target/debug/deps/vm_connections-HASH --ignored
+/// --exact known_bug_a_connect_storm_on_siw0_kills_the_kernel_listener`.
 #[test]
-#[ignore = "needs the VM: run tests/vm/run.sh"]
-fn a_connect_storm_on_siw0_is_refused_beyond_the_backlog() {
+#[ignore = "a reproduced siw bug (a storm kills the listener, then hangs the kernel): run by hand"]
+fn known_bug_a_connect_storm_on_siw0_kills_the_kernel_listener() {
     storm("RDMA_VM_SIW_IP", REJECTED);
 }

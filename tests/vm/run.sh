@@ -35,7 +35,8 @@
 # Its stdout and stderr come out on this script's stdout.
 #
 # Exit status: the command's; 124 when it timed out; 125 when the VM or the RDMA setup
-# failed; 126 when the guest's kernel said a NIC stopped completing transmits ("NETDEV
+# failed, or the guest's kernel stopped scheduling (a soft lockup, a panic, an RCU stall
+# reported twice: the VM is stopped at once); 126 when the guest's kernel said a NIC stopped completing transmits ("NETDEV
 # WATCHDOG": qemu's network backend stalled, below anything the command does; the VM is
 # stopped at once instead of waiting out the timeout). The guest's console log is printed
 # in those three cases.
@@ -252,8 +253,11 @@ if [[ "${RDMASOCK_VM_ACCEL:-tcg}" == tcg* ]]; then
     -e 's/.*tsc: Detected \([0-9.]*\) MHz processor.*/\1/p' | tail -n 1 | awk '$1 > 0 { printf "%d", $1 * 1000 }')
 fi
 # A small pool of 2 MiB huge pages (32 MiB) for rings on huge pages (docs/MEMORY.md).
-append="console=ttyS1 quiet loglevel=3 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable hugepages=16"
+append="console=ttyS1 quiet loglevel=4 panic=-1 mitigations=off random.trust_cpu=on tsc=reliable hugepages=16"
 [ -n "$tsc_khz" ] && append+=" tsc_early_khz=$tsc_khz"
+# RDMASOCK_VM_APPEND adds kernel parameters (e.g. "loglevel=7" to see every kernel message
+# in the console log).
+[ -n "${RDMASOCK_VM_APPEND:-}" ] && append+=" $RDMASOCK_VM_APPEND"
 t0=$(date +%s.%N)
 timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \
   -accel "${RDMASOCK_VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu "${RDMASOCK_VM_CPU:-max}" -m "$mem" -smp "$cpus" \
@@ -266,11 +270,20 @@ timeout -k 10 "$timeout_s" qemu-system-x86_64 -nodefaults -no-reboot -display no
   < /dev/null 2> "$CTL/qemu.err" &
 qemu_pid=$!
 # A NIC whose transmit queue stopped (qemu's socket netdev between two VMs can stall; the
-# guest then logs the watchdog every 5 s until the timeout) ends the run.
+# guest then logs the watchdog every 5 s until the timeout) ends the run. So does a guest
+# kernel that stopped scheduling (a soft lockup, a panic, or an RCU stall reported twice:
+# the kernel repeats it every minute while it lasts), which no command in it can survive;
+# the console (loglevel=4: errors and worse) says where it stalled.
 (
   while kill -0 "$qemu_pid" 2>/dev/null; do
     if grep -q 'NETDEV WATCHDOG' "$CTL/console.log" 2>/dev/null; then
       : > "$CTL/nic-stalled"
+      kill "$qemu_pid" 2>/dev/null
+      exit 0
+    fi
+    if grep -q -e 'soft lockup' -e 'Kernel panic' "$CTL/console.log" 2>/dev/null \
+       || [ "$(grep -c 'detected stalls on CPUs' "$CTL/console.log" 2>/dev/null)" -ge 2 ]; then
+      : > "$CTL/kernel-stalled"
       kill "$qemu_pid" 2>/dev/null
       exit 0
     fi
@@ -291,6 +304,11 @@ if [ -e "$CTL/nic-stalled" ]; then
   echo "vm: STOPPED: the guest's kernel reported a NIC whose transmit queue timed out" \
     "(NETDEV WATCHDOG): qemu's network backend stopped taking its frames, so this run" \
     "says nothing about the command; run it again" >&2
+elif [ -e "$CTL/kernel-stalled" ]; then
+  rc=125
+  echo "vm: STOPPED: the guest's kernel stopped scheduling (a soft lockup, a panic or a" \
+    "repeated RCU stall; its report is in the console log below): the command could not" \
+    "go on; the kernel's stack there names the cause" >&2
 elif [ -s "$CTL/rc" ]; then rc=$(cat "$CTL/rc")
 elif [ $qemu_rc = 124 ] || [ $qemu_rc = 137 ]; then rc=124; echo "vm: TIMED OUT after ${timeout_s}s" >&2
 else rc=125; echo "vm: the VM stopped without a result (qemu exit status $qemu_rc)" >&2; fi
