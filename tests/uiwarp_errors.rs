@@ -350,8 +350,8 @@ fn a_client_gone_before_the_answer_is_skipped() {
 }
 
 /// Handshakes under way are bounded by the listen backlog: with a backlog of 1 and a
-/// staller taking it, the next client's request waits unanswered (its 1 s connect times
-/// out); once the staller leaves, a client gets in.
+/// staller taking it, the next client is refused at once, told why; once the staller
+/// leaves, a client gets in.
 #[test]
 fn handshakes_under_way_are_bounded_by_the_backlog() {
     let opts = SocketOptions::builder()
@@ -375,9 +375,15 @@ fn handshakes_under_way_are_bounded_by_the_backlog() {
     staller
         .read_exact(&mut reply)
         .expect("the staller's request is answered");
-    let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(1))
+    let err = RdmaSocket::connect_timeout(&addr, Duration::from_secs(60))
         .expect_err("no room for a second handshake while the staller holds the backlog");
     eprintln!("while the staller holds the backlog: {err}");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+    assert!(
+        err.to_string()
+            .contains("the listener's backlog (1) is full"),
+        "{err}"
+    );
     drop(staller);
     let end = Instant::now() + Duration::from_secs(30);
     let good = loop {
@@ -394,6 +400,53 @@ fn handshakes_under_way_are_bounded_by_the_backlog() {
     good.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"ping");
     server.join().expect("accept thread");
+}
+
+/// A listener answers requests whether or not anyone calls `accept`, as a TCP listener's
+/// queue takes connections: its backlog's worth of clients connect and write before any
+/// `accept`, the next client is refused at once with the reason, and `accept` then returns
+/// the waiting connections in the order they came, their bytes intact, after which there
+/// is room again.
+#[test]
+fn a_listener_answers_its_backlog_before_accept_and_refuses_beyond_it() {
+    let opts = SocketOptions::builder()
+        .connect_timeout(Duration::from_secs(60))
+        .backlog(2)
+        .build()
+        .unwrap();
+    let (l, addr) = listener_with(&opts);
+    let mut clients = Vec::new();
+    for i in 0..2u8 {
+        let mut c = RdmaSocket::connect(addr)
+            .unwrap_or_else(|e| panic!("client {i}, within the backlog, before any accept: {e}"));
+        c.write_all(&[i; 4]).unwrap();
+        clients.push(c);
+    }
+    let start = Instant::now();
+    let err = RdmaSocket::connect(addr).expect_err("the backlog is full");
+    eprintln!(
+        "a client beyond the backlog, after {:?}: {err}",
+        start.elapsed()
+    );
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
+    assert!(
+        err.to_string()
+            .contains("the listener's backlog (2) is full"),
+        "{err}"
+    );
+    for i in 0..2u8 {
+        let (mut s, _) = l.accept().expect("a waiting connection");
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).expect("its bytes");
+        assert_eq!(b, [i; 4], "the connections come in the order they came");
+        s.write_all(&b).unwrap();
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).expect("the echo");
+        assert_eq!(b, [i as u8; 4]);
+    }
+    let _room = RdmaSocket::connect(addr).expect("room again once accept took them");
 }
 
 /// `accept` answers every request as it comes: a client that stalls before its

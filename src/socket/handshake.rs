@@ -17,6 +17,7 @@ use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
@@ -186,6 +187,12 @@ pub(crate) struct Backlog {
     own_timer: TimerFd,
     /// Whether `own` watches the connection manager's fd.
     own_listens: bool,
+    /// Raised by the answering thread when it added a handshake or kept an error for
+    /// `accept`; watched by `own`, by mio and by a blocking `accept`'s wait, and reset by
+    /// `accept`.
+    notice: EventFd,
+    /// An error the answering thread met, for the next `accept` to return.
+    deferred: Option<io::Error>,
 }
 
 fn timer() -> io::Result<TimerFd> {
@@ -211,12 +218,18 @@ impl Backlog {
             .map_err(own_error)?;
         own.add(listener_fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
             .map_err(own_error)?;
+        let notice = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| io::Error::other(format!("creating the listener's eventfd: {e}")))?;
+        own.add(&notice, EpollEvent::new(EpollFlags::EPOLLIN, 0))
+            .map_err(own_error)?;
         Ok(Backlog {
             handshakes: Vec::new(),
             watch: None,
             own: Arc::new(own),
             own_timer,
             own_listens: true,
+            notice,
+            deferred: None,
         })
     }
 
@@ -246,6 +259,23 @@ impl Backlog {
         }
         self.own_listens = room;
         Ok(())
+    }
+
+    /// Raises the notice (see [`Backlog::notice`](Self#structfield.notice)).
+    pub(crate) fn notify(&self) {
+        let _ = self.notice.write(1);
+    }
+
+    /// Keeps `e` for the next `accept`, and raises the notice.
+    pub(crate) fn defer_error(&mut self, e: io::Error) {
+        self.deferred.get_or_insert(e);
+        self.notify();
+    }
+
+    /// What `accept` does first: resets the notice and takes a kept error.
+    pub(crate) fn take_notice(&mut self) -> Option<io::Error> {
+        let _ = self.notice.read();
+        self.deferred.take()
     }
 
     /// Adds an answered request.
@@ -338,6 +368,7 @@ impl Backlog {
     pub(crate) fn wait_set(&self, listener_fd: Option<BorrowedFd<'_>>) -> io::Result<WaitSet> {
         let fds = listener_fd
             .into_iter()
+            .chain([self.notice.as_fd()])
             .chain(self.handshakes.iter().map(Handshake::fd))
             .map(|fd| fd.try_clone_to_owned())
             .collect::<io::Result<Vec<_>>>()
@@ -353,6 +384,7 @@ impl Backlog {
         self.deregister(registry);
         let timer = timer()?;
         SourceFd(&timer.as_fd().as_raw_fd()).register(registry, token, Interest::READABLE)?;
+        SourceFd(&self.notice.as_fd().as_raw_fd()).register(registry, token, Interest::READABLE)?;
         for h in &mut self.handshakes {
             watch(registry, token, h)?;
         }
@@ -364,6 +396,7 @@ impl Backlog {
     pub(crate) fn deregister(&mut self, registry: &Registry) {
         if let Some((_, _, timer)) = self.watch.take() {
             let _ = SourceFd(&timer.as_fd().as_raw_fd()).deregister(registry);
+            let _ = SourceFd(&self.notice.as_fd().as_raw_fd()).deregister(registry);
         }
         for h in &mut self.handshakes {
             unwatch(registry, h);

@@ -1,6 +1,7 @@
 //! [`RdmaListener`]: accepts RDMA stream connections, like [`std::net::TcpListener`].
 #![forbid(unsafe_code)]
 
+use super::answering::{register, Registration, KERNEL_QUEUE};
 use super::conn::InitQpFailed;
 use super::handshake::{accept_failure, rsocket_parameters, Backlog, Handshake, FIRST_FRAME_WAIT};
 use super::options::SocketOptions;
@@ -25,6 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// reports nothing (a siw bug; rdma-core's listeners die the same way). Keep such clients
 /// off siw ports, or listen on the userspace provider, which is not affected.
 pub struct RdmaListener {
+    /// The listener's place under the answering thread, shared by clones.
+    answering: Arc<Registration>,
     pub(crate) cm: Arc<dyn CmListener>,
     opts: SocketOptions,
     nonblocking: Arc<AtomicBool>,
@@ -50,7 +53,11 @@ impl Drop for RdmaListener {
     /// parent's: dropping them there leaves them alone (see `RdmaSocket`'s drop).
     fn drop(&mut self) {
         if crate::verbs::in_forked_child() {
-            std::mem::forget((Arc::clone(&self.cm), Arc::clone(&self.backlog)));
+            std::mem::forget((
+                Arc::clone(&self.cm),
+                Arc::clone(&self.backlog),
+                Arc::clone(&self.answering),
+            ));
         }
     }
 }
@@ -77,16 +84,22 @@ impl RdmaListener {
         crate::verbs::fork::note_owner();
         let mut last = None;
         for a in addr.to_socket_addrs()? {
-            match cm.listen(a, opts.backlog) {
+            match cm.listen(a, opts.backlog.max(KERNEL_QUEUE)) {
                 Ok(l) => {
-                    let backlog = Backlog::new(l.event_fd())?;
+                    let cm: Arc<dyn CmListener> = Arc::from(l);
+                    let backlog = Backlog::new(cm.event_fd())?;
+                    let fd = backlog.own();
+                    let backlog = Arc::new(Mutex::new(backlog));
+                    let failed = Arc::default();
+                    let answering = Arc::new(register(&cm, &backlog, opts, &failed)?);
                     return Ok(RdmaListener {
-                        cm: Arc::from(l),
+                        answering,
+                        cm,
                         opts: opts.clone(),
                         nonblocking: Arc::new(AtomicBool::new(false)),
-                        fd: backlog.own(),
-                        backlog: Arc::new(Mutex::new(backlog)),
-                        failed: Arc::default(),
+                        fd,
+                        backlog,
+                        failed,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -117,6 +130,7 @@ impl RdmaListener {
     /// accepted by exactly one of the handles that call `accept`.
     pub fn try_clone(&self) -> io::Result<RdmaListener> {
         Ok(RdmaListener {
+            answering: Arc::clone(&self.answering),
             cm: Arc::clone(&self.cm),
             opts: self.opts.clone(),
             nonblocking: Arc::clone(&self.nonblocking),
@@ -139,21 +153,28 @@ impl RdmaListener {
     /// is unusable (another protocol or version, malformed private data) is rejected with the
     /// reason as text and skipped; one whose client goes away or stalls before the handshake
     /// ends is dropped (within the connect timeout) and skipped too (see
-    /// [`take_error`](Self::take_error)). At most the listen backlog's worth of handshakes
-    /// run at once; further requests wait their turn.
+    /// [`take_error`](Self::take_error)). Requests are answered as they come whether or not
+    /// anyone calls `accept` (by the process's `rdmasock-listen` thread), up to the listen
+    /// backlog's worth of connections under way or waiting for `accept`; a request beyond
+    /// them is rejected at once, the client's connect failing with `ConnectionRefused` and
+    /// "the listener's backlog (N) is full of connections waiting for accept".
     pub fn accept(&self) -> io::Result<(RdmaSocket, SocketAddr)> {
         let first_frame_bound = FIRST_FRAME_WAIT.min(self.opts.connect_timeout);
         // Handshakes under way at once, at most: each holds a queue pair and its rings, so a
         // flood of stalling clients must not take more than the listen backlog. Requests
-        // beyond it wait in the connection manager's queue (bounded by the same backlog).
+        // beyond it wait in the connection manager's queue until the answering thread
+        // rejects them (or this loop answers them, once there is room).
         let most = self.opts.backlog as usize;
         let mut backlog = self.backlog();
         loop {
+            if let Some(e) = backlog.take_notice() {
+                return Err(e);
+            }
             while backlog.len() < most {
                 let Some(request) = self.cm.poll_request()? else {
                     break;
                 };
-                if let Some(h) = self.answer(request)? {
+                if let Some(h) = answer(&self.opts, &self.failed, request)? {
                     backlog.push(h)?;
                 }
             }
@@ -185,54 +206,58 @@ impl RdmaListener {
     pub(crate) fn backlog(&self) -> MutexGuard<'_, Backlog> {
         self.backlog.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
-    /// Sets up one request's connection and accepts it; `None` when it was rejected or its
-    /// client is gone.
-    fn answer(&self, request: IncomingRequest) -> io::Result<Option<Handshake>> {
-        let IncomingRequest {
-            endpoint,
-            private_data,
-        } = request;
-        let hello = match Hello::parse(&private_data) {
-            Ok(h) => h,
-            Err(e) => {
-                let reason = reject_reason(
-                    &format!("rdmasock: {e}"),
-                    crate::cm::id::IB_REJECT_PRIVATE_DATA_MAX,
-                );
-                let _ = endpoint.reject(reason.as_bytes());
-                return Ok(None);
-            }
-        };
-        let peer = endpoint.peer_addr();
-        let mut conn = match prepare(endpoint, &self.opts) {
-            Ok(conn) => conn,
-            // The request is no longer valid (its client gave up): skip it.
-            Err(e) if e.get_ref().is_some_and(|inner| inner.is::<InitQpFailed>()) => {
-                self.record_failure(peer, e);
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        // The peer may write as soon as it has our reply: connected before accepting.
-        conn.connected(&hello)?;
-        let data = conn.hello_bytes();
-        if let Err(e) = conn
-            .endpoint
-            .start_accept(&conn.res.qp, &rsocket_parameters(&data))
-        {
-            // The client went away before the answer (uiwarp: its TCP connection closed).
-            self.record_failure(peer, e);
+/// Sets up one request's connection (with the listener's `opts`) and accepts it; `None` when
+/// it was rejected or its client is gone (kept in `failed` for `take_error`).
+pub(crate) fn answer(
+    opts: &SocketOptions,
+    failed: &Mutex<Option<io::Error>>,
+    request: IncomingRequest,
+) -> io::Result<Option<Handshake>> {
+    let IncomingRequest {
+        endpoint,
+        private_data,
+    } = request;
+    let hello = match Hello::parse(&private_data) {
+        Ok(h) => h,
+        Err(e) => {
+            let reason = reject_reason(
+                &format!("rdmasock: {e}"),
+                crate::cm::id::IB_REJECT_PRIVATE_DATA_MAX,
+            );
+            let _ = endpoint.reject(reason.as_bytes());
             return Ok(None);
         }
-        Ok(Some(Handshake::new(conn, peer, self.opts.connect_timeout)))
+    };
+    let peer = endpoint.peer_addr();
+    let mut conn = match prepare(endpoint, opts) {
+        Ok(conn) => conn,
+        // The request is no longer valid (its client gave up): skip it.
+        Err(e) if e.get_ref().is_some_and(|inner| inner.is::<InitQpFailed>()) => {
+            record_failure(failed, peer, e);
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    // The peer may write as soon as it has our reply: connected before accepting.
+    conn.connected(&hello)?;
+    let data = conn.hello_bytes();
+    if let Err(e) = conn
+        .endpoint
+        .start_accept(&conn.res.qp, &rsocket_parameters(&data))
+    {
+        // The client went away before the answer (uiwarp: its TCP connection closed).
+        record_failure(failed, peer, e);
+        return Ok(None);
     }
+    Ok(Some(Handshake::new(conn, peer, opts.connect_timeout)))
+}
 
-    /// Keeps `e`, about the request from `peer`, for [`take_error`](Self::take_error).
-    fn record_failure(&self, peer: Option<SocketAddr>, e: io::Error) {
-        let e = accept_failure(peer, e.kind(), e);
-        *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-    }
+/// Keeps `e`, about the request from `peer`, for [`RdmaListener::take_error`].
+fn record_failure(failed: &Mutex<Option<io::Error>>, peer: Option<SocketAddr>, e: io::Error) {
+    let e = accept_failure(peer, e.kind(), e);
+    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
 }
 
 /// The socket of an established connection.

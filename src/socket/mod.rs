@@ -37,6 +37,7 @@ mod devices;
 mod fd;
 // The completion feed's fuzz entry point: built only for `cargo fuzz` (which sets
 // `--cfg fuzzing`) and for the seeded smoke test that `tests/run.sh` builds the same way.
+mod answering;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod handshake;

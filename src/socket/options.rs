@@ -245,7 +245,9 @@ impl SocketOptionsBuilder {
         self.rest.keepalive = interval;
         self
     }
-    /// The listen backlog (at least 1).
+    /// The listen backlog (at least 1): how many connections a listener answers ahead of
+    /// `accept` (handshakes under way included); a request beyond them is refused at once,
+    /// as [`RdmaListener::accept`](crate::RdmaListener::accept) says.
     pub fn backlog(mut self, backlog: u32) -> Self {
         self.rest.backlog = backlog;
         self

@@ -282,7 +282,7 @@ qemu_pid=$!
       exit 0
     fi
     if grep -q -e 'soft lockup' -e 'Kernel panic' "$CTL/console.log" 2>/dev/null \
-       || [ "$(grep -c 'detected stalls on CPUs' "$CTL/console.log" 2>/dev/null)" -ge 2 ]; then
+       || [ "$(cat "$CTL/console.log" 2>/dev/null | grep -c 'detected stalls on CPUs')" -ge 2 ]; then
       : > "$CTL/kernel-stalled"
       kill "$qemu_pid" 2>/dev/null
       exit 0
