@@ -43,7 +43,7 @@ fn echo_each(pairs: &mut [(RdmaSocket, RdmaSocket)]) {
 }
 
 #[test]
-fn connections_share_one_context_and_the_last_close_frees_it() {
+fn connections_share_one_context_the_listener_keeps_and_the_last_close_frees() {
     let listener = RdmaListener::bind("127.0.0.1:0").expect("bind on loopback");
     assert_eq!(open_device_contexts(), 0, "no connection yet");
     let mut pairs = pairs_at_once(&listener, CONNECTIONS);
@@ -71,17 +71,30 @@ fn connections_share_one_context_and_the_last_close_frees_it() {
     drop(last);
     assert_eq!(
         open_device_contexts(),
-        0,
-        "the last close freed the context"
+        1,
+        "the listener keeps the context of the connections it answered"
     );
 
     let mut again = pairs_at_once(&listener, 2);
     assert_eq!(
         open_device_contexts(),
         1,
-        "the next connection opened it again"
+        "the next connections find it open"
     );
     echo_each(&mut again);
     drop(again);
-    assert_eq!(open_device_contexts(), 0);
+    drop(listener);
+    assert_eq!(
+        open_device_contexts(),
+        0,
+        "the last close, after the listener's, freed the context"
+    );
+
+    // Without a listener, the last connection's close frees it.
+    let listener = RdmaListener::bind("127.0.0.1:0").expect("bind on loopback");
+    let pair = pairs_at_once(&listener, 1);
+    drop(listener);
+    assert_eq!(open_device_contexts(), 1, "the pair holds it");
+    drop(pair);
+    assert_eq!(open_device_contexts(), 0, "the last close freed it");
 }

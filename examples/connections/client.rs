@@ -140,6 +140,23 @@ pub(crate) fn run(
     }
     run.busy = measure::now();
     drop(conns);
+    if stack == "rdma" {
+        // A close finishes on the socket's driver after the drop: read what is left once
+        // every connection is gone (its verbs objects and fds released).
+        let end = Instant::now() + CLOSE_WAIT;
+        while rdmasock::census().connections > 0 {
+            if Instant::now() > end {
+                return Err(format!(
+                    "{} of {n} connections still open {CLOSE_WAIT:?} after they were dropped",
+                    rdmasock::census().connections
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     run.closed = measure::now();
     Ok(run)
 }
+
+/// How long the closes of dropped connections may take to finish.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);

@@ -108,12 +108,12 @@ pub(crate) fn table(n: usize, runs: &[(&str, Run)]) -> String {
         ),
         rows_of(
             &|r| r.closed.fds as f64 - r.base.fds as f64,
-            "fds left after close",
+            "fds kept after close (process-wide)",
             0,
         ),
         rows_of(
             &|r| r.closed.threads as f64 - r.base.threads as f64,
-            "threads left after close",
+            "threads kept after close",
             0,
         ),
     ];

@@ -3,9 +3,11 @@
 //! open of its uverbs node, a context and an fd) nor allocates a protection domain of its own.
 //!
 //! The process keeps only weak references: the context and domain live while a connection
-//! (or a connect in progress) holds them, and the last one to go closes the device, as each
-//! connection closed its own before; the kernel's removal of a device therefore still
-//! completes once the sockets on it are dropped. A device reported removed is never handed
+//! (or a connect in progress) holds them, or a listener that answered connections on the
+//! device (so that a server's next connection, and the process's clients on that device,
+//! find it open), and the last of those to go closes the device; the kernel's removal of a
+//! device therefore still completes once the sockets and listeners on it are dropped (as it
+//! waits for a listener's connection-manager id anyway). A device reported removed is never handed
 //! out again, so that a device re-added under the same name is opened afresh.
 //!
 //! Sharing the domain is safe for the peer's view: every region a peer may write (the receive

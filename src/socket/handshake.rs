@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::conn::Connection;
+use super::devices::OpenDevice;
 use crate::cm::ConnectionParameters;
 use crate::verbs::Transport;
 use mio::event::Source as _;
@@ -193,6 +194,12 @@ pub(crate) struct Backlog {
     notice: EventFd,
     /// An error the answering thread met, for the next `accept` to return.
     deferred: Option<io::Error>,
+    /// The devices of the connections this listener answered, kept open while it lives, so
+    /// that its next connections (and this process's clients on the same device) find the
+    /// device context and protection domain open instead of opening them again; one that was
+    /// removed is let go. Keeping them delays no device removal: the kernel's removal waits
+    /// for the listener's own connection-manager id anyway.
+    devices: Vec<Arc<OpenDevice>>,
 }
 
 fn timer() -> io::Result<TimerFd> {
@@ -230,6 +237,7 @@ impl Backlog {
             own_listens: true,
             notice,
             deferred: None,
+            devices: Vec::new(),
         })
     }
 
@@ -280,6 +288,11 @@ impl Backlog {
 
     /// Adds an answered request.
     pub(crate) fn push(&mut self, mut h: Handshake) -> io::Result<()> {
+        let device = &h.conn.res.device;
+        self.devices.retain(|d| !d.is_removed());
+        if !self.devices.iter().any(|d| Arc::ptr_eq(d, device)) && !device.is_removed() {
+            self.devices.push(Arc::clone(device));
+        }
         if let Some((registry, token, _)) = &self.watch {
             watch(registry, *token, &mut h)?;
         }
