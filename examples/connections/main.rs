@@ -34,7 +34,7 @@ mod measure;
 mod peer;
 mod report;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -186,19 +186,49 @@ fn measure_in_child(o: &Options, stack: &str, n: usize) -> Result<client::Run, S
     if stack == "rsocket" {
         cmd.env("LD_PRELOAD", o.rsocket.as_deref().unwrap_or_default());
     }
-    let out = cmd
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
+        .spawn()
         .map_err(|e| format!("starting the {stack} run: {e}"))?;
-    let line = BufReader::new(&out.stdout[..])
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("run "));
-    match line.and_then(|l| report::decode(&l)) {
-        Some(run) if out.status.success() => Ok(run),
-        _ => Err(format!("the {stack} run of {n} failed ({})", out.status)),
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    // A stack that hangs (rsocket's preload library under many connections can) must not
+    // hang the benchmark: its run is bounded, and killed at the bound.
+    let bound = CHILD_BOUND + CHILD_BOUND_PER_CONNECTION * n as u32;
+    let end = std::time::Instant::now() + bound;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the {stack} run of {n} did not finish within {bound:?} (killed)"
+                ));
+            }
+            Err(e) => return Err(format!("waiting for the {stack} run: {e}")),
+        }
+    };
+    let out = reader.join().unwrap_or_default();
+    let line = out.lines().find(|l| l.starts_with("run "));
+    match line.and_then(report::decode) {
+        Some(run) if status.success() => Ok(run),
+        _ => Err(format!("the {stack} run of {n} failed ({status})")),
     }
 }
+
+/// The bound on one measuring process: this, and `CHILD_BOUND_PER_CONNECTION` for each
+/// connection (a connection costs up to ~0.15 s to make in the VM under TCG).
+const CHILD_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+const CHILD_BOUND_PER_CONNECTION: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -225,10 +255,19 @@ fn whole(o: &Options) -> Result<(), String> {
     let mut table = String::new();
     for &n in &o.counts {
         let mut runs = Vec::new();
+        let mut failed = Vec::new();
         for stack in &stacks {
-            runs.push((*stack, measure_in_child(o, stack, n)?));
+            match measure_in_child(o, stack, n) {
+                Ok(run) => runs.push((*stack, run)),
+                // A peer's failure is reported in the table, not the end of the benchmark.
+                Err(e) if *stack == "rsocket" => failed.push(e),
+                Err(e) => return Err(e),
+            }
         }
-        let text = report::table(n, &runs);
+        let mut text = report::table(n, &runs);
+        for e in failed {
+            text.push_str(&format!("{e}: no column for it\n"));
+        }
         print!("{text}");
         std::io::stdout().flush().ok();
         table.push_str(&text);
