@@ -216,7 +216,7 @@ impl ChannelOps for UiwarpChannel {
         events.settle(&self.fd);
     }
 
-    fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+    fn watch_input(&self) -> Option<Box<dyn AsFd + Send>> {
         let endpoint = {
             let list = self.endpoints.lock().expect("channel lock");
             let mut live = list.iter().filter_map(Weak::upgrade);

@@ -40,7 +40,7 @@ pub use completion::{UiwarpChannel, UiwarpCq};
 pub use dial::{connect, Dial};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Notice;
-pub use endpoint::{Endpoint, MAX_LIVENESS_TIMEOUT};
+pub use endpoint::{engine_events_total, Endpoint, MAX_LIVENESS_TIMEOUT};
 
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use pending::Pending;
