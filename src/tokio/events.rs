@@ -52,7 +52,14 @@ struct Watch {
     /// The fd whose input raises the channel's events (a duplicate of the fd of the
     /// channel's input watch), where the channel lends one.
     input: Option<AsyncFd<OwnedFd>>,
+    /// The input reached its end (the peer's FIN or an error): the reactor reports it ready
+    /// for good (closed states are final), and no arrival can follow, so it is watched no
+    /// more (the channel reports what the end does to the connection).
+    input_ended: AtomicBool,
 }
+
+/// Where [`Watch::poll`] puts the input's guard.
+const INPUT: usize = 3;
 
 /// The ready guards of one look at a [`Watch`]: each is cleared after the next attempt (one
 /// that came after the edge it reported) found nothing, never before, so that no edge is
@@ -84,6 +91,7 @@ impl Watch {
             input: input
                 .map(|fd| register(fd, Interest::READABLE))
                 .transpose()?,
+            input_ended: AtomicBool::new(false),
         })
     }
 
@@ -94,9 +102,13 @@ impl Watch {
             Poll::Ready(Err(e)) => Err(e),
             Poll::Pending => Ok(None),
         };
-        let readable = |fd: &'a Option<AsyncFd<OwnedFd>>, cx: &mut Context<'_>| match fd {
+        let readable = |fd: Option<&'a AsyncFd<OwnedFd>>, cx: &mut Context<'_>| match fd {
             Some(fd) => ready(fd.poll_read_ready(cx)),
             None => Ok(None),
+        };
+        let input = match self.input_ended.load(Ordering::Relaxed) {
+            true => None,
+            false => self.input.as_ref(),
         };
         let raised = match way {
             Way::Read => self.raised.poll_read_ready(cx),
@@ -104,9 +116,9 @@ impl Watch {
         };
         Ok([
             ready(self.channel.poll_read_ready(cx))?,
-            readable(&self.notices, cx)?,
+            readable(self.notices.as_ref(), cx)?,
             ready(raised)?,
-            readable(&self.input, cx)?,
+            readable(input, cx)?,
         ])
     }
 }
@@ -174,13 +186,16 @@ impl Readiness {
     }
 
     /// Runs `attempt` (a nonblocking call on the socket: it makes the progress there is and
-    /// arms the completion queue before it returns `WouldBlock`) until it does not return
-    /// `WouldBlock`; `Pending` when it does and none of `way`'s fds has had an edge since the
-    /// attempt armed the queue (one wakes the task then).
+    /// arms the completion queue before it returns `WouldBlock`, which on the userspace
+    /// provider takes the channel's events and so reads the watched input until it would
+    /// block) until it does not return `WouldBlock`; `Pending` when it does and none of
+    /// `way`'s fds has had an edge since the attempt armed the queue (one wakes the task
+    /// then).
     ///
     /// The attempt comes before the look at the fds: bytes that came before the stream was
     /// registered are read at once, and a stream in full flow makes no look at all. A ready
-    /// guard is cleared only after an attempt that came after its edge found nothing.
+    /// guard is cleared only after an attempt that came after its edge found nothing; the
+    /// input's, once it reports the input's end, is not watched again.
     pub(crate) fn drive<T>(
         &self,
         cx: &mut Context<'_>,
@@ -196,6 +211,13 @@ impl Readiness {
             match attempt() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 result => return Poll::Ready(result),
+            }
+            if let Some(guard) = &seen[INPUT] {
+                let ready = guard.ready();
+                if ready.is_read_closed() || ready.is_error() {
+                    // The attempt read the end: closed states stay ready for good.
+                    watch.input_ended.store(true, Ordering::Relaxed);
+                }
             }
             for guard in seen.iter_mut().filter_map(Option::take) {
                 let mut guard = guard;
