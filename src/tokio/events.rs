@@ -20,14 +20,14 @@
 //! socket back within its backstop and moves the bytes as before, raising the channel.
 #![forbid(unsafe_code)]
 
-use crate::socket::RdmaSocket;
+use crate::socket::{RdmaSocket, Shared};
 use ::tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use ::tokio::io::Interest;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 /// Which way a call moves bytes: which of a stream's watches it waits on.
@@ -135,6 +135,8 @@ pub(crate) struct Readiness {
     input: Mutex<Option<InputWatch>>,
     /// [`lend_input`](Self::lend_input) was called (a plain load for the common case).
     input_lent: AtomicBool,
+    /// The connection, to take the watched input on the task (see [`drive`](Self::drive)).
+    shared: Arc<Shared>,
 }
 
 impl fmt::Debug for Readiness {
@@ -166,6 +168,7 @@ impl Readiness {
             write: Watch::register(socket, ready.write_fd()?, input_fd, Way::Write)?,
             input: Mutex::new(input),
             input_lent: AtomicBool::new(false),
+            shared: Arc::clone(&socket.shared),
         })
     }
 
@@ -194,8 +197,9 @@ impl Readiness {
     ///
     /// The attempt comes before the look at the fds: bytes that came before the stream was
     /// registered are read at once, and a stream in full flow makes no look at all. A ready
-    /// guard is cleared only after an attempt that came after its edge found nothing; the
-    /// input's, once it reports the input's end, is not watched again.
+    /// guard is cleared only after an attempt that came after its edge found nothing, except
+    /// the input's: it is cleared at once, and the input read until it would block before
+    /// the next attempt. Once it reports the input's end, it is not watched again.
     pub(crate) fn drive<T>(
         &self,
         cx: &mut Context<'_>,
@@ -223,14 +227,41 @@ impl Readiness {
                 let mut guard = guard;
                 guard.clear_ready();
             }
-            seen = match watch.poll(cx, way) {
-                Ok(guards) => guards,
-                Err(e) => return Poll::Ready(Err(e)),
-            };
-            if seen.iter().all(Option::is_none) {
-                return Poll::Pending;
+            loop {
+                seen = match watch.poll(cx, way) {
+                    Ok(guards) => guards,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                if seen.iter().all(Option::is_none) {
+                    return Poll::Pending;
+                }
+                match self.take_input(watch, &mut seen) {
+                    // Only the input was ready, and reading it brought nothing: look again
+                    // (registering the waker) without another attempt.
+                    Ok(false) if seen.iter().all(Option::is_none) => continue,
+                    Ok(_) => break,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
             }
         }
+    }
+
+    /// When `seen` holds the input's ready guard (and the input has not ended): clears it
+    /// and then reads the input until it would block, so that an arrival after the read is a
+    /// new edge, and an edge that an attempt already took the bytes of is not left for the
+    /// next call to find stale. Whether that read brought progress (`false` when the input
+    /// was not ready).
+    fn take_input<'a>(&self, watch: &Watch, seen: &mut Guards<'a>) -> io::Result<bool> {
+        let Some(guard) = seen[INPUT].as_mut() else {
+            return Ok(false);
+        };
+        if watch.input_ended.load(Ordering::Relaxed) || guard.ready().is_read_closed() {
+            // The end is read by the attempt, and the guard marks the input as ended then.
+            return Ok(true);
+        }
+        guard.clear_ready();
+        seen[INPUT] = None;
+        self.shared.take_input()
     }
 }
 
