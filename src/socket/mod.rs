@@ -75,6 +75,8 @@ pub use options::{
     UNPINNED_SIGNAL_INTERVAL,
 };
 pub use rdma_socket::RdmaSocket;
+#[cfg(feature = "tokio")]
+pub(crate) use shared::Shared;
 pub use wait::WaitStats;
 #[cfg(feature = "tokio")]
 pub(crate) use zero_copy::bounds;

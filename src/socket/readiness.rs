@@ -251,6 +251,14 @@ impl ReadyFds {
         self.flush_waiting.store(true, Ordering::SeqCst);
     }
 
+    /// Whether the socket's readiness thread serves its readiness to code that waits on fds
+    /// itself: the fd was handed out, or the socket is registered with mio.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn watched_by_others(&self) -> bool {
+        let mio = *self.mio.lock().unwrap_or_else(|p| p.into_inner());
+        self.handed_out.load(Ordering::SeqCst) || mio.0 || mio.1
+    }
+
     /// Whether a direction waits for its edge (only after a `WouldBlock` or a registration):
     /// when none does, there is nothing to report and the readiness need not be computed.
     pub(crate) fn waiting(&self) -> bool {

@@ -409,6 +409,23 @@ impl Shared {
         }
     }
 
+    /// For the async adapter, once the fd of the channel's input watch (uiwarp's socket) was
+    /// readable: takes the channel's events, which reads the socket until it would block, as
+    /// a blocking call does once woken (`take_events_after_wake`), and makes the progress
+    /// that brought. Whether there was any (events or completions): the caller's attempt may
+    /// go on then.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn take_input(&self) -> io::Result<bool> {
+        let mut g = self.lock();
+        let took = g.take_events_after_wake()?;
+        let progress = g.progress()?;
+        if progress {
+            self.wake_others(&g);
+            self.report(&g);
+        }
+        Ok(took || progress)
+    }
+
     /// The readiness hub saw an event on the completion channel or the rdma_cm fd: drain,
     /// re-arm and drain again, then report.
     pub(crate) fn progress_for_readiness(&self) {

@@ -1,20 +1,33 @@
 //! The fds a stream hands tokio's reactor, and the loop that drives the stream's progress on
 //! the task that polls it ([`Readiness::drive`]).
 //!
-//! Each direction watches three fds of its own: the connection's completion channel and its
+//! Each direction watches fds of its own: the connection's completion channel and its
 //! connection manager's event fd (duplicates, so that the reader's and the writer's
-//! registrations each get their edge), and the socket's readiness eventfd for that
-//! direction, which another handle's progress raises when it took the event this direction
-//! waited for (a reader that fed the completion a writer waits on). No thread stands between
-//! the device and the task: the channel's edge wakes the task, and its next poll reaps the
-//! completions, feeds the engine and posts.
+//! registrations each get their edge; one fd where the two are the same, as on the userspace
+//! provider), and the socket's readiness eventfd for that direction, which another handle's
+//! progress raises when it took the event this direction waited for (a reader that fed the
+//! completion a writer waits on). No thread stands between the device and the task: the
+//! channel's edge wakes the task, and its next poll reaps the completions, feeds the engine
+//! and posts.
+//!
+//! Where the channel lends its input watch (the userspace provider: the queue pair's TCP
+//! socket, see [`CompletionChannel::watch_input`](crate::verbs::CompletionChannel::watch_input)),
+//! each direction also watches a duplicate of that socket, and the stream holds the watch for
+//! its life: the provider's engine thread leaves the socket's input to the stream, an arrival
+//! wakes the task directly, and the task's next attempt reads the bytes (every attempt that
+//! would block takes the channel's events first, which reads the socket until it would
+//! block). Nothing waits for the task meanwhile: while no task reads, the engine takes the
+//! socket back within its backstop and moves the bytes as before, raising the channel.
 #![forbid(unsafe_code)]
 
-use crate::socket::RdmaSocket;
+use crate::socket::{RdmaSocket, Shared};
 use ::tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use ::tokio::io::Interest;
+use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 /// Which way a call moves bytes: which of a stream's watches it waits on.
@@ -30,37 +43,72 @@ struct Watch {
     /// The connection's completion channel (a duplicate of its fd).
     channel: AsyncFd<OwnedFd>,
     /// The connection manager's event fd (a duplicate): a disconnect, a lost connection.
-    notices: AsyncFd<OwnedFd>,
+    /// `None` where it is the channel's own fd (the userspace provider's channel is its
+    /// queue pair's notice fd too).
+    notices: Option<AsyncFd<OwnedFd>>,
     /// The socket's readiness eventfd for this direction (readable for reads, writable for
     /// writes).
     raised: AsyncFd<OwnedFd>,
+    /// The fd whose input raises the channel's events (a duplicate of the fd of the
+    /// channel's input watch), where the channel lends one.
+    input: Option<AsyncFd<OwnedFd>>,
+    /// The input reached its end (the peer's FIN or an error): the reactor reports it ready
+    /// for good (closed states are final), and no arrival can follow, so it is watched no
+    /// more (the channel reports what the end does to the connection).
+    input_ended: AtomicBool,
 }
+
+/// Where [`Watch::poll`] puts the input's guard.
+const INPUT: usize = 3;
 
 /// The ready guards of one look at a [`Watch`]: each is cleared after the next attempt (one
 /// that came after the edge it reported) found nothing, never before, so that no edge is
 /// lost.
-type Guards<'a> = [Option<AsyncFdReadyGuard<'a, OwnedFd>>; 3];
+type Guards<'a> = [Option<AsyncFdReadyGuard<'a, OwnedFd>>; 4];
 
 impl Watch {
-    fn register(socket: &RdmaSocket, raised: BorrowedFd<'_>, way: Way) -> io::Result<Watch> {
+    fn register(
+        socket: &RdmaSocket,
+        raised: BorrowedFd<'_>,
+        input: Option<BorrowedFd<'_>>,
+        way: Way,
+    ) -> io::Result<Watch> {
         let interest = match way {
             Way::Read => Interest::READABLE,
             Way::Write => Interest::WRITABLE,
         };
         let shared = &socket.shared;
+        let channel = shared.cq_channel().as_fd();
+        let notices = shared.endpoint().event_fd();
         Ok(Watch {
-            channel: register(shared.cq_channel().as_fd(), Interest::READABLE)?,
-            notices: register(shared.endpoint().event_fd(), Interest::READABLE)?,
+            channel: register(channel, Interest::READABLE)?,
+            notices: if notices.as_raw_fd() == channel.as_raw_fd() {
+                None
+            } else {
+                Some(register(notices, Interest::READABLE)?)
+            },
             raised: register(raised, interest)?,
+            input: input
+                .map(|fd| register(fd, Interest::READABLE))
+                .transpose()?,
+            input_ended: AtomicBool::new(false),
         })
     }
 
-    /// Polls the three fds: the guards of those that are ready; the others will wake `cx`.
+    /// Polls the fds: the guards of those that are ready; the others will wake `cx`.
     fn poll<'a>(&'a self, cx: &mut Context<'_>, way: Way) -> io::Result<Guards<'a>> {
         let ready = |p: Poll<io::Result<AsyncFdReadyGuard<'a, OwnedFd>>>| match p {
             Poll::Ready(Ok(guard)) => Ok(Some(guard)),
             Poll::Ready(Err(e)) => Err(e),
             Poll::Pending => Ok(None),
+        };
+        let readable = |fd: Option<&'a AsyncFd<OwnedFd>>, cx: &mut Context<'_>| match fd {
+            Some(fd) => ready(fd.poll_read_ready(cx)),
+            None => Ok(None),
+        };
+        let input = match self.input_ended.load(Ordering::Relaxed) {
+            true => None,
+            false => self.input.as_ref(),
         };
         let raised = match way {
             Way::Read => self.raised.poll_read_ready(cx),
@@ -68,38 +116,90 @@ impl Watch {
         };
         Ok([
             ready(self.channel.poll_read_ready(cx))?,
-            ready(self.notices.poll_read_ready(cx))?,
+            readable(self.notices.as_ref(), cx)?,
             ready(raised)?,
+            readable(input, cx)?,
         ])
     }
 }
 
-/// A socket registered with tokio's reactor: each direction's [`Watch`].
-#[derive(Debug)]
+/// The channel's input watch, held for the stream (see the [module](self)).
+type InputWatch = Box<dyn AsFd + Send>;
+
+/// A socket registered with tokio's reactor: each direction's [`Watch`], and the channel's
+/// input watch while the stream's tasks read the socket themselves.
 pub(crate) struct Readiness {
     read: Watch,
     write: Watch,
+    /// Held from the registration until [`lend_input`](Self::lend_input) or the drop.
+    input: Mutex<Option<InputWatch>>,
+    /// [`lend_input`](Self::lend_input) was called (a plain load for the common case).
+    input_lent: AtomicBool,
+    /// The connection, to take the watched input on the task (see [`drive`](Self::drive)).
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Readiness")
+            .field("read", &self.read)
+            .field("write", &self.write)
+            .field("input_lent", &self.input_lent)
+            .finish()
+    }
 }
 
 impl Readiness {
-    /// Registers `socket` (nonblocking from now on) with the current runtime's reactor.
+    /// Registers `socket` (nonblocking from now on) with the current runtime's reactor, and
+    /// holds the channel's input watch where it lends one, unless the socket's readiness
+    /// thread serves its fd to others already (a handed-out fd or a mio registration, which
+    /// wait for the channel's events alone).
     pub(crate) fn register(socket: &RdmaSocket) -> io::Result<Readiness> {
         socket.set_nonblocking(true)?;
         let ready = &socket.shared.ready;
+        let input = if ready.watched_by_others() {
+            None
+        } else {
+            socket.shared.cq_channel().watch_input()
+        };
+        let input_fd = input.as_ref().map(|w| w.as_fd());
         Ok(Readiness {
-            read: Watch::register(socket, ready.read_fd()?, Way::Read)?,
-            write: Watch::register(socket, ready.write_fd()?, Way::Write)?,
+            read: Watch::register(socket, ready.read_fd()?, input_fd, Way::Read)?,
+            write: Watch::register(socket, ready.write_fd()?, input_fd, Way::Write)?,
+            input: Mutex::new(input),
+            input_lent: AtomicBool::new(false),
+            shared: Arc::clone(&socket.shared),
         })
     }
 
+    /// Gives the channel's input watch back to the provider, for good: the socket's fd is
+    /// handed out, and whoever waits on it is woken by the channel's events alone, which the
+    /// provider raises for arrivals only while nobody watches the input. The stream's tasks
+    /// still wake on arrivals (its duplicates stay registered).
+    pub(crate) fn lend_input(&self) {
+        if self.input_lent.load(Ordering::Relaxed) || self.input_lent.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        drop(
+            self.input
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+    }
+
     /// Runs `attempt` (a nonblocking call on the socket: it makes the progress there is and
-    /// arms the completion queue before it returns `WouldBlock`) until it does not return
-    /// `WouldBlock`; `Pending` when it does and none of `way`'s fds has had an edge since the
-    /// attempt armed the queue (one wakes the task then).
+    /// arms the completion queue before it returns `WouldBlock`, which on the userspace
+    /// provider takes the channel's events and so reads the watched input until it would
+    /// block) until it does not return `WouldBlock`; `Pending` when it does and none of
+    /// `way`'s fds has had an edge since the attempt armed the queue (one wakes the task
+    /// then).
     ///
     /// The attempt comes before the look at the fds: bytes that came before the stream was
     /// registered are read at once, and a stream in full flow makes no look at all. A ready
-    /// guard is cleared only after an attempt that came after its edge found nothing.
+    /// guard is cleared only after an attempt that came after its edge found nothing, except
+    /// the input's: it is cleared at once, and the input read until it would block before
+    /// the next attempt. Once it reports the input's end, it is not watched again.
     pub(crate) fn drive<T>(
         &self,
         cx: &mut Context<'_>,
@@ -110,24 +210,58 @@ impl Readiness {
             Way::Read => &self.read,
             Way::Write => &self.write,
         };
-        let mut seen: Guards<'_> = [None, None, None];
+        let mut seen: Guards<'_> = [None, None, None, None];
         loop {
             match attempt() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 result => return Poll::Ready(result),
             }
+            if let Some(guard) = &seen[INPUT] {
+                let ready = guard.ready();
+                if ready.is_read_closed() || ready.is_error() {
+                    // The attempt read the end: closed states stay ready for good.
+                    watch.input_ended.store(true, Ordering::Relaxed);
+                }
+            }
             for guard in seen.iter_mut().filter_map(Option::take) {
                 let mut guard = guard;
                 guard.clear_ready();
             }
-            seen = match watch.poll(cx, way) {
-                Ok(guards) => guards,
-                Err(e) => return Poll::Ready(Err(e)),
-            };
-            if seen.iter().all(Option::is_none) {
-                return Poll::Pending;
+            loop {
+                seen = match watch.poll(cx, way) {
+                    Ok(guards) => guards,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                if seen.iter().all(Option::is_none) {
+                    return Poll::Pending;
+                }
+                match self.take_input(watch, &mut seen) {
+                    // Only the input was ready, and reading it brought nothing: look again
+                    // (registering the waker) without another attempt.
+                    Ok(false) if seen.iter().all(Option::is_none) => continue,
+                    Ok(_) => break,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
             }
         }
+    }
+
+    /// When `seen` holds the input's ready guard (and the input has not ended): clears it
+    /// and then reads the input until it would block, so that an arrival after the read is a
+    /// new edge, and an edge that an attempt already took the bytes of is not left for the
+    /// next call to find stale. Whether that read brought progress (`false` when the input
+    /// was not ready).
+    fn take_input<'a>(&self, watch: &Watch, seen: &mut Guards<'a>) -> io::Result<bool> {
+        let Some(guard) = seen[INPUT].as_mut() else {
+            return Ok(false);
+        };
+        if watch.input_ended.load(Ordering::Relaxed) || guard.ready().is_read_closed() {
+            // The end is read by the attempt, and the guard marks the input as ended then.
+            return Ok(true);
+        }
+        guard.clear_ready();
+        seen[INPUT] = None;
+        self.shared.take_input()
     }
 }
 

@@ -38,6 +38,14 @@
 //! completions, feeds them to the stream engine and posts what it queued, all on the task.
 //! No thread stands between the device and the runtime.
 //!
+//! On the userspace provider the reactor also watches the queue pair's TCP socket (the
+//! channel's input watch, which the stream holds): the provider's engine thread leaves the
+//! socket's input to the stream, so that an arriving message wakes the task directly and
+//! the task reads it, as a blocking call sleeping on the channel does. While no task reads
+//! (none polls the stream), the engine takes the input back within a millisecond and moves
+//! the bytes itself. A stream whose fd is handed out ([`AsFd`](std::os::fd::AsFd)) gives the
+//! input back for good, so that the fd's waiters are woken at once.
+//!
 //! Each direction also watches one of the socket's readiness eventfds: when the reader of
 //! a split stream takes the completion the writer waits on (or the reverse), its progress
 //! raises the writer's eventfd, so that neither half waits for an event the other consumed.

@@ -352,8 +352,11 @@ impl AsyncWrite for RdmaStream {
 
 impl AsFd for RdmaStream {
     /// The socket's readiness fd ([`RdmaSocket`]'s `AsFd`), for code that watches fds
-    /// itself; the stream's own readiness does not depend on it.
+    /// itself; the stream's own readiness does not depend on it. On the userspace provider
+    /// the stream's tasks then no longer keep the socket's input to themselves, so that
+    /// arrivals raise that fd at once.
     fn as_fd(&self) -> BorrowedFd<'_> {
+        self.events().lend_input();
         self.socket().as_fd()
     }
 }
@@ -361,6 +364,7 @@ impl AsFd for RdmaStream {
 impl AsRawFd for RdmaStream {
     /// The raw form of [`as_fd`](AsFd::as_fd).
     fn as_raw_fd(&self) -> RawFd {
+        self.events().lend_input();
         self.socket().as_raw_fd()
     }
 }

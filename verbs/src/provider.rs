@@ -155,8 +155,9 @@ pub trait ChannelOps: Send + Sync + Debug {
     /// the channel for them; dropping it (after taking the events, so that bytes the holder
     /// reads wake nobody else) hands them back, and bytes that came in between are not lost.
     /// `None` (the default): the channel serves several queue pairs, or the kernel raises
-    /// its events.
-    fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+    /// its events. The watch owns what it needs (it may outlive this borrow): an async
+    /// runtime holds it while a task waits on the channel.
+    fn watch_input(&self) -> Option<Box<dyn AsFd + Send>> {
         None
     }
     /// For downcasting.

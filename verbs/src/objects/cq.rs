@@ -73,7 +73,7 @@ impl CompletionChannel {
     /// once readable; arrivals there raise no event while the watch lives (see
     /// [`ChannelOps::watch_input`]). Drop it after taking the events. `None` for kernel
     /// devices and channels that serve several queue pairs.
-    pub fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+    pub fn watch_input(&self) -> Option<Box<dyn AsFd + Send>> {
         self.ops.watch_input()
     }
 

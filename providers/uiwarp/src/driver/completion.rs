@@ -82,6 +82,12 @@ thread_local! {
     /// address; 0 for none): events it raises there are taken by the same call, so they
     /// need no eventfd write and read.
     static GETTING_EVENTS: Cell<usize> = const { Cell::new(0) };
+    /// The channel (its address; 0 for none) whose last [`ChannelOps::get_event`] on this
+    /// thread read its queue pairs' sockets until they would block and returned an event:
+    /// the caller's next call (the one that finds the queue empty, ending its loop) reads
+    /// them again only if input was raised meanwhile. Arrivals after that read are announced
+    /// as any arrivals are (the engine's edge, or the fd that a watcher of the input polls).
+    static JUST_READ: Cell<usize> = const { Cell::new(0) };
 }
 
 impl UiwarpChannel {
@@ -172,17 +178,23 @@ impl ChannelOps for UiwarpChannel {
     }
 
     fn get_event(&self) -> Result<Option<u64>> {
-        {
+        let just_read = JUST_READ.replace(0) == self.address();
+        let raised = {
             // The reads below take the raised input (an event taken instead leaves it to
             // the poll of the queue that follows: the queue pair's input hint is set).
             let mut events = self.events.lock().expect("channel lock");
-            if events.input {
+            let raised = events.input;
+            if raised {
                 events.input = false;
                 events.settle(&self.fd);
             }
-        }
+            raised
+        };
         if let Some(c) = self.pop() {
             return Ok(Some(c));
+        }
+        if just_read && !raised {
+            return Ok(None);
         }
         let endpoints: Vec<Arc<Endpoint>> = {
             let list = self.endpoints.lock().expect("channel lock");
@@ -193,7 +205,11 @@ impl ChannelOps for UiwarpChannel {
             e.progress_waiting();
         }
         GETTING_EVENTS.set(outer);
-        Ok(self.pop())
+        let event = self.pop();
+        if event.is_some() {
+            JUST_READ.set(self.address());
+        }
+        Ok(event)
     }
 
     fn events_make_progress(&self) -> bool {
@@ -216,7 +232,7 @@ impl ChannelOps for UiwarpChannel {
         events.settle(&self.fd);
     }
 
-    fn watch_input(&self) -> Option<Box<dyn AsFd + Send + '_>> {
+    fn watch_input(&self) -> Option<Box<dyn AsFd + Send>> {
         let endpoint = {
             let list = self.endpoints.lock().expect("channel lock");
             let mut live = list.iter().filter_map(Weak::upgrade);

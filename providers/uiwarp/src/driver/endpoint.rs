@@ -152,6 +152,18 @@ pub(crate) enum ReadWhen {
 /// bytes moved by the engine within this window plus a backstop.
 const SPIN_WINDOW: Duration = Duration::from_millis(2);
 
+/// Readiness events of queue pairs' sockets that woke the engine thread, over the process's
+/// life (the sum of every [`Endpoint::engine_events`]; see [`engine_events_total`]).
+static ENGINE_EVENTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many readiness events of queue pairs' sockets the engine thread has handled in this
+/// process, all connections together: the sum of [`Endpoint::engine_events`], for code that
+/// does not hold the queue pairs (a socket or an async stream above them) to see whether
+/// arrivals crossed the engine thread or were read by the application's own threads.
+pub fn engine_events_total() -> u64 {
+    ENGINE_EVENTS.load(Ordering::Relaxed)
+}
+
 /// Nanoseconds since the first call in this process (never 0 after it).
 fn clock() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
@@ -370,6 +382,7 @@ impl Endpoint {
     /// Counts one readiness event handled on the engine thread.
     pub(crate) fn note_engine_event(&self) {
         self.engine_events.fetch_add(1, Ordering::Relaxed);
+        ENGINE_EVENTS.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Readiness on the engine thread: reads at most [`ENGINE_READ_BUDGET`] bytes, then has

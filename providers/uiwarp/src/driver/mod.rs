@@ -15,8 +15,9 @@
 //! the bytes; arming a queue that has a completion channel takes it back at once (unless a
 //! sleeper watches the socket). A thread that sleeps on a channel serving one queue pair
 //! polls the socket beside the channel's eventfd (its input watch, taken before it arms):
-//! the engine leaves input to it as to a spinner, and it reads the bytes itself once woken.
-//! A thread that waits on the eventfd alone (the socket layer's readiness thread, tokio) is
+//! the engine leaves input to it as to a spinner, and it reads the bytes itself once woken
+//! (a tokio stream holds such a watch for its life, its reactor watching the socket).
+//! A thread that waits on the eventfd alone (the socket layer's readiness thread) is
 //! woken by the engine, which raises the channel on each arrival while a queue is armed;
 //! that thread reads the bytes itself (the backstop reads them if none does). The engine
 //! watches for room to write only while bytes wait for it. Whoever finds a socket would
@@ -40,7 +41,7 @@ pub use completion::{UiwarpChannel, UiwarpCq};
 pub use dial::{connect, Dial};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Notice;
-pub use endpoint::{Endpoint, MAX_LIVENESS_TIMEOUT};
+pub use endpoint::{engine_events_total, Endpoint, MAX_LIVENESS_TIMEOUT};
 
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use pending::Pending;
