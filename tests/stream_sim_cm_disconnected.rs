@@ -56,7 +56,10 @@ fn disconnected_before_the_completions(bytes: usize, close: bool) -> Fabric {
 
 /// Until the completions are fed, neither end-of-stream nor an error: a read waits.
 fn read_waits(f: &mut Fabric) {
-    assert_eq!(f.sides[0].app_read(100, false), Err(StreamError::WouldBlock));
+    assert_eq!(
+        f.sides[0].app_read(100, false),
+        Err(StreamError::WouldBlock)
+    );
     let e = &f.sides[0].engine;
     assert!(e.error().is_none(), "{:?}", e.error());
     assert!(!e.readiness().readable, "{:?}", e.readiness());
@@ -78,7 +81,11 @@ fn the_peer_s_disconnect_then_the_flush_is_a_clean_end_of_stream() {
     feed_all(&mut f, 0);
     let e = &f.sides[0].engine;
     assert!(e.error().is_none(), "{:?}", e.error());
-    assert_eq!(f.sides[0].app_read(1000, false), Ok(0), "still end-of-stream");
+    assert_eq!(
+        f.sides[0].app_read(1000, false),
+        Ok(0),
+        "still end-of-stream"
+    );
     // Our write's flushed completion: the peer may lack it, and a flush says so.
     assert!(matches!(
         f.sides[0].engine.flush(),
@@ -91,7 +98,11 @@ fn only_the_flush_is_a_reset_after_the_bytes_that_came() {
     let mut f = disconnected_before_the_completions(100, false);
     read_waits(&mut f);
     feed_all(&mut f, 0);
-    assert_eq!(f.sides[0].app_read(1000, false), Ok(100), "the bytes that came");
+    assert_eq!(
+        f.sides[0].app_read(1000, false),
+        Ok(100),
+        "the bytes that came"
+    );
     // All that came is read, and no DISCONNECT: still no end-of-stream.
     read_waits(&mut f);
     flush_receives(&mut f, 0);

@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the test controls: a DISCONNECTED to report, and whether the endpoint's disconnect
 /// (the queue pair's move to the error state) is held back.
@@ -159,8 +159,8 @@ impl CmEndpoint for ScriptedEndpoint {
 }
 
 /// A connected pair whose accepted end (the first) has the scripted endpoint.
-fn scripted_pair(script: &Arc<Script>) -> (RdmaSocket, RdmaSocket) {
-    let opts = SocketOptions::default();
+fn scripted_pair(script: &Arc<Script>, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
+    let opts = opts.clone();
     let cm = ScriptedCm(Arc::clone(script));
     let l = RdmaListener::bind_via(&cm, "127.0.0.1:0", &opts).expect("bind");
     let addr = l.local_addr().unwrap();
@@ -179,7 +179,7 @@ fn readable_within(s: &RdmaSocket, within: Duration) -> bool {
 #[test]
 fn a_reader_waits_for_the_flush_and_its_fd_wakes_with_the_reset() {
     let script = Arc::new(Script::default());
-    let (mut victim, peer) = scripted_pair(&script);
+    let (mut victim, peer) = scripted_pair(&script, &SocketOptions::default());
     victim.set_nonblocking(true).unwrap();
     let mut buf = [0u8; 64];
     assert_eq!(
@@ -212,12 +212,45 @@ fn a_reader_waits_for_the_flush_and_its_fd_wakes_with_the_reset() {
         readable_within(&victim, Duration::from_secs(10)),
         "the fd did not wake when the flush decided"
     );
-    let e = victim.read(&mut buf).expect_err("a reset, not end-of-stream");
+    let e = victim
+        .read(&mut buf)
+        .expect_err("a reset, not end-of-stream");
     assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
     assert!(
         e.to_string()
             .contains("the connection broke without a DISCONNECT message from the peer"),
         "{e}"
     );
+    drop(peer);
+}
+
+/// A device that never flushes: a blocking reader gets an error once the close timeout
+/// passed, never end-of-stream.
+#[test]
+fn a_device_that_never_flushes_fails_the_reader_after_the_close_timeout() {
+    let script = Arc::new(Script::default());
+    let timeout = Duration::from_millis(300);
+    let opts = SocketOptions::builder()
+        .close_timeout(timeout)
+        .build()
+        .unwrap();
+    let (mut victim, peer) = scripted_pair(&script, &opts);
+    script.hold_disconnect.store(true, Ordering::SeqCst);
+    script.report_disconnected.store(true, Ordering::SeqCst);
+    victim.shared.lock().pump().expect("pump");
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let e = victim
+        .read(&mut buf)
+        .expect_err("an error, not end-of-stream");
+    let took = started.elapsed();
+    assert!(took >= timeout / 2, "it came after {took:?}");
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    assert!(
+        e.to_string().contains("did not flush the posted receives"),
+        "{e}"
+    );
+    script.hold_disconnect.store(false, Ordering::SeqCst);
+    drop(victim);
     drop(peer);
 }

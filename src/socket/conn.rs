@@ -226,7 +226,7 @@ impl Connection {
     /// The bound on the wait for the flushed receives after the connection manager's
     /// DISCONNECTED: a device that has not flushed them within the close timeout fails the
     /// stream (an error, never end-of-stream: whether the peer closed it is unknown). Returns
-    /// how long until the bound (`None`: nothing waits).
+    /// how long until the bound (`None`: nothing waits; zero: the stream failed now).
     fn flush_tick(&mut self) -> Option<Duration> {
         let due = self.flush_due?;
         if !self.engine.awaits_flush() {
@@ -245,7 +245,8 @@ impl Connection {
              timeout (SocketOptionsBuilder::close_timeout) for a slow device",
             self.opts.close_timeout
         )));
-        None
+        // The stream just failed: whoever is about to wait looks again at once, and finds it.
+        Some(Duration::ZERO)
     }
 
     /// Runs the connection manager's disconnect once the stream is over: on kernel iWARP,
