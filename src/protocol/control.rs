@@ -308,8 +308,8 @@ impl StreamEngine {
     ///
     /// The event can overtake the completions of the peer's last messages (a device that
     /// posts them from another task), its DISCONNECT among them, so a connected stream does
-    /// not end here: it waits in [`Phase::Disconnecting`], where reads of an empty ring say
-    /// [`StreamError::WouldBlock`] ([`awaits_flush`](Self::awaits_flush)), for the flushed
+    /// not end here: it waits ([`awaits_flush`](Self::awaits_flush)), reads of an empty ring
+    /// saying [`StreamError::WouldBlock`], for the flushed
     /// receives. A queue pair completes its receives in order, so when the first flushed one
     /// is fed every message the peer sent was: the stream then ends cleanly if the peer's
     /// DISCONNECT was among them (it ends the stream when fed), and fails

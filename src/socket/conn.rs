@@ -279,12 +279,12 @@ impl Connection {
     /// Sends a keepalive when one is due, runs the rings' idle timer and the bound on the
     /// wait for flushed receives (see `flush_tick`); returns how long until the next of them.
     pub(crate) fn keepalive_tick(&mut self) -> Option<Duration> {
-        let rings = match (self.ring_idle_tick(), self.flush_tick()) {
+        let timers = match (self.ring_idle_tick(), self.flush_tick()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         let Some(interval) = self.opts.keepalive else {
-            return rings;
+            return timers;
         };
         let now = Instant::now();
         let due = self.keepalive_due.get_or_insert(now + interval);
@@ -293,7 +293,7 @@ impl Connection {
             self.engine.keepalive();
         }
         let keepalive = due.saturating_duration_since(now);
-        Some(rings.map_or(keepalive, |r| r.min(keepalive)))
+        Some(timers.map_or(keepalive, |r| r.min(keepalive)))
     }
 
     /// The rings' idle timer: while a ring is above its smallest size, tells the engine
