@@ -303,12 +303,46 @@ impl StreamEngine {
     }
 
     /// The connection manager reported the connection gone (DISCONNECTED event). Data already
-    /// received stays readable.
+    /// received stays readable. The driver moves the queue pair to the error state, which
+    /// flushes every receive still posted.
+    ///
+    /// The event can overtake the completions of the peer's last messages (a device that
+    /// posts them from another task), its DISCONNECT among them, so a connected stream does
+    /// not end here: it waits ([`awaits_flush`](Self::awaits_flush)), reads of an empty ring
+    /// saying [`StreamError::WouldBlock`], for the flushed
+    /// receives. A queue pair completes its receives in order, so when the first flushed one
+    /// is fed every message the peer sent was: the stream then ends cleanly if the peer's
+    /// DISCONNECT was among them (it ends the stream when fed), and fails
+    /// ([`on_receive_failed`](Self::on_receive_failed)) if it was not.
+    ///
+    /// With no receive posted (all reposts still queued, see
+    /// [`RECV_DEFER_MAX`](super::RECV_DEFER_MAX)) nothing can flush, and nothing more can
+    /// arrive either: every message the peer sends takes a posted receive, so all it sent was
+    /// fed with the completions of the receives posted so far. That is the same decision,
+    /// made at once: no DISCONNECT was fed (it would have ended the stream), so the
+    /// connection broke.
     pub fn on_cm_disconnected(&mut self) {
-        self.phase = Phase::Disconnected;
-        self.readable = false;
         self.writable = false;
         self.pending_ctrl = None;
+        match self.phase {
+            Phase::Connected if self.error.is_none() && self.receives_posted > 0 => {
+                self.phase = Phase::Disconnecting;
+            }
+            Phase::Connected if self.error.is_none() => {
+                self.phase = Phase::Disconnected;
+                self.fail(StreamError::ConnectionReset(
+                    "the connection manager reported the connection closed (DISCONNECTED) \
+                     while no receive was posted, so nothing more can arrive: the connection \
+                     broke without a DISCONNECT message from the peer"
+                        .into(),
+                ));
+            }
+            Phase::Disconnecting => {}
+            _ => {
+                self.phase = Phase::Disconnected;
+                self.readable = false;
+            }
+        }
     }
 
     /// True when no posted send is outstanding and no control message waits for a slot.

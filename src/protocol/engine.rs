@@ -21,6 +21,11 @@ pub const TARGET_LIST_LEN: usize = TARGET_ENTRIES * SGE_LEN;
 pub(crate) enum Phase {
     Opening,
     Connected,
+    /// The connection manager said the connection is down (DISCONNECTED) before the peer's
+    /// DISCONNECT message was fed: the event can overtake the completions of the peer's last
+    /// messages, so end-of-stream waits for the flushed receives, which come after them
+    /// (see [`StreamEngine::on_cm_disconnected`]). Nothing is sent any more.
+    Disconnecting,
     Disconnected,
 }
 
@@ -64,6 +69,9 @@ pub struct StreamEngine {
     /// How many of `ops` are receive reposts ([`Op::PostRecv`]): whether only they are
     /// queued is asked on every read and small write, without walking the queue.
     pub(crate) queued_receives: usize,
+    /// Receives handed to the driver ([`pop_op`](Self::pop_op)) whose completion was not fed
+    /// yet: those a queue pair in the error state still flushes.
+    pub(crate) receives_posted: u32,
     // Send side.
     pub(crate) sseq_no: u16,
     pub(crate) sseq_comp: u16,
@@ -155,6 +163,7 @@ impl StreamEngine {
             peer_answers_fence: false,
             ops: OpQueue::new(),
             queued_receives: 0,
+            receives_posted: 0,
             sseq_no: 0,
             sseq_comp: 0,
             peer_window: 0,
@@ -284,6 +293,7 @@ impl StreamEngine {
         let op = self.ops.pop_front();
         if let Some(Op::PostRecv { .. }) = op {
             self.queued_receives -= 1;
+            self.receives_posted += 1;
         }
         op
     }
@@ -317,6 +327,15 @@ impl StreamEngine {
     #[inline]
     pub fn finished(&self) -> bool {
         self.error.is_some() || (self.phase == Phase::Disconnected && self.all_sends_done())
+    }
+
+    /// Whether end-of-stream waits for the flushed receives: the connection manager said the
+    /// connection is down, and whether the peer closed it with its DISCONNECT message or it
+    /// broke is known once the receives the queue pair flushes are fed (see
+    /// [`on_cm_disconnected`](Self::on_cm_disconnected)). Reads of an empty ring say
+    /// [`StreamError::WouldBlock`] meanwhile.
+    pub fn awaits_flush(&self) -> bool {
+        self.phase == Phase::Disconnecting && self.error.is_none()
     }
 
     /// Whether the peer closed the stream (its DISCONNECT arrived): it sends nothing more
@@ -524,7 +543,7 @@ impl StreamEngine {
         }
         match self.phase {
             Phase::Opening => Err(StreamError::NotConnected),
-            Phase::Disconnected => Err(StreamError::WriteClosed),
+            Phase::Disconnecting | Phase::Disconnected => Err(StreamError::WriteClosed),
             Phase::Connected if !self.writable => Err(StreamError::WriteClosed),
             Phase::Connected => Ok(()),
         }

@@ -34,6 +34,7 @@ impl StreamEngine {
             )));
             return;
         }
+        self.receives_posted = self.receives_posted.saturating_sub(1);
         if self.phase == Phase::Opening {
             self.fail(StreamError::Protocol(
                 "a message arrived before the peer's hello was given to on_connected".into(),
@@ -90,9 +91,13 @@ impl StreamEngine {
 
     /// A receive completed with an error status (flushed when the queue pair left the
     /// connected state, or broken); `cause` is why the connection ended, where the
-    /// connection manager knows it.
+    /// connection manager knows it. Every message the peer sent before is fed by then: a
+    /// stream still connected, or waiting for this after the connection manager's
+    /// DISCONNECTED ([`awaits_flush`](Self::awaits_flush)), had no DISCONNECT from the peer
+    /// and fails.
     pub fn on_receive_failed(&mut self, wr_id: WrId, cause: Option<&str>) {
-        if self.phase == Phase::Connected && self.error.is_none() {
+        self.receives_posted = self.receives_posted.saturating_sub(1);
+        if matches!(self.phase, Phase::Connected | Phase::Disconnecting) && self.error.is_none() {
             let cause = cause.map(|c| format!(": {c}")).unwrap_or_default();
             self.fail(StreamError::ConnectionReset(format!(
                 "receive work request {:#x} completed with an error: the connection broke \

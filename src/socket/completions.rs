@@ -23,9 +23,6 @@ pub(crate) struct CompletionState {
     armed: bool,
     /// What the first failed completion said (added to the stream's reset error).
     pub(crate) wc_error: Option<String>,
-    /// A receive completed with an error: the queue pair left the connected state and every
-    /// completion before that point has been fed.
-    pub(crate) receive_flushed: bool,
     /// A receive has completed (see
     /// [`CmEndpoint::nudge_after_first_receive`](crate::cm::CmEndpoint::nudge_after_first_receive)).
     first_receive_seen: bool,
@@ -38,7 +35,6 @@ impl CompletionState {
             wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
             armed: false,
             wc_error: None,
-            receive_flushed: false,
             first_receive_seen: false,
         }
     }
@@ -72,7 +68,6 @@ pub(crate) fn feed_engine(
         return Ok(false);
     }
     if !ok {
-        state.receive_flushed = true;
         let cause = end_reason();
         engine.on_receive_failed(id, cause.as_deref());
         return Ok(false);

@@ -21,12 +21,6 @@ use std::time::{Duration, Instant};
 
 pub(crate) use super::resources::{InitQpFailed, Resources};
 
-/// How long a closing connection polls for its flushed receives: they come at once on a
-/// machine at ease, and this bounds the wait on one whose device posts them late (an
-/// emulated one, busy retrying a send). A wait cut short would leave a broken connection
-/// looking closed: its reads would return end-of-stream instead of the error.
-const FLUSH_WAIT: Duration = Duration::from_secs(2);
-
 /// A connection: engine plus resources, and the socket-level settings clones share.
 #[derive(Debug)]
 pub(crate) struct Connection {
@@ -38,6 +32,9 @@ pub(crate) struct Connection {
     pub(crate) completions: CompletionState,
     cm_closed: bool,
     disconnect_started: bool,
+    /// When a stream that waits for its flushed receives after the connection manager's
+    /// DISCONNECTED gives up on a device that does not flush them (see `flush_tick`).
+    flush_due: Option<Instant>,
     pub(crate) scratch_offset: usize,
     keepalive_due: Option<Instant>,
     /// When the rings' idle timer next runs (see `ring_idle_tick`).
@@ -83,6 +80,7 @@ impl Connection {
             completions: CompletionState::new(),
             cm_closed: false,
             disconnect_started: false,
+            flush_due: None,
             scratch_offset,
             nonblocking: false,
             read_timeout: None,
@@ -126,8 +124,7 @@ impl Connection {
             match notice {
                 CmNotice::Disconnected => {
                     self.cm_closed = true;
-                    self.flush_before_close()?;
-                    self.engine.on_cm_disconnected();
+                    self.disconnected_by_cm()?;
                 }
                 CmNotice::Lost => {
                     let why = self
@@ -204,22 +201,52 @@ impl Connection {
     }
 
     /// The connection manager says the connection is down, and that event can overtake the
-    /// completions of the peer's last messages (rxe posts them from another task). Move the
-    /// queue pair to ERR and feed completions until the flushed receives show up: everything
-    /// the peer sent before is then in.
-    fn flush_before_close(&mut self) -> io::Result<()> {
+    /// completions of the peer's last messages (rxe posts them from another task). Moves the
+    /// queue pair to ERR, which flushes the receives still posted, and tells the engine, which
+    /// holds end-of-stream back until the first flushed receive is fed (see
+    /// [`StreamEngine::on_cm_disconnected`]): the completions decide, no clock. Those already
+    /// in the queue are fed now; the rest wake the completion channel like any completion.
+    /// A device that never flushes is bounded by the close timeout (see `flush_tick`).
+    fn disconnected_by_cm(&mut self) -> io::Result<()> {
         if !self.disconnect_started {
             self.disconnect_started = true;
             // A failure leaves nothing to do: the connection is gone either way.
             let _ = self.endpoint.disconnect(&self.res.qp);
         }
-        let end = Instant::now() + FLUSH_WAIT;
-        while !self.completions.receive_flushed && Instant::now() < end {
-            if !self.drain_cq()? {
-                std::thread::yield_now();
-            }
+        self.engine.on_cm_disconnected();
+        self.drain_cq()?;
+        if self.engine.awaits_flush() && self.flush_due.is_none() {
+            self.flush_due = Some(Instant::now() + self.opts.close_timeout);
+            // The readiness hub times registered sockets: have it look at this one.
+            super::readiness::keepalive_changed();
         }
         Ok(())
+    }
+
+    /// The bound on the wait for the flushed receives after the connection manager's
+    /// DISCONNECTED: a device that has not flushed them within the close timeout fails the
+    /// stream (an error, never end-of-stream: whether the peer closed it is unknown). Returns
+    /// how long until the bound (`None`: nothing waits; zero: the stream failed now).
+    fn flush_tick(&mut self) -> Option<Duration> {
+        let due = self.flush_due?;
+        if !self.engine.awaits_flush() {
+            self.flush_due = None;
+            return None;
+        }
+        let now = Instant::now();
+        if now < due {
+            return Some(due - now);
+        }
+        self.flush_due = None;
+        self.engine.fail(StreamError::ConnectionReset(format!(
+            "the connection manager reported the connection closed (DISCONNECTED) and the \
+             device did not flush the posted receives within the close timeout ({:?}), so \
+             whether the peer closed the stream or it broke is unknown; raise the close \
+             timeout (SocketOptionsBuilder::close_timeout) for a slow device",
+            self.opts.close_timeout
+        )));
+        // The stream just failed: whoever is about to wait looks again at once, and finds it.
+        Some(Duration::ZERO)
     }
 
     /// Runs the connection manager's disconnect once the stream is over: on kernel iWARP,
@@ -249,12 +276,15 @@ impl Connection {
         }
     }
 
-    /// Sends a keepalive when one is due, and runs the rings' idle timer; returns how long
-    /// until the next of either.
+    /// Sends a keepalive when one is due, runs the rings' idle timer and the bound on the
+    /// wait for flushed receives (see `flush_tick`); returns how long until the next of them.
     pub(crate) fn keepalive_tick(&mut self) -> Option<Duration> {
-        let rings = self.ring_idle_tick();
+        let timers = match (self.ring_idle_tick(), self.flush_tick()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let Some(interval) = self.opts.keepalive else {
-            return rings;
+            return timers;
         };
         let now = Instant::now();
         let due = self.keepalive_due.get_or_insert(now + interval);
@@ -263,7 +293,7 @@ impl Connection {
             self.engine.keepalive();
         }
         let keepalive = due.saturating_duration_since(now);
-        Some(rings.map_or(keepalive, |r| r.min(keepalive)))
+        Some(timers.map_or(keepalive, |r| r.min(keepalive)))
     }
 
     /// The rings' idle timer: while a ring is above its smallest size, tells the engine

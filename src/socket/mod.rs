@@ -29,6 +29,8 @@
 
 mod call_wait;
 mod census;
+#[cfg(test)]
+mod cm_disconnected_tests;
 mod completions;
 mod conn;
 mod connecting;

@@ -439,11 +439,14 @@ impl Shared {
     }
 
     /// The readiness hub's keepalive timer for a registered socket: sends the keepalive if it
-    /// is due, reports what that changed, and returns how long until the next (`None`: off).
+    /// is due (or fails a stream whose device did not flush in time, see
+    /// `Connection::keepalive_tick`), reports what that changed, and returns how long until
+    /// the next (`None`: off).
     pub(crate) fn keepalive_for_readiness(&self) -> Option<Duration> {
         let mut g = self.lock();
+        let failed = g.engine.error().is_some();
         let next = g.keepalive_tick();
-        if g.engine.has_ops() {
+        if g.engine.has_ops() || (!failed && g.engine.error().is_some()) {
             // An error here fails the connection, which the report below tells the reader.
             let _ = g.progress();
             self.report(&g);
@@ -570,7 +573,9 @@ impl Shared {
             g.opts.close_timeout
         };
         let waited = self.run(Direction::Other(Some(timeout)), |c| {
-            if c.closed() {
+            // After the connection manager's DISCONNECTED, whether the peer closed or the
+            // connection broke is known once the flushed receives are fed.
+            if c.closed() && !c.engine.awaits_flush() {
                 Ok(())
             } else {
                 Err(StreamError::WouldBlock)
