@@ -254,3 +254,40 @@ fn a_device_that_never_flushes_fails_the_reader_after_the_close_timeout() {
     drop(victim);
     drop(peer);
 }
+
+/// The same under tokio, where no readiness thread ticks a stream without keepalive: the
+/// task's own timer brings the error once the close timeout passed.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_device_that_never_flushes_fails_a_tokio_reader_after_the_close_timeout() {
+    use ::tokio::io::AsyncReadExt;
+    let script = Arc::new(Script::default());
+    let timeout = Duration::from_millis(300);
+    let opts = SocketOptions::builder()
+        .close_timeout(timeout)
+        .build()
+        .unwrap();
+    let (victim, peer) = scripted_pair(&script, &opts);
+    script.hold_disconnect.store(true, Ordering::SeqCst);
+    script.report_disconnected.store(true, Ordering::SeqCst);
+    victim.shared.lock().pump().expect("pump");
+    let runtime = ::tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = runtime.block_on(async move {
+        let mut stream = crate::tokio::RdmaStream::from_std(victim).expect("from_std");
+        let mut buf = [0u8; 64];
+        let read = ::tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf));
+        read.await
+            .expect("the read ended within 20 s")
+            .expect_err("an error, not end-of-stream")
+    });
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    assert!(
+        e.to_string().contains("did not flush the posted receives"),
+        "{e}"
+    );
+    script.hold_disconnect.store(false, Ordering::SeqCst);
+    drop(peer);
+}

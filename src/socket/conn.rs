@@ -227,7 +227,7 @@ impl Connection {
     /// DISCONNECTED: a device that has not flushed them within the close timeout fails the
     /// stream (an error, never end-of-stream: whether the peer closed it is unknown). Returns
     /// how long until the bound (`None`: nothing waits; zero: the stream failed now).
-    fn flush_tick(&mut self) -> Option<Duration> {
+    pub(crate) fn flush_tick(&mut self) -> Option<Duration> {
         let due = self.flush_due?;
         if !self.engine.awaits_flush() {
             self.flush_due = None;

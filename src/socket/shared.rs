@@ -455,6 +455,20 @@ impl Shared {
         next
     }
 
+    /// The bound on a wait for flushed receives after DISCONNECTED, for a waiter that no
+    /// readiness thread ticks (a tokio stream without keepalive): how long until it, `None`
+    /// when nothing waits; at the bound the stream fails, and every waiter is told.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn flush_bound(&self) -> Option<Duration> {
+        let mut g = self.lock();
+        let next = g.flush_tick();
+        if next == Some(Duration::ZERO) {
+            self.report(&g);
+            self.wake_others(&g);
+        }
+        next
+    }
+
     /// Wakes the callers waiting on the condition variable and the one sleeping in poll(2).
     pub(super) fn wake_others(&self, g: &Connection) {
         // A notify is a futex system call even with no one waiting: skip it then (waiters

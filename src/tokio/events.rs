@@ -23,9 +23,12 @@
 use crate::socket::{RdmaSocket, Shared};
 use ::tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use ::tokio::io::Interest;
+use ::tokio::time::Sleep;
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -56,6 +59,9 @@ struct Watch {
     /// for good (closed states are final), and no arrival can follow, so it is watched no
     /// more (the channel reports what the end does to the connection).
     input_ended: AtomicBool,
+    /// The timer of a wait for flushed receives after DISCONNECTED (see
+    /// [`Shared::flush_bound`]), while one runs.
+    flush_timer: Mutex<Option<Pin<Box<Sleep>>>>,
 }
 
 /// Where [`Watch::poll`] puts the input's guard.
@@ -92,6 +98,7 @@ impl Watch {
                 .map(|fd| register(fd, Interest::READABLE))
                 .transpose()?,
             input_ended: AtomicBool::new(false),
+            flush_timer: Mutex::new(None),
         })
     }
 
@@ -233,6 +240,9 @@ impl Readiness {
                     Err(e) => return Poll::Ready(Err(e)),
                 };
                 if seen.iter().all(Option::is_none) {
+                    if self.flush_bound_passed(cx, watch) {
+                        break;
+                    }
                     return Poll::Pending;
                 }
                 match self.take_input(watch, &mut seen) {
@@ -244,6 +254,32 @@ impl Readiness {
                 }
             }
         }
+    }
+
+    /// Before the task waits: whether a wait for flushed receives after DISCONNECTED reached
+    /// its bound (the stream failed: the next attempt says so); otherwise the timer for it
+    /// is set to wake the task at the bound. No readiness thread ticks a stream without
+    /// keepalive, so a device that never flushes would leave the task waiting for ever.
+    fn flush_bound_passed(&self, cx: &mut Context<'_>, watch: &Watch) -> bool {
+        let mut timer = watch
+            .flush_timer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(left) = self.shared.flush_bound() else {
+            *timer = None;
+            return false;
+        };
+        if left.is_zero() {
+            *timer = None;
+            return true;
+        }
+        let deadline = ::tokio::time::Instant::now() + left;
+        let sleep = timer.get_or_insert_with(|| Box::pin(::tokio::time::sleep_until(deadline)));
+        if sleep.deadline() != deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        // Ready: the bound has passed by the timer's clock; the next attempt finds it.
+        sleep.as_mut().poll(cx).is_ready()
     }
 
     /// When `seen` holds the input's ready guard (and the input has not ended): clears it
