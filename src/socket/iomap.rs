@@ -5,6 +5,7 @@
 //! iomap, the wire layout docs/IOMAP.md).
 #![forbid(unsafe_code)]
 
+use super::census::Entry;
 use super::conn::Connection;
 use super::data_path::keep_first_error;
 use super::rdma_socket::RdmaSocket;
@@ -19,15 +20,30 @@ use std::sync::{Arc, Weak};
 
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
+/// A window's registration, counted in the census (as one region of its length) while it
+/// is registered.
+#[derive(Debug)]
+pub(crate) struct WindowMemory {
+    region: MemoryRegion,
+    _census: Entry,
+}
+
+impl std::ops::Deref for WindowMemory {
+    type Target = MemoryRegion;
+    fn deref(&self) -> &MemoryRegion {
+        &self.region
+    }
+}
+
 /// The windows a connection mapped, kept registered until it closes: a write the peer
 /// posted before our unmapping reached it still lands in memory we hold.
 #[derive(Debug, Default)]
 pub(crate) struct Windows {
-    held: Vec<Arc<MemoryRegion>>,
+    held: Vec<Arc<WindowMemory>>,
 }
 
 impl Windows {
-    fn keep(&mut self, memory: &Arc<MemoryRegion>) {
+    fn keep(&mut self, memory: &Arc<WindowMemory>) {
         if !self.held.iter().any(|m| Arc::ptr_eq(m, memory)) {
             self.held.push(Arc::clone(memory));
         }
@@ -42,7 +58,7 @@ impl Windows {
 pub struct MappedWindow {
     /// Not a strong handle: a window does not keep its connection open.
     shared: Weak<Shared>,
-    memory: Arc<MemoryRegion>,
+    memory: Arc<WindowMemory>,
     index: u16,
     offset: u64,
     mapped: bool,
@@ -150,7 +166,13 @@ impl RdmaSocket {
             let mut g = self.shared.lock();
             let index = g.engine.iomap_reserve().map_err(|e| g.io_error(e))?;
             match g.res.device.pd().register(len, REMOTE) {
-                Ok(mr) => (Arc::new(mr), index),
+                Ok(region) => (
+                    Arc::new(WindowMemory {
+                        region,
+                        _census: Entry::buffer(len as u64),
+                    }),
+                    index,
+                ),
                 Err(e) => {
                     g.engine.iomap_release(index);
                     return Err(io::Error::from(e));
@@ -213,7 +235,7 @@ impl Connection {
         &mut self,
         index: u16,
         entry: &IomapEntry,
-        memory: &Arc<MemoryRegion>,
+        memory: &Arc<WindowMemory>,
     ) -> Result<(), StreamError> {
         let bytes = self.engine.iomap_entry_bytes(entry);
         self.send_entry(index, bytes, false)?;
