@@ -153,6 +153,15 @@ pub(crate) fn run(
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        // The userspace provider's engine finishes each TCP close after the connection is
+        // gone (the peer's FIN): read once the fd count has stayed put for 200 ms.
+        let (mut fds, mut still) = (measure::now().fds, 0);
+        while still < 4 && Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let now = measure::now().fds;
+            still = if now == fds { still + 1 } else { 0 };
+            fds = now;
+        }
     }
     run.closed = measure::now();
     Ok(run)
