@@ -7,17 +7,14 @@
 //! DISCONNECTED, and holds back the queue pair's move to the error state (which flushes the
 //! receives) until the test lets it go, as a device that posts the flushed completions late.
 
+use super::wrapped_cm::{EndpointHooks, WrappedCm};
 use super::{RdmaListener, RdmaSocket, SocketOptions};
-use crate::cm::IncomingRequest;
-use crate::cm::{
-    CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters, Resolving,
-};
-use crate::verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair};
+use crate::cm::{CmEndpoint, CmNotice};
+use crate::verbs::QueuePair;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use rdmasock_uiwarp::UiwarpCm;
 use std::io::{self, ErrorKind, Read};
-use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,138 +27,25 @@ struct Script {
     hold_disconnect: AtomicBool,
 }
 
-#[derive(Debug)]
-struct ScriptedCm(Arc<Script>);
-
-#[derive(Debug)]
-struct ScriptedListener(Box<dyn CmListener>, Arc<Script>);
-
-#[derive(Debug)]
-struct ScriptedEndpoint(Box<dyn CmEndpoint>, Arc<Script>);
-
-impl ConnectionManager for ScriptedCm {
-    fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
-        UiwarpCm.resolve(dst, timeout)
-    }
-    fn resolve_from_free_port(
-        &self,
-        dst: SocketAddr,
-        timeout: Duration,
-    ) -> io::Result<Box<dyn CmEndpoint>> {
-        UiwarpCm.resolve_from_free_port(dst, timeout)
-    }
-    fn start_resolve(
-        &self,
-        dst: SocketAddr,
-        from_free_port: bool,
-        timeout: Duration,
-    ) -> io::Result<Box<dyn Resolving>> {
-        UiwarpCm.start_resolve(dst, from_free_port, timeout)
-    }
-    fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
-        let inner = UiwarpCm.listen(addr, backlog)?;
-        Ok(Box::new(ScriptedListener(inner, Arc::clone(&self.0))))
-    }
-}
-
-impl CmListener for ScriptedListener {
-    fn poll_request(&self) -> io::Result<Option<IncomingRequest>> {
-        Ok(self.0.poll_request()?.map(|r| IncomingRequest {
-            endpoint: Box::new(ScriptedEndpoint(r.endpoint, Arc::clone(&self.1))),
-            private_data: r.private_data,
-        }))
-    }
-    fn event_fd(&self) -> BorrowedFd<'_> {
-        self.0.event_fd()
-    }
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.0.local_addr()
-    }
-}
-
-impl CmEndpoint for ScriptedEndpoint {
-    fn device(&self) -> io::Result<DeviceInfo> {
-        self.0.device()
-    }
-    fn open_context(&self, registry: &ProviderRegistry) -> io::Result<Context> {
-        self.0.open_context(registry)
-    }
-    fn init_qp(&self, qp: &QueuePair) -> io::Result<()> {
-        self.0.init_qp(qp)
-    }
-    fn connect(
-        &self,
-        qp: &QueuePair,
-        parameters: &ConnectionParameters,
-        timeout: Duration,
-    ) -> io::Result<Vec<u8>> {
-        self.0.connect(qp, parameters, timeout)
-    }
-    fn start_connect(
-        &self,
-        qp: &QueuePair,
-        parameters: &ConnectionParameters,
-        timeout: Duration,
-    ) -> io::Result<()> {
-        self.0.start_connect(qp, parameters, timeout)
-    }
-    fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
-        self.0.poll_connect(qp)
-    }
-    fn connect_timed_out(&self, qp: &QueuePair) -> io::Error {
-        self.0.connect_timed_out(qp)
-    }
-    fn connect_fd(&self) -> BorrowedFd<'_> {
-        self.0.connect_fd()
-    }
-    fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {
-        self.0.start_accept(qp, parameters)
-    }
-    fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
-        self.0.poll_accept(qp)
-    }
-    fn reject(&self, private_data: &[u8]) -> io::Result<()> {
-        self.0.reject(private_data)
-    }
-    fn disconnect(&self, qp: &QueuePair) -> io::Result<()> {
-        if self.1.hold_disconnect.load(Ordering::SeqCst) {
+impl EndpointHooks for Script {
+    fn disconnect(&self, inner: &dyn CmEndpoint, qp: &QueuePair) -> io::Result<()> {
+        if self.hold_disconnect.load(Ordering::SeqCst) {
             return Ok(());
         }
-        self.0.disconnect(qp)
+        inner.disconnect(qp)
     }
-    fn poll_notice(&self) -> io::Result<Option<CmNotice>> {
-        if self.1.report_disconnected.swap(false, Ordering::SeqCst) {
+    fn poll_notice(&self, inner: &dyn CmEndpoint) -> io::Result<Option<CmNotice>> {
+        if self.report_disconnected.swap(false, Ordering::SeqCst) {
             return Ok(Some(CmNotice::Disconnected));
         }
-        self.0.poll_notice()
-    }
-    fn event_fd(&self) -> BorrowedFd<'_> {
-        self.0.event_fd()
-    }
-    fn local_addr(&self) -> Option<SocketAddr> {
-        self.0.local_addr()
-    }
-    fn peer_addr(&self) -> Option<SocketAddr> {
-        self.0.peer_addr()
-    }
-    fn nudge_after_first_receive(&self) -> bool {
-        self.0.nudge_after_first_receive()
-    }
-    fn disconnect_waits_for_peer(&self) -> bool {
-        self.0.disconnect_waits_for_peer()
-    }
-    fn set_liveness_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.0.set_liveness_timeout(timeout)
-    }
-    fn end_reason(&self) -> Option<String> {
-        self.0.end_reason()
+        inner.poll_notice()
     }
 }
 
 /// A connected pair whose accepted end (the first) has the scripted endpoint.
 fn scripted_pair(script: &Arc<Script>, opts: &SocketOptions) -> (RdmaSocket, RdmaSocket) {
     let opts = opts.clone();
-    let cm = ScriptedCm(Arc::clone(script));
+    let cm = WrappedCm(Arc::clone(script));
     let l = RdmaListener::bind_via(&cm, "127.0.0.1:0", &opts).expect("bind");
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || l.accept().expect("accept").0);

@@ -7,139 +7,22 @@
 //! says that a close waits for the peer's (as kernel iWARP's does), and its peer never calls
 //! in again, so it never answers.
 
+use super::wrapped_cm::{EndpointHooks, WrappedCm};
 use super::{RdmaListener, RdmaSocket, SocketOptions};
-use crate::cm::IncomingRequest;
-use crate::cm::{
-    CmEndpoint, CmListener, CmNotice, ConnectionManager, ConnectionParameters, Resolving,
-};
-use crate::verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair};
+use crate::cm::{CmEndpoint, ConnectionManager};
 use mio::{Events, Interest, Poll, Token};
 use rdmasock_uiwarp::UiwarpCm;
-use std::io::{self, ErrorKind, Read, Write};
-use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The userspace connection manager, whose accepted endpoints wait for the peer's close.
+/// Accepted endpoints that say a close waits for the peer's (as kernel iWARP's do).
 #[derive(Debug)]
-struct WaitingCm;
+struct WaitsForPeer;
 
-#[derive(Debug)]
-struct WaitingListener(Box<dyn CmListener>);
-
-#[derive(Debug)]
-struct WaitingEndpoint(Box<dyn CmEndpoint>);
-
-impl ConnectionManager for WaitingCm {
-    fn resolve(&self, dst: SocketAddr, timeout: Duration) -> io::Result<Box<dyn CmEndpoint>> {
-        UiwarpCm.resolve(dst, timeout)
-    }
-    fn resolve_from_free_port(
-        &self,
-        dst: SocketAddr,
-        timeout: Duration,
-    ) -> io::Result<Box<dyn CmEndpoint>> {
-        UiwarpCm.resolve_from_free_port(dst, timeout)
-    }
-    fn start_resolve(
-        &self,
-        dst: SocketAddr,
-        from_free_port: bool,
-        timeout: Duration,
-    ) -> io::Result<Box<dyn Resolving>> {
-        UiwarpCm.start_resolve(dst, from_free_port, timeout)
-    }
-    fn listen(&self, addr: SocketAddr, backlog: u32) -> io::Result<Box<dyn CmListener>> {
-        Ok(Box::new(WaitingListener(UiwarpCm.listen(addr, backlog)?)))
-    }
-}
-
-impl CmListener for WaitingListener {
-    fn poll_request(&self) -> io::Result<Option<IncomingRequest>> {
-        Ok(self.0.poll_request()?.map(|r| IncomingRequest {
-            endpoint: Box::new(WaitingEndpoint(r.endpoint)),
-            private_data: r.private_data,
-        }))
-    }
-    fn event_fd(&self) -> BorrowedFd<'_> {
-        self.0.event_fd()
-    }
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.0.local_addr()
-    }
-}
-
-impl CmEndpoint for WaitingEndpoint {
-    fn device(&self) -> io::Result<DeviceInfo> {
-        self.0.device()
-    }
-    fn open_context(&self, registry: &ProviderRegistry) -> io::Result<Context> {
-        self.0.open_context(registry)
-    }
-    fn init_qp(&self, qp: &QueuePair) -> io::Result<()> {
-        self.0.init_qp(qp)
-    }
-    fn connect(
-        &self,
-        qp: &QueuePair,
-        parameters: &ConnectionParameters,
-        timeout: Duration,
-    ) -> io::Result<Vec<u8>> {
-        self.0.connect(qp, parameters, timeout)
-    }
-    fn start_connect(
-        &self,
-        qp: &QueuePair,
-        parameters: &ConnectionParameters,
-        timeout: Duration,
-    ) -> io::Result<()> {
-        self.0.start_connect(qp, parameters, timeout)
-    }
-    fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
-        self.0.poll_connect(qp)
-    }
-    fn connect_timed_out(&self, qp: &QueuePair) -> io::Error {
-        self.0.connect_timed_out(qp)
-    }
-    fn connect_fd(&self) -> BorrowedFd<'_> {
-        self.0.connect_fd()
-    }
-    fn start_accept(&self, qp: &QueuePair, parameters: &ConnectionParameters) -> io::Result<()> {
-        self.0.start_accept(qp, parameters)
-    }
-    fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
-        self.0.poll_accept(qp)
-    }
-    fn reject(&self, private_data: &[u8]) -> io::Result<()> {
-        self.0.reject(private_data)
-    }
-    fn disconnect(&self, qp: &QueuePair) -> io::Result<()> {
-        self.0.disconnect(qp)
-    }
-    fn poll_notice(&self) -> io::Result<Option<CmNotice>> {
-        self.0.poll_notice()
-    }
-    fn event_fd(&self) -> BorrowedFd<'_> {
-        self.0.event_fd()
-    }
-    fn local_addr(&self) -> Option<SocketAddr> {
-        self.0.local_addr()
-    }
-    fn peer_addr(&self) -> Option<SocketAddr> {
-        self.0.peer_addr()
-    }
-    fn nudge_after_first_receive(&self) -> bool {
-        self.0.nudge_after_first_receive()
-    }
-    fn disconnect_waits_for_peer(&self) -> bool {
+impl EndpointHooks for WaitsForPeer {
+    fn disconnect_waits_for_peer(&self, _: &dyn CmEndpoint) -> bool {
         true
-    }
-    fn set_liveness_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.0.set_liveness_timeout(timeout)
-    }
-    fn end_reason(&self) -> Option<String> {
-        self.0.end_reason()
     }
 }
 
@@ -175,7 +58,7 @@ fn the_victim_s_close_waits_for_its_silent_peer() {
         .close_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    let (victim, silent_peer) = pair_via(&WaitingCm, &opts);
+    let (victim, silent_peer) = pair_via(&WrappedCm(Arc::new(WaitsForPeer)), &opts);
     let started = Instant::now();
     drop(victim);
     let took = started.elapsed();
@@ -192,7 +75,7 @@ fn a_last_drop_while_the_hub_holds_the_socket_leaves_other_sockets_on_time() {
         .close_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    let (mut victim, silent_peer) = pair_via(&WaitingCm, &slow_close);
+    let (mut victim, silent_peer) = pair_via(&WrappedCm(Arc::new(WaitsForPeer)), &slow_close);
     let (mut other, mut other_peer) = pair_via(&UiwarpCm, &SocketOptions::default());
     victim.set_nonblocking(true).unwrap();
     other.set_nonblocking(true).unwrap();

@@ -27,6 +27,7 @@
 //! readable means.
 #![forbid(unsafe_code)]
 
+mod answering;
 mod call_wait;
 mod census;
 #[cfg(test)]
@@ -39,7 +40,6 @@ mod devices;
 mod fd;
 // The completion feed's fuzz entry point: built only for `cargo fuzz` (which sets
 // `--cfg fuzzing`) and for the seeded smoke test that `tests/run.sh` builds the same way.
-mod answering;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod handshake;
@@ -60,6 +60,8 @@ mod source;
 mod vectored;
 mod wait;
 mod warm;
+#[cfg(test)]
+mod wrapped_cm;
 mod zero_copy;
 
 pub use crate::cm::{
