@@ -3,8 +3,8 @@
 //! bandwidth. Prints a table with the ratios (targets: latency <= 1.3x, bandwidth >= 0.8x).
 //!
 //! ```text
-//! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m]
-//!              [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits]
+//! bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only WORKLOAD]
+//!              [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] [--cpu]
 //!              [--nodelay] [--tcp-nagle] [--markdown FILE]
 //! ```
 //! Build with `--release`. Each workload runs `R` rounds (default 5), TcpStream and uiwarp
@@ -20,6 +20,16 @@
 //! a write for a few microseconds to send it with the next ones; see
 //! `RdmaSocket::set_nodelay`); `--nodelay` sets nodelay on RdmaSocket too (every write
 //! goes to TCP at once), `--tcp-nagle` leaves Nagle's algorithm on in TcpStream.
+//! The 1 MiB stream runs four more ways, each paired with TcpStream rounds of its own: with
+//! zero-copy writes (`submit_registered` of two registered 1 MiB buffers in turn; the
+//! reader reads as before), and three floors over plain TcpStream that add what MPA and the
+//! socket must add to TCP: MPA's CRC32c over every byte on both ends; that and the reader's
+//! copy out of its receive ring (1 copy: the floor of zero-copy writes); that and the
+//! writer's copy into its send ring (2 copies: the floor of the copying stream). No
+//! implementation of each design beats its floor on the host it runs on. `--only` takes
+//! `latency`, `4k`, `1m` (all five 1 MiB rows) or one row: `1m-zc`, `1m-crc`, `1m-copy1`,
+//! `1m-copy2`. `--cpu` prints each 1 MiB round's MB/s and the writing and reading threads'
+//! CPU time (user plus system) per MiB to stderr.
 //! `--markdown FILE` also writes the table, with the date and the machine, into the
 //! `bench-uiwarp` section of FILE (normally `docs/BENCHMARKS.md`; between
 //! `<!-- bench-uiwarp:begin -->` and `<!-- bench-uiwarp:end -->`), leaving the rest as it is.
@@ -29,12 +39,18 @@ mod common;
 use common::bench::{Stream, Summary};
 use common::clock::RoundTrips;
 use common::markdown;
+use nix::sys::resource::{getrusage, UsageWho};
 use rdmasock::socket::WaitStats;
-use rdmasock::{connection_manager_for, ProviderKind, RdmaListener, RdmaSocket, SocketOptions};
+use rdmasock::{
+    connection_manager_for, ProviderKind, RdmaListener, RdmaSocket, RegisteredBuf, SocketOptions,
+};
+use rdmasock_uiwarp::wire::crc32c::Crc32c;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One round's result, with its client's and server's wait counters.
 type Round = (f64, Option<WaitStats>, Option<WaitStats>);
@@ -65,6 +81,11 @@ struct Args {
     command_line: String,
 }
 
+/// What `--only` takes: a workload, or one of the 1 MiB stream's rows.
+const ONLY: [&str; 7] = [
+    "latency", "4k", "1m", "1m-zc", "1m-crc", "1m-copy1", "1m-copy2",
+];
+
 fn args() -> Args {
     let mut a = Args {
         rounds: 5,
@@ -93,19 +114,27 @@ fn args() -> Args {
             "--iters" => a.iters = num("--iters"),
             "--megabytes" => a.megabytes = num("--megabytes"),
             "--event" => a.event = true,
-            "--only" => a.only = it.next(),
+            "--only" => {
+                let w = it.next().unwrap_or_default();
+                if !ONLY.contains(&w.as_str()) {
+                    eprintln!("bench_uiwarp: --only takes one of {ONLY:?} (not {w:?})");
+                    std::process::exit(2);
+                }
+                a.only = Some(w);
+            }
             "--ring" => a.ring = Some(num("--ring")),
             "--signal" => a.signal = Some(num("--signal")),
             "--side" => a.side = it.next(),
             "--waits" => a.waits = true,
             "--nodelay" => a.nodelay = true,
             "--tcp-nagle" => a.tcp_nagle = true,
+            "--cpu" => PRINT_CPU.store(true, Ordering::Relaxed),
             "--markdown" => {
                 a.markdown = Some(PathBuf::from(it.next().expect("--markdown needs a file")))
             }
             other => {
                 eprintln!(
-                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] [--nodelay] [--tcp-nagle] [--markdown FILE] (not {other})"
+                    "usage: bench_uiwarp [--rounds R] [--iters N] [--megabytes M] [--event] [--only latency|4k|1m] [--ring BYTES] [--signal N] [--side tcp|uiwarp] [--waits] [--cpu] [--nodelay] [--tcp-nagle] [--markdown FILE] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -160,6 +189,7 @@ fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> Round {
 fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Round {
     let sink = thread::spawn(move || {
         let mut s = server;
+        let cpu = thread_cpu();
         let mut buf = vec![0u8; chunk.max(65536)];
         let mut got = 0usize;
         while got < total {
@@ -170,10 +200,11 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Ro
             }
         }
         s.write_all(b"k").expect("ack");
-        (got, s.waits())
+        (got, s.waits(), thread_cpu() - cpu)
     });
     let buf = vec![0x5au8; chunk];
     let t = Instant::now();
+    let cpu = thread_cpu();
     let mut sent = 0;
     while sent < total {
         let n = chunk.min(total - sent);
@@ -183,9 +214,106 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Ro
     let mut ack = [0u8; 1];
     client.read_exact(&mut ack).expect("ack");
     let secs = t.elapsed().as_secs_f64();
-    let (got, server_waits) = sink.join().expect("sink");
+    let writer_cpu = thread_cpu() - cpu;
+    let (got, server_waits, reader_cpu) = sink.join().expect("sink");
+    let mbps = total as f64 / secs / 1e6;
+    report_cpu(
+        std::any::type_name::<S>(),
+        mbps,
+        writer_cpu,
+        reader_cpu,
+        total,
+    );
     assert_eq!(got, total);
-    (total as f64 / secs / 1e6, client.waits(), server_waits)
+    (mbps, client.waits(), server_waits)
+}
+
+/// MB/s of a one-way stream of `total` bytes from `DEPTH` registered 1 MiB buffers, each
+/// handed to `submit_registered` again once the socket gave it back: the writer copies
+/// nothing (the reader reads as in [`stream`]).
+fn stream_zero_copy(mut client: RdmaSocket, server: RdmaSocket, total: usize) -> Round {
+    const DEPTH: usize = 2;
+    let chunk = 1 << 20;
+    let sink = thread::spawn(move || {
+        let mut s = server;
+        let cpu = thread_cpu();
+        let mut buf = vec![0u8; chunk];
+        let mut got = 0usize;
+        while got < total {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => panic!("sink read: {e}"),
+            }
+        }
+        s.write_all(b"k").expect("ack");
+        (got, s.waits(), thread_cpu() - cpu)
+    });
+    let mut free: Vec<RegisteredBuf> = (0..DEPTH)
+        .map(|_| {
+            let mut b = RegisteredBuf::new(chunk).expect("registered buffer");
+            b.fill(0x5a);
+            b
+        })
+        .collect();
+    let t = Instant::now();
+    let cpu = thread_cpu();
+    let mut sent = 0;
+    while sent < total {
+        let buf = match free.pop() {
+            Some(b) => b,
+            None => {
+                let done = client
+                    .wait_completed_registered()
+                    .expect("wait")
+                    .expect("in flight");
+                done.result.expect("zero-copy write");
+                done.buf
+            }
+        };
+        let n = chunk.min(total - sent);
+        let took = client
+            .submit_registered_range(buf, ..n)
+            .map_err(|r| r.error)
+            .expect("submit");
+        assert_eq!(took, n, "a submission takes the whole range");
+        sent += n;
+    }
+    while let Some(done) = client.wait_completed_registered().expect("wait") {
+        done.result.expect("zero-copy write");
+    }
+    let mut ack = [0u8; 1];
+    client.read_exact(&mut ack).expect("ack");
+    let secs = t.elapsed().as_secs_f64();
+    let writer_cpu = thread_cpu() - cpu;
+    let (got, server_waits, reader_cpu) = sink.join().expect("sink");
+    let mbps = total as f64 / secs / 1e6;
+    report_cpu("zero-copy", mbps, writer_cpu, reader_cpu, total);
+    assert_eq!(got, total);
+    (mbps, client.waits(), server_waits)
+}
+
+/// This thread's CPU time (user plus system) so far.
+fn thread_cpu() -> Duration {
+    let usage = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
+    let time =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    time(usage.user_time()) + time(usage.system_time())
+}
+
+/// Set by `--cpu`.
+static PRINT_CPU: AtomicBool = AtomicBool::new(false);
+
+/// With `--cpu`, prints a stream round's MB/s and each end's CPU time per MiB to stderr.
+fn report_cpu(what: &str, mbps: f64, writer: Duration, reader: Duration, total: usize) {
+    if PRINT_CPU.load(Ordering::Relaxed) {
+        let mib = total as f64 / f64::from(1 << 20);
+        eprintln!(
+            "{what}: {mbps:.0} MB/s; CPU us/MiB: writer {:.0}, reader {:.0}",
+            writer.as_secs_f64() * 1e6 / mib,
+            reader.as_secs_f64() * 1e6 / mib
+        );
+    }
 }
 
 fn tcp_pair(nagle: bool) -> (TcpStream, TcpStream) {
@@ -196,6 +324,74 @@ fn tcp_pair(nagle: bool) -> (TcpStream, TcpStream) {
     c.set_nodelay(!nagle).unwrap();
     s.set_nodelay(!nagle).unwrap();
     (c, s)
+}
+
+/// TcpStream doing the least work an MPA stream with CRC must add to TCP: a CRC32c pass
+/// over every byte written and read, and `copies` of the copies a socket over MPA makes: 1,
+/// the reader's out of its receive ring into the caller's buffer (where the writer sends
+/// from registered memory); 2, also the writer's into its send ring (the copying stream).
+/// The 1 MiB stream over it is a floor that no implementation of that design beats here.
+struct Floor {
+    tcp: TcpStream,
+    copies: u8,
+    crc: Crc32c,
+    ring: Vec<u8>,
+}
+
+impl Floor {
+    fn new(tcp: TcpStream, copies: u8) -> Floor {
+        Floor {
+            tcp,
+            copies,
+            crc: Crc32c::new(),
+            ring: Vec::new(),
+        }
+    }
+}
+
+impl Read for Floor {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.copies == 0 {
+            let n = self.tcp.read(buf)?;
+            self.crc.update(&buf[..n]);
+            return Ok(n);
+        }
+        self.ring.resize(buf.len(), 0);
+        let n = self.tcp.read(&mut self.ring)?;
+        self.crc.update(&self.ring[..n]);
+        buf[..n].copy_from_slice(&self.ring[..n]);
+        Ok(n)
+    }
+}
+
+impl Write for Floor {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.copies < 2 {
+            self.crc.update(buf);
+            return self.tcp.write(buf);
+        }
+        self.ring.resize(buf.len(), 0);
+        self.ring.copy_from_slice(buf);
+        self.crc.update(&self.ring);
+        self.tcp.write_all(&self.ring)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        std::hint::black_box(self.crc.finish());
+    }
+}
+
+impl Stream for Floor {
+    fn waits(&self) -> Option<WaitStats> {
+        None
+    }
 }
 
 fn rdma_pair(opts: &SocketOptions, nodelay: bool) -> (RdmaSocket, RdmaSocket) {
@@ -257,19 +453,42 @@ fn main() {
         }
         Some(value)
     };
+    // The floors of the 1 MiB stream (see `Floor`), in the uiwarp column.
+    let floor = |copies: u8| -> Option<f64> {
+        if !uiwarp {
+            return None;
+        }
+        let (c, s) = tcp_pair(a.tcp_nagle);
+        Some(stream(Floor::new(c, copies), Floor::new(s, copies), 1 << 20, total).0)
+    };
     let mut rows = Vec::new();
     for (name, key, target) in [
         ("64 B ping-pong RTT (us, median)", "latency", "<= 1.30"),
         ("4 KiB stream (MB/s)", "4k", ">= 0.80"),
-        ("1 MiB stream (MB/s)", "1m", ">= 0.80"),
+        ("1 MiB stream (MB/s)", "1m", ">= 0.90"),
+        ("1 MiB stream, zero-copy writes", "1m-zc", ">= 0.90"),
+        ("1 MiB floor: TCP + CRC32c", "1m-crc", "-"),
+        ("1 MiB floor: TCP + CRC + 1 copy", "1m-copy1", "-"),
+        ("1 MiB floor: TCP + CRC + 2 copies", "1m-copy2", "-"),
     ] {
-        if !wanted(key) {
+        if !wanted(key) && !wanted(key.split('-').next().unwrap_or(key)) {
             continue;
         }
         let (mut t, mut u) = (Vec::new(), Vec::new());
         for _ in 0..a.rounds {
-            t.extend(run(key, true));
-            u.extend(run(key, false));
+            let base = key.split('-').next().unwrap_or(key);
+            t.extend(run(base, true));
+            u.extend(match key {
+                "1m-crc" => floor(0),
+                "1m-copy1" => floor(1),
+                "1m-copy2" => floor(2),
+                "1m-zc" if uiwarp => {
+                    let (c, s) = rdma_pair(&opts, a.nodelay);
+                    Some(stream_zero_copy(c, s, total).0)
+                }
+                "1m-zc" => None,
+                _ => run(key, false),
+            });
         }
         // Each round runs TcpStream and uiwarp back to back, so the median of the rounds'
         // own ratios is not swayed by the host's speed drifting between rounds.
@@ -278,7 +497,7 @@ fn main() {
         rows.push((name, t, u, paired, target));
     }
     let description = format!(
-        "RdmaSocket over uiwarp (nodelay {}) vs TcpStream ({}), loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream",
+        "RdmaSocket over uiwarp (nodelay {}) vs TcpStream ({}), loopback, {} mode; {} rounds of {} ping-pongs, {} MiB per stream; the floor rows give, in the uiwarp column, TcpStream adding MPA's CRC32c and 1 or 2 of the socket's copies (no implementation of that design beats them)",
         if a.nodelay { "on" } else { "off" },
         if a.tcp_nagle { "Nagle on" } else { "TCP_NODELAY" },
         if a.event { "event" } else { "adaptive busy-poll" },
