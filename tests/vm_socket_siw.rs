@@ -22,6 +22,7 @@ mod siw {
             fork_while_streaming_children_exec_or_drop_what_they_inherited,
             huge_page_rings_carry_a_checked_stream_or_say_what_to_reserve,
             iomap_iowrite_both_ways_checked_by_hash,
+            registered_iowrite_lands_in_the_window_and_frees_the_buffer_on_return,
             iowrite_outside_a_window_is_refused_and_the_connection_stays,
             iomap_is_off_unless_the_peer_asks,
             ipv6_connect_accept_echo_and_stream,

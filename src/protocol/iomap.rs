@@ -353,7 +353,7 @@ impl StreamEngine {
     }
 
     /// Why no window holds `[offset, offset + len)`.
-    fn iomap_miss(&self, offset: u64, len: usize) -> StreamError {
+    pub(super) fn iomap_miss(&self, offset: u64, len: usize) -> StreamError {
         let end = offset.saturating_add(len as u64);
         match self.iomap.windows.iter().find(|w| w.holds(offset, 1)) {
             Some(w) => StreamError::Iomap(format!(

@@ -171,6 +171,77 @@ fn iowrite_lands_inside_the_window_in_order_with_the_stream() {
 }
 
 #[test]
+fn a_registered_iowrite_posts_from_the_buffer_and_signals_its_last_write() {
+    let (mut writer, mut owner) = pair(2, 2);
+    map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 256 * 1024);
+    let ring = writer.sbuf_avail;
+    let max = writer.cfg.max_transfer as usize;
+    let w = writer
+        .iowrite_registered(0x1_0100, 64, 2 * max + 10)
+        .unwrap();
+    assert_eq!(w.accepted, 2 * max + 10);
+    assert_eq!(writer.sbuf_avail, ring, "no send ring is taken");
+    let writes: Vec<_> = std::iter::from_fn(|| writer.pop_op())
+        .filter_map(|op| match op {
+            Op::Write {
+                wr_id,
+                payload,
+                remote_addr,
+                rkey,
+                signaled,
+                ..
+            } => Some((wr_id, payload, remote_addr, rkey, signaled)),
+            _ => None,
+        })
+        .collect();
+    let pieces: Vec<_> = writes.iter().map(|w| (w.1, w.2, w.3)).collect();
+    assert_eq!(
+        pieces,
+        [
+            (
+                Payload::Registered {
+                    offset: 64,
+                    len: max
+                },
+                0xabc_0100,
+                0x77
+            ),
+            (
+                Payload::Registered {
+                    offset: 64 + max,
+                    len: max
+                },
+                0xabc_0100 + max as u64,
+                0x77
+            ),
+            (
+                Payload::Registered {
+                    offset: 64 + 2 * max,
+                    len: 10
+                },
+                0xabc_0100 + 2 * max as u64,
+                0x77
+            ),
+        ]
+    );
+    let (last, _, _, _, signaled) = writes[2];
+    assert!(signaled, "the call's last WRITE is signalled");
+    assert_eq!(last, w.last);
+    assert!(!writer.send_completed(w.last));
+    writer.on_send_completion(w.last, true);
+    assert!(writer.send_completed(w.last));
+    // The window's bounds hold as for a copying iowrite, and a refusal queues nothing.
+    let e = writer
+        .iowrite_registered(0x1_0000 + 256 * 1024 - 4, 0, 5)
+        .unwrap_err();
+    assert!(e.to_string().contains("runs past the end"), "{e}");
+    let e = writer.iowrite_registered(0x9_0000, 0, 1).unwrap_err();
+    assert!(e.to_string().contains("no window"), "{e}");
+    assert!(!writer.has_ops(), "nothing was queued");
+    assert!(writer.error().is_none(), "the connection stays");
+}
+
+#[test]
 fn an_unmapped_window_is_gone_at_the_writer() {
     let (mut writer, mut owner) = pair(1, 1);
     let slot = map(&mut owner, &mut writer, 0, 0x5000, 100);

@@ -2,13 +2,14 @@
 //! buffer ([`Payload::Registered`]) instead of the send ring. On the wire nothing changes: each
 //! message is the same RDMA WRITE WITH IMMEDIATE (or, in write+send mode, the same WRITE and
 //! 4-byte SEND) into the peer's ring that a copying write makes, in stream order with them,
-//! so a peer cannot tell the two apart.
+//! so a peer cannot tell the two apart. Zero-copy iowrites likewise are the plain RDMA WRITEs
+//! into the peer's mapped window that a copying iowrite makes.
 #![forbid(unsafe_code)]
 
 use super::engine::StreamEngine;
 use super::error::StreamError;
 use super::msg::Message;
-use super::op::{Payload, WrId};
+use super::op::{Op, Payload, WrId};
 
 /// What [`StreamEngine::write_registered`] accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +58,57 @@ impl StreamEngine {
             self.post_write_msg(
                 payload, msg, dest.addr, dest.key, inline, signaled, false, 0,
             );
+        }
+        if done == 0 && len > 0 {
+            return Err(StreamError::WouldBlock);
+        }
+        Ok(RegisteredWrite {
+            accepted: done,
+            last: WrId::send(self.next_seq.wrapping_sub(1)),
+        })
+    }
+
+    /// [`iowrite`](Self::iowrite) from the caller's registered buffer: up to `len` bytes from
+    /// `buf_offset` in it into the peer's window at `offset`, as plain RDMA WRITEs ordered
+    /// with the stream, with [`Payload::Registered`] payloads (no send ring, no copy); the
+    /// last one queued is signalled. The whole range must lie inside one window the peer
+    /// mapped, or nothing is queued and [`StreamError::Iomap`] says why (the connection
+    /// stays). Returns what was accepted, or [`StreamError::WouldBlock`] when nothing could
+    /// be (no send-queue slot).
+    pub fn iowrite_registered(
+        &mut self,
+        offset: u64,
+        buf_offset: usize,
+        len: usize,
+    ) -> Result<RegisteredWrite, StreamError> {
+        self.write_allowed()?;
+        let Some(window) = self.iomap_window(offset, len as u64) else {
+            return Err(self.iomap_miss(offset, len));
+        };
+        let mut done = 0;
+        while done < len && self.sqe_avail >= 1 && self.send_resize.is_none() {
+            let xfer = (len - done).min(self.cfg.max_transfer as usize);
+            self.sqe_avail -= 1;
+            let at = done;
+            done += xfer;
+            // The last WRITE of the call is signalled, so its completion comes.
+            let last = done == len || self.sqe_avail == 0;
+            let signaled = self.count_signal() || last;
+            if signaled {
+                self.unsignaled = 0;
+            }
+            let wr_id = self.track(false, 0, false, signaled);
+            self.ops.push_back(Op::Write {
+                wr_id,
+                payload: Payload::Registered {
+                    offset: buf_offset + at,
+                    len: xfer,
+                },
+                remote_addr: window.window.addr + (offset - window.offset) + at as u64,
+                rkey: window.window.key,
+                inline: xfer <= self.cfg.inline_threshold as usize,
+                signaled,
+            });
         }
         if done == 0 && len > 0 {
             return Err(StreamError::WouldBlock);

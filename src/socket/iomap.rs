@@ -11,11 +11,14 @@ use super::data_path::keep_first_error;
 use super::rdma_socket::RdmaSocket;
 use super::shared::{Direction, Shared};
 use super::warm::warm;
+use super::zero_copy::bounds;
+use crate::buffers::RegisteredBuf;
 use crate::protocol::IOMAP_ENTRY_LEN;
 use crate::protocol::{CopySpan, IomapEntry, RemoteSge, StreamEngine, StreamError};
 use crate::verbs::{AccessFlags, MemoryRegion};
 use std::fmt;
 use std::io;
+use std::ops::RangeBounds;
 use std::sync::{Arc, Weak};
 
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
@@ -220,6 +223,30 @@ impl RdmaSocket {
         }
         self.shared
             .run(Direction::Write, |c| c.iowrite(buf, offset))
+    }
+
+    /// [`iowrite`](Self::iowrite) without a copy: writes all of `buf` into the peer's
+    /// mapped window at `offset`, the device reading the bytes from the buffer (as
+    /// [`write_registered`](Self::write_registered) does for stream bytes). Returns once
+    /// every byte was written and the device has reported those writes complete, so `buf`
+    /// may be changed or reused at once; blocking and nonblocking as `write_registered`.
+    /// The whole range must lie inside one window the peer mapped, as for `iowrite`.
+    pub fn iowrite_registered(&self, buf: &RegisteredBuf, offset: u64) -> io::Result<usize> {
+        self.iowrite_registered_range(buf, .., offset)
+    }
+
+    /// [`iowrite_registered`](Self::iowrite_registered) of the bytes `range` of `buf`, to
+    /// the peer's window at `offset` (the range's first byte lands there).
+    pub fn iowrite_registered_range(
+        &self,
+        buf: &RegisteredBuf,
+        range: impl RangeBounds<usize>,
+        offset: u64,
+    ) -> io::Result<usize> {
+        let start = bounds(&range, buf.len())?.0;
+        self.send_registered(buf, &range, |c, region, at, left| {
+            c.iowrite_registered(region, offset + (at - start) as u64, at, left)
+        })
     }
 
     /// Entries of the peer's iomap table: how many windows this side may map (0 when the

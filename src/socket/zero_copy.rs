@@ -36,6 +36,24 @@ impl Connection {
         }
         Ok(written)
     }
+
+    /// [`write_registered`](Self::write_registered) as an iowrite: up to `len` bytes of the
+    /// buffer from `offset` into the peer's window at `window_offset`, posted at once.
+    pub(crate) fn iowrite_registered(
+        &mut self,
+        region: &MemoryRegion,
+        window_offset: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<RegisteredWrite, StreamError> {
+        let written = self.engine.iowrite_registered(window_offset, offset, len)?;
+        if let Err(e) = self.post_ops_registered(region) {
+            return Err(self.engine.error().cloned().unwrap_or_else(|| {
+                StreamError::ConnectionReset(format!("posting a work request failed: {e}"))
+            }));
+        }
+        Ok(written)
+    }
 }
 
 impl RdmaSocket {
@@ -61,7 +79,27 @@ impl RdmaSocket {
         buf: &RegisteredBuf,
         range: impl RangeBounds<usize>,
     ) -> io::Result<usize> {
-        let (start, end) = bounds(&range, buf.len())?;
+        self.send_registered(buf, &range, |c, region, at, len| {
+            c.write_registered(region, at, len)
+        })
+    }
+
+    /// Sends the bytes `range` of `buf` a piece at a time with `post` (given the connection,
+    /// the buffer's registration, the offset of the piece in the buffer and the bytes left),
+    /// then waits until the device has reported the last piece's sends complete; returns the
+    /// bytes sent, short after a timeout or on a nonblocking socket as `write` is.
+    pub(crate) fn send_registered(
+        &self,
+        buf: &RegisteredBuf,
+        range: &impl RangeBounds<usize>,
+        mut post: impl FnMut(
+            &mut Connection,
+            &MemoryRegion,
+            usize,
+            usize,
+        ) -> Result<RegisteredWrite, StreamError>,
+    ) -> io::Result<usize> {
+        let (start, end) = bounds(range, buf.len())?;
         if start == end {
             return Ok(0);
         }
@@ -71,9 +109,10 @@ impl RdmaSocket {
         let mut stopped = None;
         while start + done < end {
             let at = start + done;
-            match self.shared.run(Direction::Write, |c| {
-                c.write_registered(&region, at, end - at)
-            }) {
+            match self
+                .shared
+                .run(Direction::Write, |c| post(c, &region, at, end - at))
+            {
                 Ok(w) => {
                     done += w.accepted;
                     last = Some(w.last);

@@ -3,7 +3,7 @@
 //! unmapped offset, a window the peer unmapped, a closed peer, a peer without a table).
 
 use super::Fixture;
-use rdmasock::{MappedWindow, RdmaSocket, SocketOptions};
+use rdmasock::{MappedWindow, RdmaSocket, RegisteredBuf, SocketOptions};
 use std::io::{self, Read, Write};
 use std::thread;
 
@@ -168,4 +168,64 @@ pub(crate) fn iomap_is_off_unless_the_peer_asks(f: &Fixture) {
     assert_refused(a.iomap(4096, None).unwrap_err(), "RDMA_IOMAPSIZE");
     assert_refused(b.iowrite(&[0u8; 4], 0).unwrap_err(), "no window");
     assert_refused(a.iomap(0, None).unwrap_err(), "1 to");
+}
+
+/// Zero-copy iowrites from a registered buffer: a range of several transfers and a single
+/// byte land where they were aimed in the peer's window, in order with the stream; the
+/// buffer is overwritten as soon as the call returns and the window still holds the old
+/// bytes (the call returned only after the device was done with them); ranges past a
+/// window's end or at no window are refused with nothing written, and the stream goes on.
+pub(crate) fn registered_iowrite_lands_in_the_window_and_frees_the_buffer_on_return(f: &Fixture) {
+    const LEN: usize = 200_000;
+    const AREA: usize = 256 * 1024;
+    let (mut owner, mut writer) = f.pair_with(&iomap_options(2));
+    let window = owner.iomap(AREA, Some(1 << 30)).expect("iomap");
+    owner.write_all(b"m").unwrap();
+    let mut mark = [0u8; 1];
+    writer.read_exact(&mut mark).unwrap();
+    let first = pattern(0x5eed, LEN);
+    let mut buf = RegisteredBuf::new(LEN).expect("a registered buffer");
+    buf.copy_from_slice(&first);
+    let at = (1u64 << 30) + 100;
+    assert_eq!(writer.iowrite_registered(&buf, at).expect("iowrite"), LEN);
+    // Free on return: the window must keep the bytes written before this.
+    buf.fill(0xee);
+    assert_eq!(
+        writer
+            .iowrite_registered_range(&buf, 7..8, 1 << 30)
+            .expect("one byte"),
+        1
+    );
+    writer.write_all(b"d").unwrap();
+    owner.read_exact(&mut mark).unwrap();
+    let got = window_bytes(&window);
+    assert_eq!(
+        got[0], 0xee,
+        "the one-byte range landed at the window's start"
+    );
+    assert!(
+        got[100..100 + LEN] == first[..],
+        "the window holds the buffer's bytes as they were during the call"
+    );
+    assert!(
+        got[1..100].iter().all(|&b| b == 0),
+        "nothing else was written"
+    );
+    assert_refused(
+        writer
+            .iowrite_registered(&buf, (1 << 30) + (AREA - LEN) as u64 + 1)
+            .unwrap_err(),
+        "runs past the end",
+    );
+    assert_refused(writer.iowrite_registered(&buf, 0).unwrap_err(), "no window");
+    assert_eq!(
+        window_bytes(&window)[..],
+        got[..],
+        "a refused iowrite writes nothing"
+    );
+    writer.write_all(b"after").unwrap();
+    let mut after = [0u8; 5];
+    owner.read_exact(&mut after).unwrap();
+    assert_eq!(&after, b"after", "the stream goes on");
+    window.unmap().expect("unmap");
 }
