@@ -45,6 +45,7 @@ mod rxe {
             zero_copy_writes_hand_the_buffer_back,
             submitted_buffers_come_back_asynchronously_and_a_dropped_submit_loses_none,
             a_write_registered_among_submissions_leaves_theirs_in_order,
+            iomap_and_iowrite_on_streams_land_in_order_with_the_stream,
         ];
         not_applicable: [];
     }
@@ -73,6 +74,7 @@ mod siw {
             zero_copy_writes_hand_the_buffer_back,
             submitted_buffers_come_back_asynchronously_and_a_dropped_submit_loses_none,
             a_write_registered_among_submissions_leaves_theirs_in_order,
+            iomap_and_iowrite_on_streams_land_in_order_with_the_stream,
         ];
         not_applicable: [];
     }

@@ -91,6 +91,7 @@
 
 mod connect;
 mod events;
+mod iomap;
 mod listener;
 mod split;
 mod stream;

@@ -19,6 +19,7 @@ pub(crate) mod vm_support;
 mod close;
 mod data;
 mod errors;
+mod iomap;
 mod zero_copy;
 
 #[allow(unused_imports)]
@@ -27,6 +28,8 @@ pub(crate) use close::*;
 pub(crate) use data::*;
 #[allow(unused_imports)]
 pub(crate) use errors::*;
+#[allow(unused_imports)]
+pub(crate) use iomap::*;
 #[allow(unused_imports)]
 pub(crate) use zero_copy::*;
 
