@@ -18,9 +18,23 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const ROUND_TRIPS: u64 = 2000;
 
+/// What the provider did during a ping-pong (see [`ping_pong`]).
+struct Counts {
+    /// Readiness events the engine thread handled.
+    engine_events: u64,
+    /// Socket reads that found nothing.
+    empty_reads: u64,
+}
+
 /// `ROUND_TRIPS` 64 B request/response exchanges between two streams of the current runtime;
 /// how many readiness events the provider's engine thread handled meanwhile.
 async fn engine_events_of_a_ping_pong() -> u64 {
+    ping_pong().await.engine_events
+}
+
+/// `ROUND_TRIPS` 64 B request/response exchanges between two streams of the current
+/// runtime, and what the provider did meanwhile.
+async fn ping_pong() -> Counts {
     let (mut server, mut client) = Fixture::uiwarp().pair().await;
     let echo = tokio::spawn(async move {
         let mut buf = [0u8; 64];
@@ -35,6 +49,7 @@ async fn engine_events_of_a_ping_pong() -> u64 {
     client.write_all(&request).await.expect("first write");
     client.read_exact(&mut request).await.expect("first read");
     let before = rdmasock_uiwarp::driver::engine_events_total();
+    let empty_before = rdmasock_uiwarp::driver::empty_reads_total();
     for i in 1..ROUND_TRIPS {
         request[0] = i as u8;
         client.write_all(&request).await.expect("client write");
@@ -42,9 +57,12 @@ async fn engine_events_of_a_ping_pong() -> u64 {
         client.read_exact(&mut reply).await.expect("client read");
         assert_eq!(reply, request, "exchange {i}");
     }
-    let woke = rdmasock_uiwarp::driver::engine_events_total() - before;
+    let counts = Counts {
+        engine_events: rdmasock_uiwarp::driver::engine_events_total() - before,
+        empty_reads: rdmasock_uiwarp::driver::empty_reads_total() - empty_before,
+    };
     drop(echo.await.expect("echo task"));
-    woke
+    counts
 }
 
 /// Asserts that the engine woke for few of a ping-pong's `2 * ROUND_TRIPS` arrivals: the
@@ -71,6 +89,31 @@ fn a_ping_pong_wakes_the_tasks_without_the_engine_on_a_multi_thread_runtime() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let woke = multi_thread(2, engine_events_of_a_ping_pong());
     assert_few_engine_wakeups(woke, "multi-thread runtime");
+}
+
+/// A task reads its socket when an edge of the watched input wakes it, until a read that
+/// does not fill the buffer, and a read that finds the ring empty arms the queue without
+/// reading the socket (the input's edges cover it): a ping-pong's `2 * ROUND_TRIPS`
+/// arrivals cost few reads that find nothing. Reading until the socket would block, and
+/// reading it again at each arming, cost about three per arrival.
+#[test]
+fn a_tokio_ping_pong_makes_few_reads_that_find_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for (runtime, counts) in [
+        ("current-thread runtime", current_thread(ping_pong())),
+        ("multi-thread runtime", multi_thread(2, ping_pong())),
+    ] {
+        eprintln!(
+            "{runtime}: {} empty reads in {ROUND_TRIPS} round trips",
+            counts.empty_reads
+        );
+        assert!(
+            counts.empty_reads < ROUND_TRIPS / 2,
+            "{runtime}: {} reads found nothing for {} arrivals",
+            counts.empty_reads,
+            2 * ROUND_TRIPS
+        );
+    }
 }
 
 /// The writer sends numbered pieces with pauses; the reader cancels many of its reads (after

@@ -5,7 +5,7 @@
 use super::conn::Connection;
 use super::warm::warm;
 use crate::protocol::{Received, StreamEngine, WrId, RECV_DEFER_MAX, TARGET_LIST_LEN};
-use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
+use crate::verbs::{InputEdge, WcOpcode, WcStatus, WorkCompletion};
 use std::io;
 
 /// The length of a message SEND in write+send mode (one word).
@@ -26,6 +26,9 @@ pub(crate) struct CompletionState {
     /// A receive has completed (see
     /// [`CmEndpoint::nudge_after_first_receive`](crate::cm::CmEndpoint::nudge_after_first_receive)).
     first_receive_seen: bool,
+    /// A tokio stream holds the channel's input watch and reads the input on its edges
+    /// (see [`Connection::take_events_after_edge`]): arming then reads no input.
+    pub(crate) input_edges_watched: bool,
 }
 
 impl CompletionState {
@@ -36,6 +39,7 @@ impl CompletionState {
             armed: false,
             wc_error: None,
             first_receive_seen: false,
+            input_edges_watched: false,
         }
     }
 }
@@ -175,8 +179,25 @@ impl Connection {
     /// Takes and acknowledges the completion channel's events, leaving the queue unarmed;
     /// true when there were any.
     fn take_events(&mut self) -> io::Result<bool> {
+        // Where a tokio stream watches the input, it reads it on each edge (below): arming
+        // takes only the events already raised.
+        let input = match self.completions.input_edges_watched {
+            true => Some(InputEdge::None),
+            false => None,
+        };
+        self.take_events_reading(input)
+    }
+
+    /// Takes and acknowledges the channel's events, reading the provider's input as `input`
+    /// says (`None`: the plain way, until it would block).
+    fn take_events_reading(&mut self, input: Option<InputEdge>) -> io::Result<bool> {
         let mut events = 0;
-        while self.res.cq_channel.try_get_event()?.is_some() {
+        let channel = &self.res.cq_channel;
+        let take = || match input {
+            None => channel.try_get_event(),
+            Some(edge) => channel.try_get_event_watched(edge),
+        };
+        while take()?.is_some() {
             events += 1;
         }
         if events > 0 {
@@ -193,7 +214,19 @@ impl Connection {
     /// nothing: the completions are polled as usual, and the event is taken when arming.
     pub(crate) fn take_events_after_wake(&mut self) -> io::Result<bool> {
         if self.res.cq_channel.events_make_progress() {
-            self.take_events()
+            self.take_events_reading(None)
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// [`take_events_after_wake`](Self::take_events_after_wake) for a tokio stream that an
+    /// edge of the input it watches woke: the provider reads the input until a read that
+    /// does not fill its buffer (later bytes make a new edge; the end shows in the stream's
+    /// readiness as read-closed).
+    pub(crate) fn take_events_after_edge(&mut self) -> io::Result<bool> {
+        if self.res.cq_channel.events_make_progress() {
+            self.take_events_reading(Some(InputEdge::Seen))
         } else {
             Ok(false)
         }

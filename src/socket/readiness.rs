@@ -174,6 +174,14 @@ impl ReadyFds {
         self.read_waiting.store(true, Ordering::SeqCst);
     }
 
+    /// The reader that a `WouldBlock` left waiting is about to look again itself (a tokio
+    /// stream's read task taking the input it watches): the progress it makes now raises no
+    /// read event for it. A `WouldBlock` it gets then marks it waiting again.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn reader_looks_again(&self) {
+        self.read_waiting.store(false, Ordering::SeqCst);
+    }
+
     /// A read went through: when it left nothing more to read (`readable()` is false) while
     /// the read fd is raised, the fd goes quiet until reading can go on, so that it stays
     /// readable only while a read would not block.

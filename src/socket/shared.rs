@@ -410,20 +410,36 @@ impl Shared {
     }
 
     /// For the async adapter, once the fd of the channel's input watch (uiwarp's socket) was
-    /// readable: takes the channel's events, which reads the socket until it would block, as
-    /// a blocking call does once woken (`take_events_after_wake`), and makes the progress
-    /// that brought. Whether there was any (events or completions): the caller's attempt may
+    /// readable: takes the channel's events, which reads the socket until a read that does
+    /// not fill the buffer (`take_events_after_edge`), and makes the progress that brought. Whether there was any (events or completions): the caller's attempt may
     /// go on then.
+    /// `to_end`: the input's end is known to be there (the stream's readiness says
+    /// read-closed): read until the socket would block or ends, not only until a short read.
+    /// `reader`: the caller is the read task, which attempts its read next (the progress
+    /// raises no read event for it).
     #[cfg(feature = "tokio")]
-    pub(crate) fn take_input(&self) -> io::Result<bool> {
+    pub(crate) fn take_input(&self, to_end: bool, reader: bool) -> io::Result<bool> {
         let mut g = self.lock();
-        let took = g.take_events_after_wake()?;
+        if reader {
+            self.ready.reader_looks_again();
+        }
+        let took = match to_end {
+            true => g.take_events_after_wake()?,
+            false => g.take_events_after_edge()?,
+        };
         let progress = g.progress()?;
         if progress {
             self.wake_others(&g);
             self.report(&g);
         }
         Ok(took || progress)
+    }
+
+    /// Whether a tokio stream holds the channel's input watch and reads the input on its
+    /// edges (see `Connection::take_events_after_edge`).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn set_input_edges_watched(&self, watched: bool) {
+        self.lock().completions.input_edges_watched = watched;
     }
 
     /// The readiness hub saw an event on the completion channel or the rdma_cm fd: drain,

@@ -156,6 +156,13 @@ impl fmt::Debug for Readiness {
     }
 }
 
+impl Drop for Readiness {
+    fn drop(&mut self) {
+        // The socket may go on without the stream (`into_std`): arming reads the input again.
+        self.shared.set_input_edges_watched(false);
+    }
+}
+
 impl Readiness {
     /// Registers `socket` (nonblocking from now on) with the current runtime's reactor, and
     /// holds the channel's input watch where it lends one, unless the socket's readiness
@@ -170,6 +177,8 @@ impl Readiness {
             socket.shared.cq_channel().watch_input()
         };
         let input_fd = input.as_ref().map(|w| w.as_fd());
+        // The stream reads the input on its edges from now on; arming reads none.
+        socket.shared.set_input_edges_watched(input.is_some());
         Ok(Readiness {
             read: Watch::register(socket, ready.read_fd()?, input_fd, Way::Read)?,
             write: Watch::register(socket, ready.write_fd()?, input_fd, Way::Write)?,
@@ -187,6 +196,7 @@ impl Readiness {
         if self.input_lent.load(Ordering::Relaxed) || self.input_lent.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.shared.set_input_edges_watched(false);
         drop(
             self.input
                 .lock()
@@ -245,7 +255,7 @@ impl Readiness {
                     }
                     return Poll::Pending;
                 }
-                match self.take_input(watch, &mut seen) {
+                match self.take_input(watch, way, &mut seen) {
                     // Only the input was ready, and reading it brought nothing: look again
                     // (registering the waker) without another attempt.
                     Ok(false) if seen.iter().all(Option::is_none) => continue,
@@ -287,17 +297,23 @@ impl Readiness {
     /// new edge, and an edge that an attempt already took the bytes of is not left for the
     /// next call to find stale. Whether that read brought progress (`false` when the input
     /// was not ready).
-    fn take_input<'a>(&self, watch: &Watch, seen: &mut Guards<'a>) -> io::Result<bool> {
+    fn take_input<'a>(&self, watch: &Watch, way: Way, seen: &mut Guards<'a>) -> io::Result<bool> {
         let Some(guard) = seen[INPUT].as_mut() else {
             return Ok(false);
         };
-        if watch.input_ended.load(Ordering::Relaxed) || guard.ready().is_read_closed() {
-            // The end is read by the attempt, and the guard marks the input as ended then.
+        if watch.input_ended.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        if guard.ready().is_read_closed() {
+            // Closed states stay ready: read the input to its end once (arming reads none
+            // where the stream watches it); the attempt then finds the end.
+            self.shared.take_input(true, way == Way::Read)?;
+            watch.input_ended.store(true, Ordering::Relaxed);
             return Ok(true);
         }
         guard.clear_ready();
         seen[INPUT] = None;
-        self.shared.take_input()
+        self.shared.take_input(false, way == Way::Read)
     }
 }
 

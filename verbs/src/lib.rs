@@ -63,7 +63,7 @@ pub use objects::{
     AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
     ProtectionDomain, QueuePair,
 };
-pub use provider::{Provider, ProviderRegistry};
+pub use provider::{InputEdge, Provider, ProviderRegistry};
 pub use qp_attr::{
     InitAttributes, QpAttributes, QpCapabilities, QpInitAttributes, RtrAttributes, RtsAttributes,
 };

@@ -108,6 +108,16 @@ pub trait MrOps: Send + Sync + Debug {
     fn rkey(&self) -> RemoteKey;
 }
 
+/// What the holder of a completion channel's input watch saw on the watched fd (see
+/// [`ChannelOps::get_event_watched`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputEdge {
+    /// An edge since the last read: read the input.
+    Seen,
+    /// No edge since the input was last read to its end: the input holds nothing new.
+    None,
+}
+
 /// A completion channel.
 pub trait ChannelOps: Send + Sync + Debug {
     /// Readable when a completion event is waiting.
@@ -115,6 +125,17 @@ pub trait ChannelOps: Send + Sync + Debug {
     /// Takes one event without blocking: the cookie of the CQ it is for
     /// ([`CqOps::cookie`]), or `None` when there is none.
     fn get_event(&self) -> Result<Option<u64>>;
+    /// [`get_event`](Self::get_event) for the holder of a [`watch_input`](Self::watch_input)
+    /// watch that waits on the watched fd with edge-triggered readiness (an async runtime),
+    /// as `input` says: [`InputEdge::Seen`], an edge woke it (the provider may stop reading at
+    /// a read that did not fill its buffer: later bytes raise a new edge, and the end of the
+    /// input shows in the holder's readiness); [`InputEdge::None`], no edge came since the
+    /// holder last read the input this way (the provider need not read it at all). The
+    /// default ignores `input`.
+    fn get_event_watched(&self, input: InputEdge) -> Result<Option<u64>> {
+        let _ = input;
+        self.get_event()
+    }
     /// Makes the channel's fd blocking (rdma-core's default) or non-blocking (ours). Providers
     /// whose channel cannot block in read(2) keep the default: an `Unsupported` error.
     fn set_blocking(&self, blocking: bool) -> Result<()> {

@@ -1,7 +1,7 @@
 //! [`CompletionChannel`] and [`CompletionQueue`].
 
 use crate::error::{Error, Result};
-use crate::provider::{ChannelOps, CqOps};
+use crate::provider::{ChannelOps, CqOps, InputEdge};
 use crate::wc::WorkCompletion;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -41,6 +41,13 @@ impl CompletionChannel {
     /// Acknowledge each with [`CompletionQueue::ack_events`].
     pub fn try_get_event(&self) -> Result<Option<u64>> {
         self.ops.get_event()
+    }
+
+    /// [`try_get_event`](Self::try_get_event) for the holder of a
+    /// [`watch_input`](Self::watch_input) watch that waits with edge-triggered readiness:
+    /// see [`ChannelOps::get_event_watched`].
+    pub fn try_get_event_watched(&self, input: InputEdge) -> Result<Option<u64>> {
+        self.ops.get_event_watched(input)
     }
 
     /// Whether taking events moves the data that raises them (uiwarp, which reads its

@@ -4,7 +4,7 @@
 //! on the sockets of the queue pairs that report there. The verbs provider creates them.
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use rdmasock_verbs::provider::{ChannelOps, CqOps};
+use rdmasock_verbs::provider::{ChannelOps, CqOps, InputEdge};
 use rdmasock_verbs::{Error, Result, WcStatus, WorkCompletion};
 use std::any::Any;
 use std::cell::Cell;
@@ -172,12 +172,23 @@ impl UiwarpChannel {
     }
 }
 
-impl ChannelOps for UiwarpChannel {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
+/// Which sockets [`UiwarpChannel::get_event_reading`] reads, and how far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reads {
+    /// Every queue pair's, each until it would block.
+    ToTheEnd,
+    /// Every queue pair's, each until a read that does not fill the buffer: the holder of the
+    /// input watch, woken by an edge, learns of later bytes and of the end from its
+    /// edge-triggered readiness.
+    UntilShort,
+    /// Only those whose input nobody watches: the watcher saw no edge since it read them.
+    Unwatched,
+}
 
-    fn get_event(&self) -> Result<Option<u64>> {
+impl UiwarpChannel {
+    /// Takes one event, reading the queue pairs' sockets as `reads` says when none is
+    /// waiting (unless this thread's last call read them and nothing was raised since).
+    fn get_event_reading(&self, reads: Reads) -> Result<Option<u64>> {
         let just_read = JUST_READ.replace(0) == self.address();
         let raised = {
             // The reads below take the raised input (an event taken instead leaves it to
@@ -202,7 +213,12 @@ impl ChannelOps for UiwarpChannel {
         };
         let outer = GETTING_EVENTS.replace(self.address());
         for e in &endpoints {
-            e.progress_waiting();
+            match reads {
+                Reads::ToTheEnd => e.progress_waiting(false),
+                Reads::UntilShort => e.progress_waiting(true),
+                Reads::Unwatched if raised || !e.input_watched() => e.progress_waiting(false),
+                Reads::Unwatched => {}
+            }
         }
         GETTING_EVENTS.set(outer);
         let event = self.pop();
@@ -210,6 +226,23 @@ impl ChannelOps for UiwarpChannel {
             JUST_READ.set(self.address());
         }
         Ok(event)
+    }
+}
+
+impl ChannelOps for UiwarpChannel {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn get_event(&self) -> Result<Option<u64>> {
+        self.get_event_reading(Reads::ToTheEnd)
+    }
+
+    fn get_event_watched(&self, input: InputEdge) -> Result<Option<u64>> {
+        self.get_event_reading(match input {
+            InputEdge::Seen => Reads::UntilShort,
+            InputEdge::None => Reads::Unwatched,
+        })
     }
 
     fn events_make_progress(&self) -> bool {

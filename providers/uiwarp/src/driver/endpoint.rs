@@ -428,7 +428,7 @@ impl Endpoint {
 
     /// [`Endpoint::drive`]; `until_short`: stop reading at a read that did not fill the
     /// buffer instead of reading on until the socket would block.
-    fn drive_reads(&self, st: &mut EndpointState, engine: &Engine, until_short: bool) {
+    pub(crate) fn drive_reads(&self, st: &mut EndpointState, engine: &Engine, until_short: bool) {
         self.doorbell.clear();
         self.on_link(st, |link, memory| {
             // Cleared before the read: an arrival after it sets it again.

@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,16 @@ thread_local! {
     /// need none of their own, and an idle one holds no read buffer.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
+/// Reads of queue pairs' sockets that found nothing, in this process (see
+/// [`empty_reads_total`]).
+static EMPTY_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many reads of queue pairs' sockets found nothing to read (`WouldBlock`) in this
+/// process, all connections and threads together: each is a system call that moved no byte.
+pub fn empty_reads_total() -> u64 {
+    EMPTY_READS.load(Ordering::Relaxed)
+}
+
 /// Bytes asked of `poll_transmit` at a time.
 const TRANSMIT_CHUNK: usize = 256 * 1024;
 /// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
@@ -292,7 +303,10 @@ impl Link {
                         return true;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    EMPTY_READS.fetch_add(1, Ordering::Relaxed);
+                    return moved;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.fail(e);

@@ -42,6 +42,7 @@ pub use dial::{connect, Dial};
 pub(crate) use endpoint::endpoint_idle;
 pub use endpoint::Notice;
 pub use endpoint::{engine_events_total, Endpoint, MAX_LIVENESS_TIMEOUT};
+pub use link::empty_reads_total;
 
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use pending::Pending;

@@ -207,15 +207,16 @@ impl Endpoint {
     }
 
     /// Progress for a thread woken on a completion channel: waits for the lock (the engine
-    /// thread holds it only briefly), then reads.
-    pub(crate) fn progress_waiting(&self) {
+    /// thread holds it only briefly), then reads; `until_short`: only until a read that does
+    /// not fill the buffer (for a watcher of the input with edge-triggered readiness).
+    pub(crate) fn progress_waiting(&self, until_short: bool) {
         let mut st = self.lock();
         if st.link.is_none() {
             return;
         }
         if let Ok(engine) = crate::driver::engine() {
             self.app_reads.fetch_add(1, Ordering::Relaxed);
-            self.drive(&mut st, engine);
+            self.drive_reads(&mut st, engine, until_short);
         }
     }
 }
