@@ -206,17 +206,19 @@ impl Readiness {
     }
 
     /// Runs `attempt` (a nonblocking call on the socket: it makes the progress there is and
-    /// arms the completion queue before it returns `WouldBlock`, which on the userspace
-    /// provider takes the channel's events and so reads the watched input until it would
-    /// block) until it does not return `WouldBlock`; `Pending` when it does and none of
-    /// `way`'s fds has had an edge since the attempt armed the queue (one wakes the task
-    /// then).
+    /// arms the completion queue before it returns `WouldBlock`; on the userspace provider,
+    /// where the stream watches the input, arming takes only the events already raised and
+    /// reads no input) until it does not return `WouldBlock`; `Pending` when it does and
+    /// none of `way`'s fds has had an edge since the attempt armed the queue (one wakes the
+    /// task then).
     ///
-    /// The attempt comes before the look at the fds: bytes that came before the stream was
-    /// registered are read at once, and a stream in full flow makes no look at all. A ready
-    /// guard is cleared only after an attempt that came after its edge found nothing, except
-    /// the input's: it is cleared at once, and the input read until it would block before
-    /// the next attempt. Once it reports the input's end, it is not watched again.
+    /// The attempt comes before the look at the fds, so a stream in full flow makes no look
+    /// at all; bytes that came before the stream was registered show as the input's edge
+    /// (registering reports what is there). A ready guard is cleared only after an attempt
+    /// that came after its edge found nothing, except the input's: it is cleared at once,
+    /// and the input read until a read that does not fill the buffer before the next
+    /// attempt. Once it reports the input's end, the input is read to its end and not
+    /// watched again.
     pub(crate) fn drive<T>(
         &self,
         cx: &mut Context<'_>,
@@ -293,10 +295,11 @@ impl Readiness {
     }
 
     /// When `seen` holds the input's ready guard (and the input has not ended): clears it
-    /// and then reads the input until it would block, so that an arrival after the read is a
-    /// new edge, and an edge that an attempt already took the bytes of is not left for the
-    /// next call to find stale. Whether that read brought progress (`false` when the input
-    /// was not ready).
+    /// and then reads the input until a read that does not fill the buffer (everything there
+    /// was; an arrival after the clear is a new edge), so that an edge that an attempt
+    /// already took the bytes of is not left for the next call to find stale. A guard that
+    /// says read-closed has the input read to its end instead, once. Whether that read
+    /// brought progress (`false` when the input was not ready).
     fn take_input<'a>(&self, watch: &Watch, way: Way, seen: &mut Guards<'a>) -> io::Result<bool> {
         let Some(guard) = seen[INPUT].as_mut() else {
             return Ok(false);
