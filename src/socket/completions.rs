@@ -224,6 +224,7 @@ impl Connection {
     /// edge of the input it watches woke: the provider reads the input until a read that
     /// does not fill its buffer (later bytes make a new edge; the end shows in the stream's
     /// readiness as read-closed).
+    #[cfg(feature = "tokio")]
     pub(crate) fn take_events_after_edge(&mut self) -> io::Result<bool> {
         if self.res.cq_channel.events_make_progress() {
             self.take_events_reading(Some(InputEdge::Seen))
