@@ -214,3 +214,48 @@ impl ProcessChannel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(inbox: &Inbox) -> bool {
+        let mut fds = [PollFd::new(inbox.fd(), PollFlags::POLLIN)];
+        nix::poll::poll(&mut fds, PollTimeout::ZERO).expect("poll") == 1
+    }
+
+    #[test]
+    fn the_fd_is_readable_exactly_while_events_wait() {
+        let inbox = Inbox::new().unwrap();
+        assert!(!readable(&inbox));
+        inbox.deliver(CmEvent::TimewaitExit);
+        inbox.deliver(CmEvent::DeviceRemoval);
+        assert!(readable(&inbox));
+        assert!(matches!(inbox.next(), Some(CmEvent::TimewaitExit)));
+        assert!(readable(&inbox), "one event still waits");
+        assert!(matches!(inbox.next(), Some(CmEvent::DeviceRemoval)));
+        assert!(!readable(&inbox));
+        assert!(inbox.next().is_none());
+        assert!(!readable(&inbox));
+    }
+
+    #[test]
+    fn a_wake_holds_until_taken_back_and_never_hides_an_event() {
+        let inbox = Inbox::new().unwrap();
+        inbox.wake();
+        assert!(readable(&inbox));
+        assert!(inbox.next().is_none());
+        assert!(
+            readable(&inbox),
+            "an empty poll does not take the wake back"
+        );
+        inbox.deliver(CmEvent::DeviceRemoval);
+        inbox.take_wake();
+        assert!(readable(&inbox), "the event still waits");
+        assert!(matches!(inbox.next(), Some(CmEvent::DeviceRemoval)));
+        assert!(!readable(&inbox));
+        inbox.wake();
+        inbox.take_wake();
+        assert!(!readable(&inbox));
+    }
+}
