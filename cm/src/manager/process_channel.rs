@@ -193,8 +193,8 @@ impl ProcessChannel {
         loop {
             let mut fds = [PollFd::new(self.channel.as_fd(), PollFlags::POLLIN)];
             match nix::poll::poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                // The fd is the process's own and stays open: this does not happen.
+                Ok(_) | Err(nix::errno::Errno::EINTR | nix::errno::Errno::ENOMEM) => {}
+                // The fd is the process's own and stays open: no other error can come.
                 Err(_) => return,
             }
             self.hand_out();
