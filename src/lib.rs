@@ -165,17 +165,18 @@
 //! every call that returned `WouldBlock` gets an event once it can go on. Clones share their
 //! original's fd. `examples/poll_echo.rs` serves many clients on one poll(2) loop.
 //!
-//! No thread is started per socket. A process has at most three threads of rdmasock's own:
+//! No thread is started per socket. A process has at most four threads of rdmasock's own:
 //! the readiness thread `rdmasock-mio`, started by the first mio registration or the first
 //! `as_fd` of a socket (a socket whose fd was asked for stays under it until dropped), which
 //! waits on those sockets' completion channels and connection-manager fds, makes their
 //! progress and sends their keepalives; `rdmasock-listen`, started by the first listener,
 //! which answers every listener's connection requests as they come (up to each listener's
-//! backlog, rejecting the rest at once: see [`RdmaListener::accept`]); and `uiwarp-engine`,
-//! the userspace provider's progress thread, started when that provider is first used.
-//! Blocking calls wait on the caller's thread, and `rdmasock::tokio`'s streams on the
-//! runtime's; the kernel devices (rxe, siw) and the rdma-core bridge add no other thread of
-//! rdmasock's.
+//! backlog, rejecting the rest at once: see [`RdmaListener::accept`]); `rdmasock-cm`,
+//! started by the first connection on a kernel device, which reads the process's one rdma_cm
+//! event channel and hands each event to its connection; and `uiwarp-engine`, the userspace
+//! provider's progress thread, started when that provider is first used. Blocking calls
+//! wait on the caller's thread, and `rdmasock::tokio`'s streams on the runtime's; the kernel
+//! devices (rxe, siw) and the rdma-core bridge add no other thread of rdmasock's.
 //!
 //! ```
 //! use mio::{Events, Interest, Poll, Token};

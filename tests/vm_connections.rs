@@ -37,6 +37,9 @@ const STORM: usize = 200;
 const STORM_BACKLOG: u32 = 4;
 /// Refusals the connect after a storm may meet before it counts as failed.
 const LATE_TRIES: usize = 20;
+/// Fds of the process's own (not a connection's) that may be opened while the connections
+/// are made, beyond the 2 each connection holds.
+const PROCESS_WIDE_FDS: usize = 4;
 /// The bound on every wait in these tests.
 const BOUND: Duration = Duration::from_secs(240);
 
@@ -163,9 +166,17 @@ fn many_connections(name: &str, ip_var: &str, many: usize) {
         "threads do not grow with the connections"
     );
     echo_all(&mut conns, 4);
+    let opened = count("/proc/self/fd") - fds;
     println!(
         "client: {many} connections, {:.1} fds each",
-        (count("/proc/self/fd") - fds) as f64 / many as f64
+        opened as f64 / many as f64
+    );
+    // A connection's completion channel and its event fd (the rdma_cm channel is the
+    // process's, opened with the first connection), and a few fds of the process's that
+    // come along the way.
+    assert!(
+        opened <= 2 * many + PROCESS_WIDE_FDS,
+        "{opened} fds opened with {many} connections: more than 2 each"
     );
     drop(conns);
     assert_all_released(fds, threads);

@@ -51,8 +51,12 @@ struct State {
 pub(crate) struct Inner {
     pub(crate) fd: CmFd,
     state: Mutex<State>,
-    next_uid: AtomicU64,
 }
+
+/// The next id number (the `uid` its events carry), counted per process rather than per
+/// channel: an id keeps its number when it moves to another channel ([`CmId::migrate`]), so
+/// no two ids of the process may share one.
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
 /// An rdma_cm event channel: a pollable fd that delivers the events of every [`CmId`] created
 /// on it. Cheap to clone (clones share the fd); the fd closes when the last clone and the last
@@ -81,7 +85,6 @@ impl EventChannel {
             inner: Arc::new(Inner {
                 fd,
                 state: Mutex::new(State::default()),
-                next_uid: AtomicU64::new(1),
             }),
         })
     }
@@ -201,7 +204,7 @@ impl EventChannel {
     }
 
     pub(crate) fn next_uid(&self) -> u64 {
-        self.inner.next_uid.fetch_add(1, Ordering::Relaxed)
+        NEXT_UID.fetch_add(1, Ordering::Relaxed)
     }
 
     /// CREATE_ID and registration; returns (kernel id, uid).
@@ -262,7 +265,7 @@ impl EventChannel {
 
     /// MIGRATE_ID of the id `uid` from this channel to `to`: the kernel moves the id and its
     /// queued events; its record, uid and set-aside events move along. The uid stays the
-    /// same, so `to` must not use it already.
+    /// same (uids are unique in the process).
     pub(crate) fn migrate_id(&self, uid: u64, to: &EventChannel) -> Result<()> {
         if Arc::ptr_eq(&self.inner, &to.inner) {
             return Ok(());
@@ -295,7 +298,6 @@ impl EventChannel {
         let mut target = to.state();
         target.ids.insert(uid, record);
         target.pending.extend(moved);
-        to.inner.next_uid.fetch_max(uid + 1, Ordering::Relaxed);
         Ok(())
     }
 }

@@ -9,8 +9,8 @@ use rdmasock_verbs::QpNumber;
 use std::fmt;
 use std::io;
 
-/// Identifies the [`CmId`] an event belongs to (unique per [`crate::EventChannel`], never
-/// reused). Compare with [`CmId::token`].
+/// Identifies the [`CmId`] an event belongs to (unique in the process, never reused; an id
+/// keeps it when it moves to another [`crate::EventChannel`]). Compare with [`CmId::token`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CmIdToken(pub(crate) u64);
 

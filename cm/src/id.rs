@@ -405,7 +405,8 @@ impl CmId {
 
 impl CmId {
     /// MIGRATE_ID: moves this id, with its pending events, to `to` (`rdma_migrate_id`), e.g.
-    /// a connection request's id off its listener's channel onto a channel of its own.
+    /// a connection request's id off its listener's channel (`KernelCm` moves each
+    /// connection's id onto the process's channel).
     pub fn migrate(&mut self, to: &EventChannel) -> Result<()> {
         self.channel.migrate_id(self.uid, to)?;
         self.channel = to.clone();

@@ -47,7 +47,8 @@ pub(crate) struct Shared {
     endpoint: Arc<dyn CmEndpoint>,
     /// Wakes a blocking caller sleeping in poll(2); made when a caller first sleeps there
     /// (a connection only ever driven by one thread's calls, or by mio, never needs it),
-    /// unless the completion channel can be woken itself (`CompletionChannel::can_wake`).
+    /// unless the completion channel or the endpoint's event fd can be woken itself
+    /// (`CompletionChannel::can_wake`, `CmEndpoint::can_wake`).
     waker: OnceLock<EventFd>,
     /// What a mio registration and the handed-out fd see.
     pub(crate) ready: ReadyFds,
@@ -95,6 +96,12 @@ impl Shared {
 
     pub(crate) fn endpoint(&self) -> &Arc<dyn CmEndpoint> {
         &self.endpoint
+    }
+
+    /// Whether a sleeper is woken through the endpoint's event fd ([`CmEndpoint::wake`]):
+    /// where the completion channel cannot be woken itself and the endpoint can.
+    fn endpoint_wakes(&self) -> bool {
+        !self.cq_channel.can_wake() && self.endpoint.can_wake()
     }
 
     /// Drains the waker (it only carries edges).
@@ -292,11 +299,19 @@ impl Shared {
             return Ok(g);
         }
         // Made under the lock, before the flag: whoever sees the flag finds the waker. A
-        // channel that can be woken itself (uiwarp's) needs none: the sleeper polls it anyway.
+        // channel that can be woken itself (uiwarp's) needs none, nor does an endpoint whose
+        // event fd can be (the kernel manager's): the sleeper polls them anyway.
         let channel_wakes = self.cq_channel.can_wake();
-        let waker = if channel_wakes { None } else { self.waker() };
+        let endpoint_wakes = self.endpoint_wakes();
+        let waker = if channel_wakes || endpoint_wakes {
+            None
+        } else {
+            self.waker()
+        };
         let wait = match waker {
-            None if !channel_wakes => Some(wait.map_or(WAKERLESS_NAP, |w| w.min(WAKERLESS_NAP))),
+            None if !channel_wakes && !endpoint_wakes => {
+                Some(wait.map_or(WAKERLESS_NAP, |w| w.min(WAKERLESS_NAP)))
+            }
             _ => wait,
         };
         g.sleepers.poller_active = true;
@@ -307,9 +322,12 @@ impl Shared {
         if matches!(result, Ok(true)) {
             self.drain_waker();
         }
+        // No wake can come now that the flag is down (they are raised under the lock).
         if channel_wakes {
-            // No wake can come now that the flag is down (they are raised under the lock).
             self.cq_channel.take_wake();
+        }
+        if endpoint_wakes {
+            self.endpoint.take_wake();
         }
         if g.sleepers.cond_waiters > 0 {
             self.cond.notify_all();
@@ -495,6 +513,9 @@ impl Shared {
         if g.sleepers.poller_active {
             if let Some(w) = self.waker.get() {
                 let _ = w.write(1);
+            } else if self.endpoint_wakes() {
+                // Taken back by the sleeper once awake (see `sleep`), as the channel's.
+                self.endpoint.wake();
             } else {
                 // Taken back by the sleeper once awake (see `sleep`).
                 self.cq_channel.wake();

@@ -132,6 +132,15 @@ impl<H: EndpointHooks> CmEndpoint for WrappedEndpoint<H> {
     fn event_fd(&self) -> BorrowedFd<'_> {
         self.0.event_fd()
     }
+    fn can_wake(&self) -> bool {
+        self.0.can_wake()
+    }
+    fn wake(&self) {
+        self.0.wake()
+    }
+    fn take_wake(&self) {
+        self.0.take_wake()
+    }
     fn local_addr(&self) -> Option<SocketAddr> {
         self.0.local_addr()
     }

@@ -1,6 +1,9 @@
-//! The kernel's rdma_cm as a [`ConnectionManager`]: one event channel per connection.
+//! The kernel's rdma_cm as a [`ConnectionManager`]: a connection's id lives on the process's
+//! event channel (read by the thread `rdmasock-cm`) once it has an endpoint; a resolution and a listener
+//! have a channel of their own.
 #![forbid(unsafe_code)]
 
+use super::process_channel::{self, Adoption};
 use super::{CmEndpoint, CmListener, CmNotice, ConnectionManager, IncomingRequest, Resolving};
 use crate::{CmEvent, CmId, ConnectionParameters, EventChannel};
 use rdmasock_verbs::{Context, DeviceInfo, ProviderRegistry, QueuePair, Transport};
@@ -11,7 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The kernel's rdma_cm (`/dev/infiniband/rdma_cm`), one event channel per connection.
+/// The kernel's rdma_cm (`/dev/infiniband/rdma_cm`). Established connections share one
+/// event channel per process, read by the thread `rdmasock-cm`, so that a connection holds no
+/// fd of the connection manager's but its event fd (an eventfd); each listener and each
+/// resolution in progress has a channel of its own.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KernelCm;
 
@@ -70,7 +76,8 @@ impl ConnectionManager for KernelCm {
     }
 }
 
-/// A new rdma_cm id on a channel of its own, resolved to `dst` (from `src` when given).
+/// A new rdma_cm id resolved to `dst` (from `src` when given) on a channel of its own, then
+/// moved onto the process's channel.
 fn kernel_resolve(
     src: Option<SocketAddr>,
     dst: SocketAddr,
@@ -79,7 +86,8 @@ fn kernel_resolve(
     let channel = EventChannel::open()?;
     let id = CmId::new(&channel)?;
     id.resolve(src, dst, timeout)?;
-    Ok(Box::new(KernelEndpoint::new(id, true)))
+    drop(channel);
+    Ok(Box::new(KernelEndpoint::new(id, true)?))
 }
 
 /// A kernel rdma_cm id whose address, then route, is being resolved.
@@ -117,7 +125,7 @@ impl Resolving for KernelResolving {
                 }
                 (true, CmEvent::RouteResolved) => {
                     let id = self.id.take().expect("checked above");
-                    return Ok(Some(Box::new(KernelEndpoint::new(id, true))));
+                    return Ok(Some(Box::new(KernelEndpoint::new(id, true)?)));
                 }
                 (false, other) => return Err(id.event_error("ADDR_RESOLVED", other).into()),
                 (true, other) => return Err(id.event_error("ROUTE_RESOLVED", other).into()),
@@ -151,10 +159,12 @@ pub fn free_tcp_port_toward(dst: SocketAddr) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("a TCP socket's address is not an IP address"))
 }
 
-/// A kernel rdma_cm id on a channel of its own.
+/// A kernel rdma_cm id on the process's channel; its events arrive in its inbox.
 #[derive(Debug)]
 struct KernelEndpoint {
     id: CmId,
+    /// The id's place on the process's channel, and its inbox.
+    adoption: Adoption,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
     /// The active side (made by resolving, not by a request).
@@ -164,18 +174,21 @@ struct KernelEndpoint {
 }
 
 impl KernelEndpoint {
-    fn new(id: CmId, initiator: bool) -> Self {
+    /// The endpoint of `id`, which moves onto the process's channel.
+    fn new(mut id: CmId, initiator: bool) -> io::Result<Self> {
         let (local, peer) = match id.query_addr() {
             Ok(a) => (a.local, a.peer),
             Err(_) => (None, None),
         };
-        KernelEndpoint {
+        let adoption = process_channel::adopt(&mut id)?;
+        Ok(KernelEndpoint {
             id,
+            adoption,
             local,
             peer,
             initiator,
             connect_timeout: Mutex::new(Duration::ZERO),
-        }
+        })
     }
 }
 
@@ -207,13 +220,10 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
-        while let Some(ev) = self.id.channel().try_get_event()? {
-            if ev.id != self.id.token() {
-                continue;
-            }
-            return Ok(Some(self.id.finish_connect_qp(qp, ev.event)?.private_data));
+        match self.adoption.inbox().next() {
+            Some(event) => Ok(Some(self.id.finish_connect_qp(qp, event)?.private_data)),
+            None => Ok(None),
         }
-        Ok(None)
     }
 
     fn connect_timed_out(&self, _qp: &QueuePair) -> io::Error {
@@ -234,11 +244,8 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
-        while let Some(ev) = self.id.channel().try_get_event()? {
-            if ev.id != self.id.token() {
-                continue;
-            }
-            return match ev.event {
+        if let Some(event) = self.adoption.inbox().next() {
+            return match event {
                 CmEvent::Established { .. } => {
                     self.id.note_established_qp(qp);
                     Ok(true)
@@ -270,11 +277,8 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn poll_notice(&self) -> io::Result<Option<CmNotice>> {
-        while let Some(ev) = self.id.channel().try_get_event()? {
-            if ev.id != self.id.token() {
-                continue;
-            }
-            match ev.event {
+        while let Some(event) = self.adoption.inbox().next() {
+            match event {
                 CmEvent::Disconnected { .. } => return Ok(Some(CmNotice::Disconnected)),
                 CmEvent::DeviceRemoval => return Ok(Some(CmNotice::DeviceRemoved)),
                 // TIMEWAIT_EXIT, ADDR_CHANGE, a late ESTABLISHED: nothing for the stream.
@@ -285,7 +289,19 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn event_fd(&self) -> BorrowedFd<'_> {
-        self.id.channel().as_fd()
+        self.adoption.inbox().fd()
+    }
+
+    fn can_wake(&self) -> bool {
+        true
+    }
+
+    fn wake(&self) {
+        self.adoption.inbox().wake();
+    }
+
+    fn take_wake(&self) {
+        self.adoption.inbox().take_wake();
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
@@ -342,11 +358,8 @@ impl CmListener for KernelListener {
         while let Some(ev) = self.id.channel().try_get_event()? {
             match ev.event {
                 CmEvent::ConnectRequest(request) => {
-                    let mut id = request.id;
-                    let own = EventChannel::open()?;
-                    id.migrate(&own)?;
                     return Ok(Some(IncomingRequest {
-                        endpoint: Box::new(KernelEndpoint::new(id, false)),
+                        endpoint: Box::new(KernelEndpoint::new(request.id, false)?),
                         private_data: request.param.private_data,
                     }));
                 }

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod kernel;
+mod process_channel;
 
 pub use kernel::KernelCm;
 
@@ -155,6 +156,18 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     fn poll_notice(&self) -> io::Result<Option<CmNotice>>;
     /// An fd that turns readable when [`poll_notice`](Self::poll_notice) has something.
     fn event_fd(&self) -> BorrowedFd<'_>;
+    /// Whether [`wake`](Self::wake) can make the [`event_fd`](Self::event_fd) readable, so
+    /// that a caller sleeping on it can be woken by another thread without an fd of its own.
+    /// True for the kernel manager, whose event fd is an eventfd.
+    fn can_wake(&self) -> bool {
+        false
+    }
+    /// Where [`can_wake`](Self::can_wake): makes the [`event_fd`](Self::event_fd) readable
+    /// until [`take_wake`](Self::take_wake) (every reader of the fd then polls as after any
+    /// readiness). Otherwise nothing.
+    fn wake(&self) {}
+    /// Takes back a [`wake`](Self::wake); the fd stays readable while notices wait.
+    fn take_wake(&self) {}
     /// The local address.
     fn local_addr(&self) -> Option<SocketAddr>;
     /// The peer's address.
