@@ -367,8 +367,9 @@ impl Read for Floor {
 impl Write for Floor {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.copies < 2 {
-            self.crc.update(buf);
-            return self.tcp.write(buf);
+            let n = self.tcp.write(buf)?;
+            self.crc.update(&buf[..n]);
+            return Ok(n);
         }
         self.ring.resize(buf.len(), 0);
         self.ring.copy_from_slice(buf);
