@@ -185,23 +185,32 @@ fn pingpong<S: Stream>(mut client: S, server: S, iters: usize) -> Round {
     (samples.median(), client_waits, server_waits)
 }
 
-/// MB/s of a one-way stream of `total` bytes in `chunk`-byte writes.
-fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Round {
-    let sink = thread::spawn(move || {
-        let mut s = server;
+/// The reading end of a stream: reads `total` bytes into a buffer of `len`, then acks with
+/// one byte; joins to (bytes read, its wait counters, its CPU time).
+fn sink<S: Stream>(
+    mut server: S,
+    len: usize,
+    total: usize,
+) -> thread::JoinHandle<(usize, Option<WaitStats>, Duration)> {
+    thread::spawn(move || {
         let cpu = thread_cpu();
-        let mut buf = vec![0u8; chunk.max(65536)];
+        let mut buf = vec![0u8; len];
         let mut got = 0usize;
         while got < total {
-            match s.read(&mut buf) {
+            match server.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) => panic!("sink read: {e}"),
             }
         }
-        s.write_all(b"k").expect("ack");
-        (got, s.waits(), thread_cpu() - cpu)
-    });
+        server.write_all(b"k").expect("ack");
+        (got, server.waits(), thread_cpu() - cpu)
+    })
+}
+
+/// MB/s of a one-way stream of `total` bytes in `chunk`-byte writes.
+fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Round {
+    let sink = sink(server, chunk.max(65536), total);
     let buf = vec![0x5au8; chunk];
     let t = Instant::now();
     let cpu = thread_cpu();
@@ -234,21 +243,7 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Ro
 fn stream_zero_copy(mut client: RdmaSocket, server: RdmaSocket, total: usize) -> Round {
     const DEPTH: usize = 2;
     let chunk = 1 << 20;
-    let sink = thread::spawn(move || {
-        let mut s = server;
-        let cpu = thread_cpu();
-        let mut buf = vec![0u8; chunk];
-        let mut got = 0usize;
-        while got < total {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) => panic!("sink read: {e}"),
-            }
-        }
-        s.write_all(b"k").expect("ack");
-        (got, s.waits(), thread_cpu() - cpu)
-    });
+    let sink = sink(server, chunk, total);
     let mut free: Vec<RegisteredBuf> = (0..DEPTH)
         .map(|_| {
             let mut b = RegisteredBuf::new(chunk).expect("registered buffer");
