@@ -36,10 +36,9 @@
 
 mod common;
 
-use common::bench::{Stream, Summary};
+use common::bench::{thread_cpu, Stream, Summary};
 use common::clock::RoundTrips;
 use common::markdown;
-use nix::sys::resource::{getrusage, UsageWho};
 use rdmasock::socket::WaitStats;
 use rdmasock::{
     connection_manager_for, ProviderKind, RdmaListener, RdmaSocket, RegisteredBuf, SocketOptions,
@@ -208,6 +207,27 @@ fn sink<S: Stream>(
     })
 }
 
+/// The end of a stream round named `what`: waits for the reader's ack and the reader,
+/// reports the CPU times (`--cpu`), and returns the MB/s of `total` bytes since `start`
+/// (the writer's start instant and CPU time) with both ends' wait counters.
+fn finish<S: Stream>(
+    what: &str,
+    mut client: S,
+    sink: thread::JoinHandle<(usize, Option<WaitStats>, Duration)>,
+    start: (Instant, Duration),
+    total: usize,
+) -> Round {
+    let mut ack = [0u8; 1];
+    client.read_exact(&mut ack).expect("ack");
+    let secs = start.0.elapsed().as_secs_f64();
+    let writer_cpu = thread_cpu() - start.1;
+    let (got, server_waits, reader_cpu) = sink.join().expect("sink");
+    let mbps = total as f64 / secs / 1e6;
+    report_cpu(what, mbps, writer_cpu, reader_cpu, total);
+    assert_eq!(got, total);
+    (mbps, client.waits(), server_waits)
+}
+
 /// MB/s of a one-way stream of `total` bytes in `chunk`-byte writes.
 fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Round {
     let sink = sink(server, chunk.max(65536), total);
@@ -220,27 +240,13 @@ fn stream<S: Stream>(mut client: S, server: S, chunk: usize, total: usize) -> Ro
         client.write_all(&buf[..n]).expect("stream write");
         sent += n;
     }
-    let mut ack = [0u8; 1];
-    client.read_exact(&mut ack).expect("ack");
-    let secs = t.elapsed().as_secs_f64();
-    let writer_cpu = thread_cpu() - cpu;
-    let (got, server_waits, reader_cpu) = sink.join().expect("sink");
-    let mbps = total as f64 / secs / 1e6;
-    report_cpu(
-        std::any::type_name::<S>(),
-        mbps,
-        writer_cpu,
-        reader_cpu,
-        total,
-    );
-    assert_eq!(got, total);
-    (mbps, client.waits(), server_waits)
+    finish(std::any::type_name::<S>(), client, sink, (t, cpu), total)
 }
 
 /// MB/s of a one-way stream of `total` bytes from `DEPTH` registered 1 MiB buffers, each
 /// handed to `submit_registered` again once the socket gave it back: the writer copies
 /// nothing (the reader reads as in [`stream`]).
-fn stream_zero_copy(mut client: RdmaSocket, server: RdmaSocket, total: usize) -> Round {
+fn stream_zero_copy(client: RdmaSocket, server: RdmaSocket, total: usize) -> Round {
     const DEPTH: usize = 2;
     let chunk = 1 << 20;
     let sink = sink(server, chunk, total);
@@ -277,23 +283,7 @@ fn stream_zero_copy(mut client: RdmaSocket, server: RdmaSocket, total: usize) ->
     while let Some(done) = client.wait_completed_registered().expect("wait") {
         done.result.expect("zero-copy write");
     }
-    let mut ack = [0u8; 1];
-    client.read_exact(&mut ack).expect("ack");
-    let secs = t.elapsed().as_secs_f64();
-    let writer_cpu = thread_cpu() - cpu;
-    let (got, server_waits, reader_cpu) = sink.join().expect("sink");
-    let mbps = total as f64 / secs / 1e6;
-    report_cpu("zero-copy", mbps, writer_cpu, reader_cpu, total);
-    assert_eq!(got, total);
-    (mbps, client.waits(), server_waits)
-}
-
-/// This thread's CPU time (user plus system) so far.
-fn thread_cpu() -> Duration {
-    let usage = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
-    let time =
-        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    time(usage.user_time()) + time(usage.system_time())
+    finish("zero-copy", client, sink, (t, cpu), total)
 }
 
 /// Set by `--cpu`.

@@ -22,12 +22,12 @@
 mod common;
 
 use common::address::device_address;
-use nix::sys::resource::{getrusage, UsageWho};
+use common::bench::thread_cpu;
 use rdmasock::{RdmaListener, RdmaSocket, RegisteredBuf};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 struct Args {
     sizes: Vec<usize>,
@@ -92,14 +92,6 @@ impl Way {
             Way::ZeroCopyBlocking => "zero-copy-blocking",
         }
     }
-}
-
-/// The calling thread's CPU time so far (user plus system).
-fn thread_cpu() -> Duration {
-    let usage = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
-    let time =
-        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    time(usage.user_time()) + time(usage.system_time())
 }
 
 /// One round: `total` bytes in `size`-byte writes the way `way` says; (MiB/s, CPU µs/MiB).

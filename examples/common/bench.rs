@@ -1,10 +1,20 @@
-//! What the benchmarks share: the stream trait both kinds of socket implement, and the
-//! summary of a contender's rounds.
+//! What the benchmarks share: the stream trait both kinds of socket implement, the
+//! summary of a contender's rounds, and a thread's CPU time.
 
+use nix::sys::resource::{getrusage, UsageWho};
 use rdmasock::socket::WaitStats;
 use rdmasock::RdmaSocket;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
+
+/// This thread's CPU time (user plus system) so far.
+pub(crate) fn thread_cpu() -> Duration {
+    let usage = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
+    let time =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    time(usage.user_time()) + time(usage.system_time())
+}
 
 /// A stream a benchmark drives: `TcpStream` or `RdmaSocket`.
 pub(crate) trait Stream: Read + Write + Send + 'static {

@@ -28,12 +28,7 @@ impl Connection {
         len: usize,
     ) -> Result<RegisteredWrite, StreamError> {
         let written = self.engine.write_registered(offset, len)?;
-        if let Err(e) = self.post_ops_registered(region) {
-            // `post_ops_registered` failed the stream: its error says why.
-            return Err(self.engine.error().cloned().unwrap_or_else(|| {
-                StreamError::ConnectionReset(format!("posting a work request failed: {e}"))
-            }));
-        }
+        self.post_registered(region)?;
         Ok(written)
     }
 
@@ -47,12 +42,18 @@ impl Connection {
         len: usize,
     ) -> Result<RegisteredWrite, StreamError> {
         let written = self.engine.iowrite_registered(window_offset, offset, len)?;
-        if let Err(e) = self.post_ops_registered(region) {
-            return Err(self.engine.error().cloned().unwrap_or_else(|| {
-                StreamError::ConnectionReset(format!("posting a work request failed: {e}"))
-            }));
-        }
+        self.post_registered(region)?;
         Ok(written)
+    }
+
+    /// Posts what the engine queued, zero-copy payloads from `region`; a failed post failed
+    /// the stream, whose error is returned.
+    fn post_registered(&mut self, region: &MemoryRegion) -> Result<(), StreamError> {
+        self.post_ops_registered(region).map_err(|e| {
+            self.engine.error().cloned().unwrap_or_else(|| {
+                StreamError::ConnectionReset(format!("posting a work request failed: {e}"))
+            })
+        })
     }
 }
 
