@@ -282,3 +282,94 @@ fn siw_two_queue_pairs_share_one_receive_queue() {
     }
     exercise(&rx, &senders, &receivers, 2);
 }
+
+/// Connections made in each socket test (both ends in this process: twice as many
+/// connections on the device).
+const SOCKETS: usize = 3;
+
+/// `SOCKETS` connected socket pairs on `device`, with `srq` as the shared-receive-queue
+/// option of both ends; each pair echoes 64 KiB both ways (more messages than one
+/// connection's receives, so every receive is reposted). Returns the census's regions while
+/// they are open.
+fn sockets_on(device: &str, srq: bool) -> u64 {
+    use rdmasock::{RdmaListener, RdmaSocket, SocketOptions};
+    use std::io::{Read, Write};
+    let ip = device_ip(device);
+    let opts = SocketOptions::builder()
+        .shared_receive_queue(srq)
+        .build()
+        .unwrap();
+    assert_eq!(opts.shared_receive_queue(), srq);
+    let before = rdmasock::census().regions;
+    let listener = RdmaListener::bind_with(SocketAddr::new(ip, 0), &opts).expect("bind");
+    let addr = listener.local_addr().expect("the listener's address");
+    let mut pairs = Vec::new();
+    for _ in 0..SOCKETS {
+        let client = thread::spawn({
+            let opts = opts.clone();
+            move || RdmaSocket::connect_with(addr, &opts).expect("connect")
+        });
+        let (server, _) = listener.accept().expect("accept");
+        pairs.push((client.join().unwrap(), server));
+    }
+    let regions = rdmasock::census().regions - before;
+    let data = support::pattern(64 * 1024, 7);
+    for (client, server) in &mut pairs {
+        let echo = {
+            let mut server = server.try_clone().unwrap();
+            let len = data.len();
+            thread::spawn(move || {
+                let mut buf = vec![0u8; len];
+                server.read_exact(&mut buf).unwrap();
+                for chunk in buf.chunks(100) {
+                    server.write_all(chunk).unwrap();
+                }
+                server.flush().unwrap();
+            })
+        };
+        client.write_all(&data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        client.read_exact(&mut back).unwrap();
+        assert_eq!(back, data);
+        echo.join().unwrap();
+    }
+    for (client, server) in pairs {
+        let server = thread::spawn(move || server.close());
+        client
+            .close()
+            .unwrap_or_else(|e| panic!("closing on {device} (srq {srq}): {e}"));
+        server
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("the server's close on {device} (srq {srq}): {e}"));
+    }
+    regions
+}
+
+/// On siw0 the message words of every connection land in one registration of the shared
+/// receive queue: a connection holds its send ring, receive ring and target list (3
+/// regions) instead of 4, and the queue adds one.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn siw_sockets_post_receives_on_the_shared_receive_queue() {
+    let _ = support::iwarp::open_siw0();
+    let with = sockets_on(support::iwarp::SIW_DEVICE, true);
+    let without = sockets_on(support::iwarp::SIW_DEVICE, false);
+    println!("siw0, {SOCKETS} pairs: {with} regions with the SRQ, {without} without");
+    assert_eq!(without, 4 * 2 * SOCKETS as u64);
+    assert_eq!(with, 3 * 2 * SOCKETS as u64 + 1);
+    // The queue outlives no connection's need: a second round joins it again.
+    let again = sockets_on(support::iwarp::SIW_DEVICE, true);
+    assert_eq!(again, 3 * 2 * SOCKETS as u64 + 1);
+}
+
+/// On rxe0 (write-with-immediate mode: receives without a buffer) the connections work on
+/// the shared receive queue, with the regions they hold without it.
+#[test]
+#[ignore = "needs the VM: run tests/vm/run.sh"]
+fn rxe_sockets_post_receives_on_the_shared_receive_queue() {
+    let _ = support::rxe::open_rxe0();
+    let with = sockets_on(support::rxe::DEVICE, true);
+    let without = sockets_on(support::rxe::DEVICE, false);
+    assert_eq!(with, without);
+}

@@ -16,6 +16,7 @@
 //! the other connections' regions.
 #![forbid(unsafe_code)]
 
+use super::srq::SrqPool;
 use crate::cm::CmEndpoint;
 use crate::verbs::{Context, DeviceInfo, ProtectionDomain};
 use std::io;
@@ -23,10 +24,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-/// An open device and its protection domain, shared by the connections on it. Field order is
-/// drop order: the domain before the context.
+/// An open device and its protection domain, shared by the connections on it, with the
+/// shared receive queues they post on (see `srq`). Field order is drop order: the queues,
+/// the domain, then the context.
 #[derive(Debug)]
 pub(crate) struct OpenDevice {
+    srqs: SrqPool,
     pd: ProtectionDomain,
     context: Context,
     /// Set when a connection on the device learnt of its removal: no new connection gets it.
@@ -42,6 +45,11 @@ impl OpenDevice {
     /// The protection domain every connection on the device uses.
     pub(crate) fn pd(&self) -> &ProtectionDomain {
         &self.pd
+    }
+
+    /// The shared receive queues of the connections on the device.
+    pub(crate) fn srqs(&self) -> &SrqPool {
+        &self.srqs
     }
 
     /// The device was removed: later connections open it again (a device of that name that
@@ -129,6 +137,7 @@ impl DeviceTable {
         let context = open()?;
         let pd = context.alloc_pd()?;
         let shared = Arc::new(OpenDevice {
+            srqs: SrqPool::default(),
             pd,
             context,
             removed: AtomicBool::new(false),

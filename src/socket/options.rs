@@ -23,6 +23,8 @@ pub struct SocketOptions {
     pub(crate) interval_chosen: bool,
     /// Whether the send and receive rings go on 2 MiB huge pages.
     pub(crate) huge_pages: HugePages,
+    /// Whether receives go on the device's shared receive queue where it has them.
+    pub(crate) shared_receive_queue: bool,
 }
 
 /// The default signalling interval on the userspace provider: one message in 8. There a send
@@ -71,6 +73,7 @@ impl Default for SocketOptions {
             rings_chosen: (false, false),
             interval_chosen: false,
             huge_pages: HugePages::Never,
+            shared_receive_queue: true,
         }
     }
 }
@@ -114,6 +117,11 @@ impl SocketOptions {
     /// Whether the send and receive rings go on 2 MiB huge pages.
     pub fn huge_pages(&self) -> HugePages {
         self.huge_pages
+    }
+    /// Whether the connection posts its receives on its device's shared receive queue, where
+    /// the device has them (see [`SocketOptionsBuilder::shared_receive_queue`]).
+    pub fn shared_receive_queue(&self) -> bool {
+        self.shared_receive_queue
     }
 
     /// Lets each ring the user did not size grow to [`UNPINNED_RING`] bytes, and the signalling
@@ -261,6 +269,18 @@ impl SocketOptionsBuilder {
     /// docs/MEMORY.md#huge-pages.
     pub fn huge_pages(mut self, huge: HugePages) -> Self {
         self.rest.huge_pages = huge;
+        self
+    }
+
+    /// Posts the connection's receives on a shared receive queue of its device (one per
+    /// device per process, shared by the process's connections on it) instead of a receive
+    /// queue of its queue pair's own, where the device has them (rxe and siw; the userspace
+    /// provider and the rdma-core bridge have none and ignore this). Default on: the kernel
+    /// keeps no receive queue per connection, and on iWARP (siw) the message words land in
+    /// one registration per queue instead of one per connection. The peer cannot tell; turn
+    /// it off to debug interoperability. docs/MEMORY.md#shared-receive-queues.
+    pub fn shared_receive_queue(mut self, on: bool) -> Self {
+        self.rest.shared_receive_queue = on;
         self
     }
 
