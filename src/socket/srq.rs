@@ -32,6 +32,7 @@ use crate::verbs::{
     ScatterGather, SharedReceiveQueue, SrqInitAttributes, WorkCompletion,
 };
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Receives an SRQ is created for at least (a connection needing more gets an SRQ of its
@@ -44,6 +45,8 @@ const WORD_LEN: usize = 4;
 #[derive(Debug, Default)]
 pub(crate) struct SrqPool {
     queues: Mutex<Vec<Arc<SocketSrq>>>,
+    /// The device has none (learnt at the first join): later joins ask nothing.
+    unsupported: AtomicBool,
 }
 
 /// One shared receive queue with its message-word slots.
@@ -81,6 +84,9 @@ impl SrqPool {
         words: bool,
         cq: &CompletionQueue,
     ) -> io::Result<Option<SrqShare>> {
+        if self.unsupported.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         for srq in queues.iter() {
             if let Some(share) = srq.try_join(srq, need, cq) {
@@ -90,6 +96,7 @@ impl SrqPool {
         let context = pd.context();
         let attr = context.query_device()?;
         if attr.max_srq == 0 {
+            self.unsupported.store(true, Ordering::Relaxed);
             return Ok(None);
         }
         if queues.len() as u32 >= attr.max_srq {
@@ -118,7 +125,10 @@ impl SrqPool {
             limit: 0,
         }) {
             Ok(srq) => srq,
-            Err(Error::Unsupported { .. }) => return Ok(None),
+            Err(Error::Unsupported { .. }) => {
+                self.unsupported.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
             Err(e) => return Err(e.into()),
         };
         // The kernel may round the size up; the slots are what was asked.
@@ -133,12 +143,7 @@ impl SrqPool {
             srq,
             words,
             _census: census,
-            state: Mutex::new(Accounts {
-                free: (0..size).rev().collect(),
-                capacity: size,
-                committed: 0,
-                orphans: 0,
-            }),
+            state: Mutex::new(Accounts::new(size)),
         });
         let share = srq
             .try_join(&srq, need, cq)
@@ -151,13 +156,11 @@ impl SrqPool {
 impl SocketSrq {
     /// A share of `need` receives when they fit: the orphans count first.
     fn try_join(&self, me: &Arc<SocketSrq>, need: u32, cq: &CompletionQueue) -> Option<SrqShare> {
-        let mut a = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let prepaid = a.orphans.min(need);
-        if a.committed - prepaid + need > a.capacity {
-            return None;
-        }
-        a.orphans -= prepaid;
-        a.committed = a.committed - prepaid + need;
+        let prepaid = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join(need)?;
         Some(SrqShare {
             srq: me.clone(),
             need,
@@ -165,6 +168,37 @@ impl SocketSrq {
             outstanding: prepaid,
             cq: cq.clone(),
         })
+    }
+}
+
+impl Accounts {
+    /// A fresh queue of `capacity` receives, none posted.
+    fn new(capacity: u32) -> Accounts {
+        Accounts {
+            free: (0..capacity).rev().collect(),
+            capacity,
+            committed: 0,
+            orphans: 0,
+        }
+    }
+
+    /// Takes a share of `need` receives when it fits: the orphans it takes over (counted as
+    /// already posted), or `None`.
+    fn join(&mut self, need: u32) -> Option<u32> {
+        let prepaid = self.orphans.min(need);
+        if self.committed - prepaid + need > self.capacity {
+            return None;
+        }
+        self.orphans -= prepaid;
+        self.committed = self.committed - prepaid + need;
+        Some(prepaid)
+    }
+
+    /// A share of `need` leaves with `outstanding` receives still posted: they become
+    /// orphans.
+    fn leave(&mut self, need: u32, outstanding: u32) {
+        self.orphans += outstanding;
+        self.committed = self.committed - need + outstanding;
     }
 }
 
@@ -265,9 +299,50 @@ impl Drop for SrqShare {
                 }
             }
         }
-        let mut a = self.srq.state.lock().unwrap_or_else(|p| p.into_inner());
         // Taken-over orphans the engine never counted as posted stay orphans too.
-        a.orphans += self.outstanding;
-        a.committed = a.committed - self.need + self.outstanding;
+        self.srq
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave(self.need, self.outstanding);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Accounts;
+
+    #[test]
+    fn shares_fit_within_the_capacity() {
+        let mut a = Accounts::new(1000);
+        assert_eq!(a.join(400), Some(0));
+        assert_eq!(a.join(400), Some(0));
+        assert_eq!(a.join(400), None, "1200 receives do not fit in 1000");
+        assert_eq!(a.join(200), Some(0));
+        assert_eq!(a.committed, 1000);
+    }
+
+    /// What a connection leaves posted counts for the next one, so the queue never owes
+    /// more than it holds: joining after a leave posts only the difference.
+    #[test]
+    fn a_leaving_share_s_receives_go_to_the_next() {
+        let mut a = Accounts::new(1000);
+        assert_eq!(a.join(400), Some(0));
+        assert_eq!(a.join(400), Some(0));
+        // The first leaves with 390 of its 400 still posted (10 taken by its messages).
+        a.leave(400, 390);
+        assert_eq!((a.orphans, a.committed), (390, 790));
+        // The next needs 400: it takes the 390 over and posts 10.
+        assert_eq!(a.join(400), Some(390));
+        assert_eq!((a.orphans, a.committed), (0, 800));
+        // A smaller one after a leave takes only what it needs.
+        a.leave(400, 400);
+        assert_eq!(a.join(100), Some(100));
+        assert_eq!((a.orphans, a.committed), (300, 800));
+        // Shares of 400 and 100 are held and 300 orphans posted: one of 600 would bring the
+        // queue to 1100; one of 500 takes the orphans over and fills it.
+        assert_eq!(a.join(600), None);
+        assert_eq!(a.join(500), Some(300));
+        assert_eq!((a.orphans, a.committed), (0, 1000));
     }
 }
