@@ -287,8 +287,8 @@ fn siw_two_queue_pairs_share_one_receive_queue() {
 /// connections on the device).
 const SOCKETS: usize = 3;
 
-/// `SOCKETS` connected socket pairs on `device`, with `srq` as the shared-receive-queue
-/// option of both ends; each pair echoes 64 KiB both ways (more messages than one
+/// `SOCKETS` connected socket pairs on `device`, with `srq` chosen as the
+/// shared-receive-queue option of both ends; each pair echoes 64 KiB both ways (more messages than one
 /// connection's receives, so every receive is reposted). Returns the census's regions while
 /// they are open.
 fn sockets_on(device: &str, srq: bool) -> u64 {
@@ -299,7 +299,7 @@ fn sockets_on(device: &str, srq: bool) -> u64 {
         .shared_receive_queue(srq)
         .build()
         .unwrap();
-    assert_eq!(opts.shared_receive_queue(), srq);
+    assert_eq!(opts.shared_receive_queue(), Some(srq));
     let before = rdmasock::census().regions;
     let listener = RdmaListener::bind_with(SocketAddr::new(ip, 0), &opts).expect("bind");
     let addr = listener.local_addr().expect("the listener's address");
@@ -332,6 +332,8 @@ fn sockets_on(device: &str, srq: bool) -> u64 {
         client.read_exact(&mut back).unwrap();
         assert_eq!(back, data);
         echo.join().unwrap();
+        // Every byte in the peer's memory before both ends close at once.
+        client.flush().unwrap();
     }
     for (client, server) in pairs {
         let server = thread::spawn(move || server.close());

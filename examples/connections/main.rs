@@ -15,7 +15,8 @@
 //! [`rdmasock::census`] (regions and bytes registered by the connections).
 //!
 //! Stacks: `rdma-nosrq` (the same without the shared receive queue, where the device has
-//! one: `SocketOptionsBuilder::shared_receive_queue(false)`), `rdma` (RdmaSocket, on
+//! one: `SocketOptionsBuilder::shared_receive_queue(false)`; `rdma` chooses it, `true`),
+//! `rdma` (RdmaSocket, on
 //! whichever provider serves ADDR: the userspace provider on
 //! loopback without kernel RDMA), `tcp` (TcpStream), and with `--rsocket LIB` `rsocket`:
 //! the TcpStream run again with both processes under `LD_PRELOAD=LIB` (rdma-core's
@@ -148,8 +149,9 @@ fn peer(stack: &str, bind: &str) -> Result<(), String> {
     }
 }
 
-/// The options of an RdmaSocket stack: `rdma` the defaults, `rdma-nosrq` without the shared
-/// receive queue; `None` for the TCP stacks.
+/// The options of an RdmaSocket stack: `rdma` with the shared receive queue chosen (the
+/// default on rxe; on siw it must be chosen), `rdma-nosrq` without it; `None` for the TCP
+/// stacks.
 pub(crate) fn rdma_options(stack: &str) -> Option<rdmasock::SocketOptions> {
     let srq = match stack {
         "rdma" => true,

@@ -119,7 +119,7 @@ impl Resources {
             // request is signalled, whatever the interval.
             sq_sig_all: context.unsignaled_sends_borrow_memory(),
         };
-        let srq = match opts.shared_receive_queue {
+        let srq = match opts.uses_shared_receive_queue(context.device().transport) {
             true => device
                 .srqs()
                 .join(pd, cfg.recv_posted(), cfg.write_with_send(), &cq)?,

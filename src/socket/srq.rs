@@ -9,9 +9,10 @@
 //! advertised: iWARP (siw) has no RNR retry, and a SEND that finds the SRQ empty would end
 //! its connection. A connection joins an SRQ only where its whole share fits
 //! ([`SrqPool::join`]); when it leaves, the receives it had posted stay on the SRQ for the
-//! next connection to count as its own (`orphans`). Where no SRQ has room, another is created
-//! (up to the device's `max_srq`); past that the connection is refused with an error saying
-//! so.
+//! next connection to count as its own (`orphans`), and the SRQ goes with the last
+//! connection on it (a device whose connections all closed holds none). Where no SRQ has
+//! room, another is created (up to the device's `max_srq`); past that the connection is
+//! refused with an error saying so.
 //!
 //! In write+send mode (iWARP) each receive carries a 4-byte buffer for the message word,
 //! in one registration per SRQ instead of one per connection; a receive's work request id
@@ -33,7 +34,7 @@ use crate::verbs::{
 };
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Receives an SRQ is created for at least (a connection needing more gets an SRQ of its
 /// own size): 4096 serve ten connections of rsocket's default 384 credits (plus reserve).
@@ -44,7 +45,9 @@ const WORD_LEN: usize = 4;
 /// The shared receive queues of one device, created as connections need them.
 #[derive(Debug, Default)]
 pub(crate) struct SrqPool {
-    queues: Mutex<Vec<Arc<SocketSrq>>>,
+    /// The queues some connection holds a share of: each is destroyed with its last share
+    /// (its orphans with it), so a device whose connections all closed holds none.
+    queues: Mutex<Vec<Weak<SocketSrq>>>,
     /// The device has none (learnt at the first join): later joins ask nothing.
     unsupported: AtomicBool,
 }
@@ -88,8 +91,9 @@ impl SrqPool {
             return Ok(None);
         }
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        for srq in queues.iter() {
-            if let Some(share) = srq.try_join(srq, need, cq) {
+        queues.retain(|q| q.strong_count() > 0);
+        for srq in queues.iter().filter_map(Weak::upgrade) {
+            if let Some(share) = srq.try_join(&srq, need, cq) {
                 return Ok(Some(share));
             }
         }
@@ -148,7 +152,7 @@ impl SrqPool {
         let share = srq
             .try_join(&srq, need, cq)
             .expect("a new queue has room for the share it was sized for");
-        queues.push(srq);
+        queues.push(Arc::downgrade(&srq));
         Ok(Some(share))
     }
 }
