@@ -38,8 +38,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Receives an SRQ is created for at least (a connection needing more gets an SRQ of its
-/// own size): 4096 serve ten connections of rsocket's default 384 credits (plus reserve).
-pub(crate) const SRQ_MIN_RECEIVES: u32 = 4096;
+/// own size): ten connections of rsocket's default 384 credits and the reserve (400 each).
+/// One less than a power of two: rxe's ring has a power of two of slots, one of them always
+/// empty, so 4095 receives take 4096 slots (4096 would take 8192); siw rounds 4095 to 4096.
+pub(crate) const SRQ_MIN_RECEIVES: u32 = 4095;
 /// The bytes of write+send mode's message word.
 const WORD_LEN: usize = 4;
 
