@@ -62,8 +62,8 @@ struct Watch {
     /// The timer of a wait for flushed receives after DISCONNECTED (see
     /// [`Shared::flush_bound`]), while one runs.
     flush_timer: Mutex<Option<Pin<Box<Sleep>>>>,
-    /// The last [`Readiness::drive`] on this direction returned `Pending`: the next one
-    /// reads the input first if its edge came (see there).
+    /// The last [`Readiness::drive`] of a read returned `Pending`: the next one reads the
+    /// input first if its edge came (see there).
     waited: AtomicBool,
 }
 
@@ -217,7 +217,7 @@ impl Readiness {
     /// task then).
     ///
     /// The attempt comes before the look at the fds, so a stream in full flow makes no look
-    /// at all, except in the call after a `Pending`, which first takes the input if its edge
+    /// at all, except in a read after a `Pending`, which first takes the input if its edge
     /// came (the bytes that woke the task are still in the socket); bytes that came before the stream was registered show as the input's edge
     /// (registering reports what is there). A ready guard is cleared only after an attempt
     /// that came after its edge found nothing, except the input's: it is cleared at once,
@@ -235,11 +235,13 @@ impl Readiness {
             Way::Write => &self.write,
         };
         let mut seen: Guards<'_> = [None, None, None, None];
-        if watch.waited.swap(false, Ordering::Relaxed) {
-            // Back after a wait: mostly for the input's edge, whose bytes are still in the
-            // socket (the stream reads them itself), so an attempt first would find nothing
-            // and arm the queue for nothing. Read them first; the attempt follows whatever
-            // woke the task. (The waker this registers is the one the wait registered.)
+        if way == Way::Read && watch.waited.swap(false, Ordering::Relaxed) {
+            // A read back after a wait: mostly for the input's edge, whose bytes are still in
+            // the socket (the stream reads them itself), so an attempt first would find
+            // nothing and arm the queue for nothing. Read them first; the attempt follows
+            // whatever woke the task. (The waker this registers is the one the wait
+            // registered.) A writer waits for room, which its own completions give as well
+            // as the input: it attempts first.
             if let Some(input) = watch.input.as_ref() {
                 if !watch.input_ended.load(Ordering::Relaxed) {
                     if let Poll::Ready(guard) = input.poll_read_ready(cx) {
@@ -276,7 +278,9 @@ impl Readiness {
                     if self.flush_bound_passed(cx, watch) {
                         break;
                     }
-                    watch.waited.store(true, Ordering::Relaxed);
+                    if way == Way::Read {
+                        watch.waited.store(true, Ordering::Relaxed);
+                    }
                     return Poll::Pending;
                 }
                 match self.take_input(watch, way, &mut seen) {
