@@ -218,12 +218,12 @@ impl Readiness {
     ///
     /// The attempt comes before the look at the fds, so a stream in full flow makes no look
     /// at all, except in a read after a `Pending`, which first takes the input if its edge
-    /// came (the bytes that woke the task are still in the socket); bytes that came before the stream was registered show as the input's edge
-    /// (registering reports what is there). A ready guard is cleared only after an attempt
-    /// that came after its edge found nothing, except the input's: it is cleared at once,
-    /// and the input read until a read that does not fill the buffer before the next
-    /// attempt. Once it reports the input's end, the input is read to its end and not
-    /// watched again.
+    /// came (the bytes that woke the task are still in the socket); bytes that came before
+    /// the stream was registered show as the input's edge (registering reports what is
+    /// there). A ready guard is cleared only after an attempt that came after its edge found
+    /// nothing, except the input's: it is cleared at once, and the input read until a read
+    /// that does not fill the buffer before the next attempt. Once it reports the input's
+    /// end, the input is read to its end and not watched again.
     pub(crate) fn drive<T>(
         &self,
         cx: &mut Context<'_>,
