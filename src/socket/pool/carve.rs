@@ -73,7 +73,9 @@ impl Carver {
     pub(crate) fn new(sizes: ChunkSizes) -> Carver {
         debug_assert!(sizes.unit.is_power_of_two());
         debug_assert!(sizes.min <= sizes.max && sizes.min.is_multiple_of(sizes.unit));
-        debug_assert!(sizes.min.is_multiple_of(sizes.grain) && sizes.max.is_multiple_of(sizes.grain));
+        debug_assert!(
+            sizes.min.is_multiple_of(sizes.grain) && sizes.max.is_multiple_of(sizes.grain)
+        );
         Carver {
             sizes,
             chunks: Vec::new(),
