@@ -281,7 +281,7 @@ impl Connection {
         bytes: [u8; IOMAP_ENTRY_LEN],
         unmap: bool,
     ) -> Result<(), StreamError> {
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+        let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
         let mut copied = Ok(());
         let copy = |s: CopySpan| {
             warm(warmer, mr, s.ring_offset + s.len);
@@ -298,7 +298,7 @@ impl Connection {
 
     /// One `iowrite` attempt (see [`StreamEngine::iowrite`]).
     fn iowrite(&mut self, buf: &[u8], offset: u64) -> Result<usize, StreamError> {
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+        let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
         let mut copied = Ok(());
         let written = self.engine.iowrite(offset, buf.len(), |s| {
             warm(warmer, mr, s.ring_offset + s.len);

@@ -186,7 +186,7 @@ impl Connection {
         lend: Lend<'a>,
         registered: Option<&'a MemoryRegion>,
     ) -> io::Result<()> {
-        let empty = self.res.send_mr.slice(0, 0)?;
+        let empty = self.res.send_area.slice(0, 0)?;
         let mut sges = [[empty; 2]; N];
         let mut counts = [0usize; N];
         let mut lent_at = [false; N];
@@ -244,7 +244,7 @@ impl Connection {
         index: usize,
         registered: Option<&'a MemoryRegion>,
     ) -> io::Result<([ScatterGather<'a>; 2], usize)> {
-        let mr = &self.res.send_mr;
+        let mr = &self.res.send_area;
         Ok(match payload {
             Payload::Empty => ([mr.slice(0, 0)?; 2], 0),
             Payload::Registered { offset, len } => {
