@@ -324,6 +324,7 @@ impl RdmaSocket {
     /// lands there), with [`iowrite_registered`](Self::iowrite_registered)'s window checks.
     /// A short submission sent the first bytes of the range; the rest goes to `offset`
     /// plus what was sent.
+    #[cfg(feature = "tokio")]
     pub(crate) fn submit_iowrite_registered_range(
         &self,
         buf: RegisteredBuf,
