@@ -296,8 +296,12 @@ impl Connection {
         self.copied(sent, copied)
     }
 
-    /// One `iowrite` attempt (see [`StreamEngine::iowrite`]).
+    /// One `iowrite` attempt (see [`StreamEngine::iowrite`]); a lone small one goes inline
+    /// from `buf` at once ([`StreamEngine::iowrite_inline`]).
     fn iowrite(&mut self, buf: &[u8], offset: u64) -> Result<usize, StreamError> {
+        if let Some(write) = self.engine.iowrite_inline(offset, buf.len()) {
+            return self.post_inline_iowrite(write, buf).map(|()| buf.len());
+        }
         let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
         let mut copied = Ok(());
         let written = self.engine.iowrite(offset, buf.len(), |s| {
