@@ -46,6 +46,7 @@ mod rxe {
             submitted_buffers_come_back_asynchronously_and_a_dropped_submit_loses_none,
             a_write_registered_among_submissions_leaves_theirs_in_order,
             iomap_and_iowrite_on_streams_land_in_order_with_the_stream,
+            zero_copy_iowrites_land_in_order_with_the_stream_and_hand_the_buffer_back,
         ];
         not_applicable: [];
     }
@@ -75,6 +76,7 @@ mod siw {
             submitted_buffers_come_back_asynchronously_and_a_dropped_submit_loses_none,
             a_write_registered_among_submissions_leaves_theirs_in_order,
             iomap_and_iowrite_on_streams_land_in_order_with_the_stream,
+            zero_copy_iowrites_land_in_order_with_the_stream_and_hand_the_buffer_back,
         ];
         not_applicable: [];
     }

@@ -22,7 +22,10 @@
 //! the TcpStream run again with both processes under `LD_PRELOAD=LIB` (rdma-core's
 //! librspreload.so, which turns the sockets into rsockets). The table prints each cost per
 //! connection (the change over the baseline, divided by N) with the ratio RdmaSocket ÷ each
-//! other stack. `--markdown FILE` writes the table into FILE's `bench-connections` section
+//! other stack. RdmaSocket's send areas come from a pool of shared registrations (chunks,
+//! docs/MEMORY.md): a chunk counts once, as one region of its whole bytes, pinned whether
+//! or not its slices are all in use, so the per-connection rows carry the chunks' cost
+//! spread over the N (which is why N = 1 shows more regions than N = 100). `--markdown FILE` writes the table into FILE's `bench-connections` section
 //! (normally docs/BENCHMARKS.md); `--section NAME` names another section (the VM's run,
 //! `tests/vm/bench-connections.sh`, writes one per device).
 //!
@@ -295,7 +298,9 @@ fn whole(o: &Options) -> Result<(), String> {
     if let Some(file) = &o.markdown {
         let body = format!(
             "Latest run: {}, `{}`, {}. Costs per connection: the change over the process's \
-             baseline divided by N; ratio = RdmaSocket ÷ the other stack.\n\n```text\n{table}```\n",
+             baseline (no connection open) divided by N, so the send-area pool's chunks, \
+             which the connections share, count with their whole bytes and one region each, \
+             spread over the N; ratio = RdmaSocket ÷ the other stack.\n\n```text\n{table}```\n",
             markdown::now_utc(),
             o.command_line,
             markdown::machine(),

@@ -62,7 +62,7 @@ impl Driver {
                     ..
                 } => {
                     self.sends.push_back(wr_id);
-                    self.check_window_write(remote_addr, rkey, payload);
+                    self.check_window_write(remote_addr, rkey, payload.len() as u64);
                 }
                 Op::WriteWithImm {
                     wr_id,
@@ -88,8 +88,7 @@ impl Driver {
     /// write+send mode, where control goes as a plain WRITE and a SEND) our entry, inside
     /// the peer's table, or a buffer update, inside the peer's target list. (This script
     /// writes no stream data; a keepalive carries no bytes.)
-    fn check_window_write(&self, addr: u64, rkey: u32, payload: Payload) {
-        let len = payload.len() as u64;
+    fn check_window_write(&self, addr: u64, rkey: u32, len: u64) {
         if len == 0 {
             return;
         }
@@ -256,6 +255,13 @@ pub fn iomap(data: &[u8]) -> IomapReached {
                 } else {
                     offset
                 };
+                // As the driver does: a lone small one goes inline at once.
+                if let Some(w) = e.iowrite_inline(offset, len) {
+                    d.sends.push_back(w.wr_id);
+                    d.check_window_write(w.remote_addr, w.rkey, len as u64);
+                    reached.bytes_iowritten += len;
+                    continue;
+                }
                 match e.iowrite(offset, len, |_| {}) {
                     Ok(n) => {
                         assert!(n <= len);

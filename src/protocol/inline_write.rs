@@ -1,6 +1,8 @@
 //! The short way for a lone small write: one data message whose bytes go inline from the
 //! caller's buffer, handed to the driver at once instead of through the op queue (see
-//! [`StreamEngine::write_inline`]).
+//! [`StreamEngine::write_inline`]); and the same for a small iowrite, one plain RDMA WRITE
+//! into the peer's mapped window (see [`StreamEngine::iowrite_inline`]), as rsocket's
+//! `riowrite` posts one inline from the caller's buffer.
 #![forbid(unsafe_code)]
 
 use super::engine::{Phase, StreamEngine};
@@ -21,6 +23,22 @@ pub struct InlineWrite {
     pub rkey: u32,
     /// The message word (the data length), as the immediate data.
     pub imm: u32,
+    /// Whether the work request asks for a completion.
+    pub signaled: bool,
+}
+
+/// One iowrite for the driver to post now, as an inline plain RDMA WRITE of the caller's
+/// bytes (all of them, in one scatter/gather entry) to `remote_addr` in the peer's mapped
+/// window with `rkey`, signalled when `signaled` says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InlineIowrite {
+    /// The work request id (feed its completion to
+    /// [`StreamEngine::on_send_completion`]).
+    pub wr_id: WrId,
+    /// Where in the peer's window the bytes go.
+    pub remote_addr: u64,
+    /// The window's remote key.
+    pub rkey: u32,
     /// Whether the work request asks for a completion.
     pub signaled: bool,
 }
@@ -62,6 +80,47 @@ impl StreamEngine {
             remote_addr: dest.addr,
             rkey: dest.key,
             imm: Message::Data(len as u32).encode(),
+            signaled,
+        })
+    }
+
+    /// [`iowrite`](Self::iowrite) of all `len` bytes as one WRITE sent inline, when it can
+    /// go now, ahead of what is queued: `len` is 1 to the inline threshold and one transfer,
+    /// the stream is open for writing, a send-queue slot and the send ring's low-water mark
+    /// are free (what `iowrite` waits for), one window the peer mapped holds the whole
+    /// range, and nothing but receive reposts waits in [`pop_op`](Self::pop_op) (they may
+    /// go after it). No credit is taken, as for `iowrite`.
+    ///
+    /// Returns the work request, which the engine counts as posted: post it at once (before
+    /// the queued ops), with the caller's bytes inline; their send-ring space is reserved
+    /// but not written, as no one reads it. `None` when any condition fails: nothing
+    /// changed, and `iowrite` does what is possible or says why it cannot.
+    #[inline]
+    pub fn iowrite_inline(&mut self, offset: u64, len: usize) -> Option<InlineIowrite> {
+        let fits = len > 0
+            && len <= self.cfg.inline_threshold as usize
+            && len <= self.cfg.max_transfer as usize
+            && self.error.is_none()
+            && self.phase == Phase::Connected
+            && self.writable
+            && self.sqe_avail >= 1
+            && self.sbuf_avail >= self.send_low_water()
+            && len <= self.sbuf_avail
+            && self.send_resize.is_none()
+            && self.only_receives();
+        if !fits {
+            return None;
+        }
+        let window = self.iomap_window(offset, len as u64)?;
+        self.sbuf_head = (self.sbuf_head + len) % self.sring_len;
+        self.sbuf_avail -= len;
+        self.sqe_avail -= 1;
+        let signaled = self.count_signal();
+        let wr_id = self.track(false, len, false, signaled);
+        Some(InlineIowrite {
+            wr_id,
+            remote_addr: window.window.addr + (offset - window.offset),
+            rkey: window.window.key,
             signaled,
         })
     }

@@ -171,6 +171,42 @@ fn iowrite_lands_inside_the_window_in_order_with_the_stream() {
 }
 
 #[test]
+fn a_small_iowrite_goes_inline_at_once_and_accounts_as_a_copying_one() {
+    let (mut writer, mut owner) = pair(2, 2);
+    map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 4096);
+    while writer.pop_op().is_some() {}
+    let (sbuf, sqe) = (writer.sbuf_avail, writer.sqe_avail);
+    let w = writer
+        .iowrite_inline(0x1_0ff0, 16)
+        .expect("a lone small iowrite");
+    assert_eq!((w.remote_addr, w.rkey), (0xabc_0ff0, 0x77));
+    assert!(w.signaled, "every work request is signalled by default");
+    assert!(!writer.has_ops(), "posted by the driver, not queued");
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf - 16, sqe - 1));
+    writer.on_send_completion(w.wr_id, true);
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
+    // Past the window, at no window, above the inline threshold, or behind a queued send:
+    // nothing changes, and `iowrite` decides.
+    let threshold = writer.cfg.inline_threshold as usize;
+    assert_eq!(writer.iowrite_inline(0x1_0ff1, 16), None);
+    assert_eq!(writer.iowrite_inline(0xffff, 1), None);
+    assert_eq!(writer.iowrite_inline(0x1_0000, threshold + 1), None);
+    assert_eq!(writer.iowrite_inline(0x1_0000, 0), None);
+    assert_eq!(writer.iowrite(0x1_0000, 100, |_| {}), Ok(100));
+    assert_eq!(writer.iowrite_inline(0x1_0000, 16), None);
+    assert_eq!(
+        (writer.sbuf_avail, writer.sqe_avail),
+        (sbuf - 100, sqe - 1),
+        "the refusals took nothing"
+    );
+    while writer.pop_op().is_some() {}
+    assert!(writer.iowrite_inline(0x1_0000, threshold).is_some());
+    // A closed write side refuses it, as `iowrite` does.
+    writer.shutdown(Shutdown::Write);
+    assert_eq!(writer.iowrite_inline(0x1_0000, 16), None);
+}
+
+#[test]
 fn a_registered_iowrite_posts_from_the_buffer_and_signals_its_last_write() {
     let (mut writer, mut owner) = pair(2, 2);
     map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 256 * 1024);

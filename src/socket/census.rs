@@ -16,8 +16,10 @@ static REGISTERED_BYTES: AtomicU64 = AtomicU64::new(0);
 pub struct Census {
     /// Connections with their verbs objects (queue pair, completion queue, regions) created.
     pub connections: u64,
-    /// Memory regions those connections registered, their iomap windows (one each, until
-    /// the connection closes), and the registrations of
+    /// Memory regions those connections registered, the chunks of the pool their send
+    /// areas are carved from (one each, however many connections share it; see
+    /// docs/MEMORY.md), their iomap windows (one each, until the connection closes), and
+    /// the registrations of
     /// [`RegisteredBuf`](crate::RegisteredBuf)s (one per buffer and device it was written on).
     pub regions: u64,
     /// Bytes those regions cover (pinned on a kernel device; ordinary memory on the
@@ -55,7 +57,7 @@ impl Entry {
     }
 
     /// Counts one registration of `bytes` bytes beside a connection's own (a registered
-    /// buffer's on one device, an iomap window's).
+    /// buffer's on one device, an iomap window's, a pool chunk's).
     pub(crate) fn buffer(bytes: u64) -> Entry {
         Entry::region_only(1, bytes, 0)
     }

@@ -5,6 +5,7 @@
 
 use super::conn::Connection;
 use super::lend::Lend;
+use super::pool::LocalSlice;
 use super::vectored;
 use super::warm::warm;
 use crate::protocol::{CopySpan, StreamError};
@@ -25,7 +26,7 @@ impl Connection {
             return self.post_inline_write(message, buf).map(|()| buf.len());
         }
         if !self.lends(buf.len()) {
-            let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+            let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
             let mut copied = Ok(());
             let written = self.engine.write(buf.len(), |s| {
                 warm(warmer, mr, s.ring_offset + s.len);
@@ -42,7 +43,7 @@ impl Connection {
         if written.is_ok() && self.post_ops_with(Lend::new(buf, &spans)).is_err() {
             // The engine has failed; anything still queued must find its bytes in the ring.
             for &s in &spans {
-                keep_first_error(&mut copied, copy_to_ring(&self.res.send_mr, buf, s));
+                keep_first_error(&mut copied, copy_to_ring(&self.res.send_area, buf, s));
             }
         }
         self.lent_spans = spans;
@@ -92,7 +93,7 @@ impl Connection {
             // One buffer after all: the plain write, which may lend it.
             return self.write(only);
         }
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+        let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
         let total = vectored::total_len(bufs.iter().map(|b| b.len()));
         let mut copied = Ok(());
         let written = self.engine.write(total, |s| {
@@ -180,7 +181,7 @@ fn copy_from_ring(
 }
 
 /// Copies the piece `span` of `buf` to its place in the send ring.
-fn copy_to_ring(mr: &MemoryRegion, buf: &[u8], span: CopySpan) -> Result<(), crate::verbs::Error> {
+fn copy_to_ring(mr: &LocalSlice, buf: &[u8], span: CopySpan) -> Result<(), crate::verbs::Error> {
     mr.write_at(
         span.ring_offset,
         &buf[span.data_offset..span.data_offset + span.len],

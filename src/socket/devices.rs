@@ -13,23 +13,27 @@
 //! Sharing the domain is safe for the peer's view: every region a peer may write (the receive
 //! ring, the target list) is still registered per connection, with its own remote key, and a
 //! queue pair's writes are checked against the key the peer was given, whichever domain holds
-//! the other connections' regions.
+//! the other connections' regions. Memory no peer may touch (the send areas) comes from the
+//! domain's pool of shared local-only registrations (`pool`).
 #![forbid(unsafe_code)]
 
+use super::pool::{LocalPool, LocalSlice};
 use super::srq::SrqPool;
 use crate::cm::CmEndpoint;
-use crate::verbs::{Context, DeviceInfo, ProtectionDomain};
+use crate::verbs::{Context, DeviceInfo, HugePages, ProtectionDomain};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// An open device and its protection domain, shared by the connections on it, with the
-/// shared receive queues they post on (see `srq`). Field order is drop order: the queues,
-/// the domain, then the context.
+/// domain's pool of local-only memory and the shared receive queues its connections post on
+/// (see `srq`). Field order is drop order: the queues, the pool (whose chunks the last slices
+/// took with them) and the domain before the context.
 #[derive(Debug)]
 pub(crate) struct OpenDevice {
     srqs: SrqPool,
+    pool: LocalPool,
     pd: ProtectionDomain,
     context: Context,
     /// Set when a connection on the device learnt of its removal: no new connection gets it.
@@ -50,6 +54,12 @@ impl OpenDevice {
     /// The shared receive queues of the connections on the device.
     pub(crate) fn srqs(&self) -> &SrqPool {
         &self.srqs
+    }
+
+    /// A slice of `len` bytes of local-only registered memory from the domain's pool (see
+    /// `pool`), on huge pages as `huge` asks.
+    pub(crate) fn carve_local(&self, len: usize, huge: HugePages) -> io::Result<LocalSlice> {
+        self.pool.carve(&self.pd, len, huge)
     }
 
     /// The device was removed: later connections open it again (a device of that name that
@@ -138,6 +148,7 @@ impl DeviceTable {
         let pd = context.alloc_pd()?;
         let shared = Arc::new(OpenDevice {
             srqs: SrqPool::default(),
+            pool: LocalPool::default(),
             pd,
             context,
             removed: AtomicBool::new(false),

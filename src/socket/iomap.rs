@@ -281,7 +281,7 @@ impl Connection {
         bytes: [u8; IOMAP_ENTRY_LEN],
         unmap: bool,
     ) -> Result<(), StreamError> {
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+        let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
         let mut copied = Ok(());
         let copy = |s: CopySpan| {
             warm(warmer, mr, s.ring_offset + s.len);
@@ -296,9 +296,13 @@ impl Connection {
         self.copied(sent, copied)
     }
 
-    /// One `iowrite` attempt (see [`StreamEngine::iowrite`]).
+    /// One `iowrite` attempt (see [`StreamEngine::iowrite`]); a lone small one goes inline
+    /// from `buf` at once ([`StreamEngine::iowrite_inline`]).
     fn iowrite(&mut self, buf: &[u8], offset: u64) -> Result<usize, StreamError> {
-        let (mr, warmer) = (&self.res.send_mr, &mut self.res.send_warm);
+        if let Some(write) = self.engine.iowrite_inline(offset, buf.len()) {
+            return self.post_inline_iowrite(write, buf).map(|()| buf.len());
+        }
+        let (mr, warmer) = (&self.res.send_area, &mut self.res.send_warm);
         let mut copied = Ok(());
         let written = self.engine.iowrite(offset, buf.len(), |s| {
             warm(warmer, mr, s.ring_offset + s.len);

@@ -49,6 +49,7 @@ mod iomap;
 mod lend;
 mod listener;
 mod options;
+mod pool;
 mod post;
 mod rdma_socket;
 mod readiness;

@@ -4,13 +4,13 @@
 //! engine's queued sends in chained batches, their payloads gathered from the send ring,
 //! staged inline, lent from the caller's buffer (see `lend`), or from the caller's registered
 //! buffer (see `zero_copy`); a lone small write straight
-//! from the caller's buffer ([`Connection::post_inline_write`]); receives with their message
-//! slots.
+//! from the caller's buffer ([`Connection::post_inline_write`]), and a lone small iowrite
+//! likewise ([`Connection::post_inline_iowrite`]); receives with their message slots.
 #![forbid(unsafe_code)]
 
 use super::conn::Connection;
 use super::lend::Lend;
-use crate::protocol::{InlineWrite, Op, Payload, StreamError, WrId};
+use crate::protocol::{InlineIowrite, InlineWrite, Op, Payload, StreamError, WrId};
 use crate::verbs::{
     MemoryRegion, RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest,
 };
@@ -138,6 +138,30 @@ impl Connection {
             .map_err(|e| self.post_failed(&e))
     }
 
+    /// Posts the iowrite [`StreamEngine::iowrite_inline`](crate::protocol::StreamEngine::iowrite_inline)
+    /// made of `bytes` as one inline RDMA WRITE, as [`post_inline_write`](Self::post_inline_write)
+    /// posts a small message.
+    #[inline]
+    pub(crate) fn post_inline_iowrite(
+        &mut self,
+        write: InlineIowrite,
+        bytes: &[u8],
+    ) -> Result<(), StreamError> {
+        let send = PreparedSend {
+            wr_id: write.wr_id,
+            op: SendOp::RdmaWrite {
+                remote_addr: write.remote_addr,
+                rkey: RemoteKey(write.rkey),
+            },
+            payload: Payload::Empty,
+            inline: true,
+            signaled: write.signaled,
+        };
+        let sge = [ScatterGather::borrowed(bytes)];
+        self.submit(Work::Sends(&[send.request(&sge, true)]))
+            .map_err(|e| self.post_failed(&e))
+    }
+
     /// A post failed: the queue pair is unusable, so the stream fails with `e`. Returns that
     /// error, for the caller to report.
     pub(crate) fn post_failed(&mut self, e: &io::Error) -> StreamError {
@@ -186,7 +210,7 @@ impl Connection {
         lend: Lend<'a>,
         registered: Option<&'a MemoryRegion>,
     ) -> io::Result<()> {
-        let empty = self.res.send_mr.slice(0, 0)?;
+        let empty = self.res.send_area.slice(0, 0)?;
         let mut sges = [[empty; 2]; N];
         let mut counts = [0usize; N];
         let mut lent_at = [false; N];
@@ -244,7 +268,7 @@ impl Connection {
         index: usize,
         registered: Option<&'a MemoryRegion>,
     ) -> io::Result<([ScatterGather<'a>; 2], usize)> {
-        let mr = &self.res.send_mr;
+        let mr = &self.res.send_area;
         Ok(match payload {
             Payload::Empty => ([mr.slice(0, 0)?; 2], 0),
             Payload::Registered { offset, len } => {

@@ -1,12 +1,15 @@
 //! The verbs objects of one connection: the registered rings, the completion queue with its
 //! channel and the RC queue pair, created for the stream protocol's configuration (step 1 of
 //! [`crate::protocol`]'s sequence), on the device context and protection domain the
-//! process's connections on that device share (see `devices`).
+//! process's connections on that device share (see `devices`). The send area is a slice of
+//! the domain's pool of local-only memory (see `pool`); what the peer writes (the receive
+//! ring, the target list) is registered per connection, with keys of its own.
 #![forbid(unsafe_code)]
 
 use super::census;
 use super::devices::{self, OpenDevice};
 use super::options::SocketOptions;
+use super::pool::LocalSlice;
 use super::post::SCRATCH_LEN;
 use super::srq::SrqShare;
 use super::warm::RingWarmer;
@@ -39,7 +42,8 @@ pub(crate) struct Resources {
     /// pair, before the completion queue it reads the last completions from.
     pub(crate) srq: Option<SrqShare>,
     pub(crate) cq: CompletionQueue,
-    pub(crate) send_mr: MemoryRegion,
+    /// The send ring, the control slots and the scratch area: a slice of the device's pool.
+    pub(crate) send_area: LocalSlice,
     pub(crate) recv_mr: MemoryRegion,
     /// The receive ring replaced last, while the engine still reads from it.
     pub(crate) old_recv_mr: Option<MemoryRegion>,
@@ -135,7 +139,7 @@ impl Resources {
         // Rings start at their smallest size (see `replace_recv_ring`).
         let send_len = send_area_len(cfg.send_ring_min(), cfg.control_area_len());
         let huge_pages = opts.huge_pages;
-        let send_mr = register_ring(pd, send_len, AccessFlags::LOCAL_WRITE, huge_pages)?;
+        let send_area = device.carve_local(send_len, huge_pages)?;
         let recv_mr = register_ring(pd, cfg.recv_ring_min(), REMOTE, huge_pages)?;
         // The target list, and the iomap table after it (rsocket's layout); where placement
         // fences go, the peer may read it (its fences read the first byte) and the sink of
@@ -160,18 +164,14 @@ impl Resources {
         };
         let (send_warm, recv_warm) = if unpinned {
             (
-                Some(RingWarmer::new(&send_mr, cfg.send_ring_min())),
+                Some(RingWarmer::new(&send_area, cfg.send_ring_min())),
                 Some(RingWarmer::new(&recv_mr, cfg.recv_ring_min())),
             )
         } else {
             (None, None)
         };
-        let regions = [
-            Some(&send_mr),
-            Some(&recv_mr),
-            Some(&target_mr),
-            message_mr.as_ref(),
-        ];
+        // The connection's own registrations; the send area's chunk counts once, in `pool`.
+        let regions = [Some(&recv_mr), Some(&target_mr), message_mr.as_ref()];
         let registered = regions.iter().flatten();
         let entry = census::Entry::new(
             registered.clone().count() as u64,
@@ -186,7 +186,7 @@ impl Resources {
             qp,
             srq,
             cq,
-            send_mr,
+            send_area,
             recv_mr,
             old_recv_mr: None,
             target_mr,
@@ -219,21 +219,18 @@ impl Resources {
         }
     }
 
-    /// Registers a send ring of `len` bytes, with the control and scratch areas after it,
-    /// in place of the current one: only when the engine asks for it
-    /// ([`RingChange::Send`](crate::protocol::RingChange)), when no posted work request
-    /// reads the old one. On an error the current ring stays.
+    /// Carves a send ring of `len` bytes, with the control and scratch areas after it, from
+    /// the pool in place of the current one, which goes back to the pool: only when the
+    /// engine asks for it ([`RingChange::Send`](crate::protocol::RingChange)), when no posted
+    /// work request reads the old one. On an error the current ring stays.
     pub(crate) fn replace_send_ring(&mut self, len: usize, control_area: usize) -> io::Result<()> {
-        let mr = register_ring(
-            self.device.pd(),
-            send_area_len(len, control_area),
-            AccessFlags::LOCAL_WRITE,
-            self.huge_pages,
-        )?;
+        let area = self
+            .device
+            .carve_local(send_area_len(len, control_area), self.huge_pages)?;
         if self.send_warm.is_some() {
-            self.send_warm = Some(RingWarmer::new(&mr, len));
+            self.send_warm = Some(RingWarmer::new(&area, len));
         }
-        self.send_mr = mr;
+        self.send_area = area;
         Ok(())
     }
 

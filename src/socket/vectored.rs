@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 use super::data_path::keep_first_error;
+use super::pool::LocalSlice;
 use crate::protocol::CopySpan;
 use crate::verbs::MemoryRegion;
 use std::io::{IoSlice, IoSliceMut};
@@ -65,7 +66,7 @@ fn ring_pieces<T>(
 /// Copies the bytes `span` names from `bufs` into the send ring `mr`; the first failure
 /// (out of range: a bug in the engine's arithmetic) is the result.
 pub(crate) fn gather_to_ring(
-    mr: &MemoryRegion,
+    mr: &LocalSlice,
     bufs: &[IoSlice<'_>],
     span: CopySpan,
 ) -> Result<(), crate::verbs::Error> {

@@ -17,6 +17,7 @@
 //! ([`BUSY_FROM`]), so that an idle connection costs only the pages its data touched.
 #![forbid(unsafe_code)]
 
+use super::pool::LocalSlice;
 use crate::verbs::MemoryRegion;
 
 /// Memory whose pages can be brought in ahead of use (a memory region; a fake in tests).
@@ -33,6 +34,15 @@ impl Populate for MemoryRegion {
     }
     fn populate(&self, offset: usize, len: usize) -> bool {
         MemoryRegion::populate(self, offset, len).is_ok()
+    }
+}
+
+impl Populate for LocalSlice {
+    fn len(&self) -> usize {
+        LocalSlice::len(self)
+    }
+    fn populate(&self, offset: usize, len: usize) -> bool {
+        LocalSlice::populate(self, offset, len).is_ok()
     }
 }
 

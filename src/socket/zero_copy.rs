@@ -314,6 +314,47 @@ impl RdmaSocket {
         buf: RegisteredBuf,
         range: impl RangeBounds<usize>,
     ) -> Result<usize, Refused> {
+        self.submit_with(buf, range, |c, region, at, left| {
+            c.write_registered(region, at, left)
+        })
+    }
+
+    /// [`submit_registered_range`](Self::submit_registered_range) as an iowrite: the bytes
+    /// `range` of `buf` into the peer's mapped window at `offset` (the range's first byte
+    /// lands there), with [`iowrite_registered`](Self::iowrite_registered)'s window checks.
+    /// A short submission sent the first bytes of the range; the rest goes to `offset`
+    /// plus what was sent.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn submit_iowrite_registered_range(
+        &self,
+        buf: RegisteredBuf,
+        range: impl RangeBounds<usize>,
+        offset: u64,
+    ) -> Result<usize, Refused> {
+        let start = match bounds(&range, buf.len()) {
+            Ok((start, _)) => start,
+            Err(error) => return Err(Refused { error, buf }),
+        };
+        self.submit_with(buf, range, |c, region, at, left| {
+            c.iowrite_registered(region, offset + (at - start) as u64, at, left)
+        })
+    }
+
+    /// Submits the bytes `range` of `buf` a piece at a time with `post` (given the
+    /// connection, the buffer's registration, the offset of the piece in the buffer and the
+    /// bytes left) and keeps the buffer until the device has read it (see
+    /// [`submit_registered`](Self::submit_registered)).
+    fn submit_with(
+        &self,
+        buf: RegisteredBuf,
+        range: impl RangeBounds<usize>,
+        mut post: impl FnMut(
+            &mut Connection,
+            &MemoryRegion,
+            usize,
+            usize,
+        ) -> Result<RegisteredWrite, StreamError>,
+    ) -> Result<usize, Refused> {
         let refuse = |error: io::Error, buf: RegisteredBuf| Err(Refused { error, buf });
         let (start, end) = match bounds(&range, buf.len()) {
             Ok(b) => b,
@@ -340,7 +381,7 @@ impl RdmaSocket {
             let at = start + taken.map_or(0, |(n, _)| n);
             let mut queued = None;
             let written = self.shared.run(Direction::Write, |c| {
-                let w = c.write_registered(&region, at, end - at)?;
+                let w = post(c, &region, at, end - at)?;
                 queued = Some(w);
                 Ok(w)
             });

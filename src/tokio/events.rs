@@ -62,6 +62,9 @@ struct Watch {
     /// The timer of a wait for flushed receives after DISCONNECTED (see
     /// [`Shared::flush_bound`]), while one runs.
     flush_timer: Mutex<Option<Pin<Box<Sleep>>>>,
+    /// The last [`Readiness::drive`] of a read returned `Pending`: the next one reads the
+    /// input first if its edge came (see there).
+    waited: AtomicBool,
 }
 
 /// Where [`Watch::poll`] puts the input's guard.
@@ -99,6 +102,7 @@ impl Watch {
                 .transpose()?,
             input_ended: AtomicBool::new(false),
             flush_timer: Mutex::new(None),
+            waited: AtomicBool::new(false),
         })
     }
 
@@ -213,12 +217,13 @@ impl Readiness {
     /// task then).
     ///
     /// The attempt comes before the look at the fds, so a stream in full flow makes no look
-    /// at all; bytes that came before the stream was registered show as the input's edge
-    /// (registering reports what is there). A ready guard is cleared only after an attempt
-    /// that came after its edge found nothing, except the input's: it is cleared at once,
-    /// and the input read until a read that does not fill the buffer before the next
-    /// attempt. Once it reports the input's end, the input is read to its end and not
-    /// watched again.
+    /// at all, except in a read after a `Pending`, which first takes the input if its edge
+    /// came (the bytes that woke the task are still in the socket); bytes that came before
+    /// the stream was registered show as the input's edge (registering reports what is
+    /// there). A ready guard is cleared only after an attempt that came after its edge found
+    /// nothing, except the input's: it is cleared at once, and the input read until a read
+    /// that does not fill the buffer before the next attempt. Once it reports the input's
+    /// end, the input is read to its end and not watched again.
     pub(crate) fn drive<T>(
         &self,
         cx: &mut Context<'_>,
@@ -230,6 +235,24 @@ impl Readiness {
             Way::Write => &self.write,
         };
         let mut seen: Guards<'_> = [None, None, None, None];
+        if way == Way::Read && watch.waited.swap(false, Ordering::Relaxed) {
+            // A read back after a wait: mostly for the input's edge, whose bytes are still in
+            // the socket (the stream reads them itself), so an attempt first would find
+            // nothing and arm the queue for nothing. Read them first; the attempt follows
+            // whatever woke the task. (The waker this registers is the one the wait
+            // registered.) A writer waits for room, which its own completions give as well
+            // as the input: it attempts first.
+            if let Some(input) = watch.input.as_ref() {
+                if !watch.input_ended.load(Ordering::Relaxed) {
+                    if let Poll::Ready(guard) = input.poll_read_ready(cx) {
+                        seen[INPUT] = Some(guard?);
+                        if let Err(e) = self.take_input(watch, way, &mut seen) {
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                }
+            }
+        }
         loop {
             match attempt() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -254,6 +277,9 @@ impl Readiness {
                 if seen.iter().all(Option::is_none) {
                     if self.flush_bound_passed(cx, watch) {
                         break;
+                    }
+                    if way == Way::Read {
+                        watch.waited.store(true, Ordering::Relaxed);
                     }
                     return Poll::Pending;
                 }

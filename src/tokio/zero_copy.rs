@@ -16,7 +16,7 @@ use crate::socket::{CompletedWrite, Refused};
 use std::collections::{HashSet, VecDeque};
 use std::future::poll_fn;
 use std::io;
-use std::ops::RangeBounds;
+use std::ops::{Range, RangeBounds};
 use std::sync::{Mutex, MutexGuard};
 
 /// The stream's own record of submitted buffers, beside the socket's queue.
@@ -77,7 +77,65 @@ impl RdmaStream {
         &mut self,
         buf: RegisteredBuf,
     ) -> (io::Result<usize>, RegisteredBuf) {
-        let len = buf.len();
+        self.send_by_value(buf, .., |socket, buf, range| {
+            socket.submit_registered_range(buf, range)
+        })
+        .await
+    }
+
+    /// Writes the bytes `range` of `buf` into the peer's mapped window at `offset` without
+    /// copying them (rsocket's `riowrite`; see
+    /// [`RdmaSocket::iowrite_registered_range`](crate::RdmaSocket::iowrite_registered_range)):
+    /// plain RDMA WRITEs ordered with the stream, the device reading the bytes from the
+    /// buffer. Hands the buffer back once the device has read every byte of the range, with
+    /// how many bytes were written or the error that stopped the write (the buffer comes
+    /// back either way). The whole range must lie inside one window the peer mapped:
+    /// otherwise `InvalidInput` says so and nothing is written.
+    ///
+    /// Cancellation: as [`write_registered`](Self::write_registered)'s, dropping the future
+    /// before it completes drops the buffer once the socket has let go of it (part of the
+    /// range may have been written); memory the device still reads is never freed.
+    pub async fn iowrite_registered_range(
+        &mut self,
+        buf: RegisteredBuf,
+        range: impl RangeBounds<usize>,
+        offset: u64,
+    ) -> (io::Result<usize>, RegisteredBuf) {
+        let start = match crate::socket::bounds(&range, buf.len()) {
+            Ok((start, _)) => start,
+            Err(e) => return (Err(e), buf),
+        };
+        self.send_by_value(buf, range, |socket, buf, piece| {
+            let at = offset + (piece.start - start) as u64;
+            socket.submit_iowrite_registered_range(buf, piece, at)
+        })
+        .await
+    }
+
+    /// [`iowrite_registered_range`](Self::iowrite_registered_range) of all of `buf`: its
+    /// first byte lands at `offset` in the peer's window.
+    pub async fn iowrite_registered(
+        &mut self,
+        buf: RegisteredBuf,
+        offset: u64,
+    ) -> (io::Result<usize>, RegisteredBuf) {
+        self.iowrite_registered_range(buf, .., offset).await
+    }
+
+    /// Sends the bytes `range` of `buf` by value: `submit` posts a piece (what fits, from
+    /// the range given) and the socket holds the buffer; the buffer comes back once the
+    /// device has read that piece, and the next piece goes, until the range is sent or an
+    /// error stops it.
+    async fn send_by_value(
+        &mut self,
+        buf: RegisteredBuf,
+        range: impl RangeBounds<usize>,
+        submit: impl Fn(&crate::RdmaSocket, RegisteredBuf, Range<usize>) -> Result<usize, Refused>,
+    ) -> (io::Result<usize>, RegisteredBuf) {
+        let (start, end) = match crate::socket::bounds(&range, buf.len()) {
+            Ok(b) => b,
+            Err(e) => return (Err(e), buf),
+        };
         let identity = address(&buf);
         let mut held = Some(buf);
         let mut done = 0;
@@ -85,7 +143,7 @@ impl RdmaStream {
             let submitted = poll_fn(|cx| {
                 self.events().drive(cx, Way::Write, || {
                     let buf = held.take().expect("the buffer is held between submissions");
-                    match self.socket().submit_registered_range(buf, done..) {
+                    match submit(self.socket(), buf, start + done..end) {
                         Ok(n) => {
                             lock(self.returns()).writes.insert(identity);
                             Ok(n)
@@ -126,7 +184,7 @@ impl RdmaStream {
             if let Err(e) = result {
                 return (Err(e), buf);
             }
-            if done == len {
+            if start + done == end {
                 return (Ok(done), buf);
             }
             held = Some(buf);

@@ -126,8 +126,10 @@ pub(crate) fn echo_all(conns: &mut [RdmaSocket], rounds: usize) {
     }
 }
 
-/// Waits (bounded) until every connection is gone and the fds and threads are back to
-/// `fds` and `threads`: a close finishes on the socket's driver after the drop.
+/// Waits (bounded) until every connection is gone, with every registration the census
+/// counts (the connections' own and the chunks of the send-area pool), and the fds and
+/// threads are back to `fds` and `threads`: a close finishes on the socket's driver after
+/// the drop.
 pub(crate) fn assert_all_released(fds: usize, threads: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -136,7 +138,7 @@ pub(crate) fn assert_all_released(fds: usize, threads: usize) {
             count("/proc/self/fd"),
             count("/proc/self/task"),
         );
-        if now.0.connections == 0 && now.1 <= fds && now.2 <= threads {
+        if now.0 == rdmasock::Census::default() && now.1 <= fds && now.2 <= threads {
             return;
         }
         assert!(

@@ -284,6 +284,7 @@ impl QpOps for SiwQp {
         }
         let caps = self.kernel.caps();
         let mut sq = self.sq.lock().expect("send queue lock");
+        let first_put = sq.put;
         let mut sges: Vec<Sge> = Vec::with_capacity(MAX_SGE);
         let mut payload = Vec::new();
         let mut result = Ok(());
@@ -331,9 +332,14 @@ impl QpOps for SiwQp {
             sq.publish(element_flags);
             posted += 1;
         }
-        if posted > 0 {
-            // Ring every time: always correct (docs/kernel-abi.md#siw-doorbell); the kernel sends
-            // in our context when its transmit engine is idle.
+        // The doorbell, unless the element posted just before these is still untaken: the
+        // kernel's transmit engine is then busy and reaches these after it (libsiw's rule,
+        // docs/kernel-abi.md#siw-doorbell). When it is idle, the kernel sends in our context.
+        let engine_busy = (posted as u32) < sq.ring.count()
+            && sq
+                .ring
+                .earlier_slot_untaken(first_put.wrapping_sub(1), flags::VALID);
+        if posted > 0 && !engine_busy {
             if let Err(e) = self.ring_connected() {
                 return Err(post_error(0, first.wr_id, self.doorbell_error(e)));
             }

@@ -109,6 +109,18 @@ impl ElementRing {
         self.flags16(counter).load(Ordering::Acquire) & valid != 0
     }
 
+    /// Whether the send element at `counter`, published before the caller's latest
+    /// [`publish`](Self::publish), is still untaken by the kernel: then the kernel's
+    /// transmit engine has yet to reach it and will go on to the elements after it, so no
+    /// doorbell is needed (libsiw's rule). The full fence orders the latest publication's
+    /// store before this load; the kernel clears a taken element's flags with
+    /// `smp_store_mb` before it looks at the next, so one of the two sides sees the other's
+    /// store: either we find the element taken (and ring), or the kernel finds ours.
+    pub(crate) fn earlier_slot_untaken(&self, counter: u32, valid: u16) -> bool {
+        fence(Ordering::SeqCst);
+        self.flags16(counter).load(Ordering::Acquire) & valid != 0
+    }
+
     /// Writes `element` (a whole element whose flags bytes are ignored) into the free slot of
     /// `counter`, then publishes it with a release store of `flags`. The caller has checked
     /// with [`ElementRing::producer_slot_busy`] that the slot is free, and holds the ring's

@@ -67,6 +67,16 @@ impl Events {
         }
     }
 
+    /// After an event was taken: drains the eventfd when nothing else waits, else sets it
+    /// (events raised without the write remain for another caller or thread).
+    fn settle_or_set(&mut self, fd: &EventFd) {
+        if self.queue.is_empty() {
+            self.settle(fd);
+        } else {
+            self.set(fd);
+        }
+    }
+
     /// Drains the eventfd if it is set and neither an event, a notice nor a wake waits.
     fn settle(&mut self, fd: &EventFd) {
         if self.fd_set && self.queue.is_empty() && self.notices == 0 && !self.woken && !self.input {
@@ -162,12 +172,7 @@ impl UiwarpChannel {
     fn pop(&self) -> Option<u64> {
         let mut events = self.events.lock().expect("channel lock");
         let cookie = events.queue.pop_front();
-        if events.queue.is_empty() {
-            events.settle(&self.fd);
-        } else {
-            // Events raised without the write remain for another caller or thread.
-            events.set(&self.fd);
-        }
+        events.settle_or_set(&self.fd);
         cookie
     }
 }
@@ -188,37 +193,35 @@ enum Reads {
 impl UiwarpChannel {
     /// Takes one event, reading the queue pairs' sockets as `reads` says when none is
     /// waiting (unless this thread's last call read them and nothing was raised since).
+    /// The common call (one event waiting, or none and nothing to read) takes the events
+    /// lock once and allocates nothing.
     fn get_event_reading(&self, reads: Reads) -> Result<Option<u64>> {
         let just_read = JUST_READ.replace(0) == self.address();
         let raised = {
             // The reads below take the raised input (an event taken instead leaves it to
             // the poll of the queue that follows: the queue pair's input hint is set).
             let mut events = self.events.lock().expect("channel lock");
-            let raised = events.input;
-            if raised {
-                events.input = false;
-                events.settle(&self.fd);
+            let raised = std::mem::take(&mut events.input);
+            if let Some(cookie) = events.queue.pop_front() {
+                events.settle_or_set(&self.fd);
+                return Ok(Some(cookie));
             }
+            events.settle(&self.fd);
             raised
         };
-        if let Some(c) = self.pop() {
-            return Ok(Some(c));
-        }
         if just_read && !raised {
             return Ok(None);
         }
-        let endpoints: Vec<Arc<Endpoint>> = {
-            let list = self.endpoints.lock().expect("channel lock");
-            list.iter().filter_map(Weak::upgrade).collect()
-        };
         let outer = GETTING_EVENTS.replace(self.address());
-        for e in &endpoints {
+        let mut from = 0;
+        while let Some((index, e)) = self.endpoint_from(from) {
             match reads {
                 Reads::ToTheEnd => e.progress_waiting(false),
                 Reads::UntilShort => e.progress_waiting(true),
                 Reads::Unwatched if raised || !e.input_watched() => e.progress_waiting(false),
                 Reads::Unwatched => {}
             }
+            from = index + 1;
         }
         GETTING_EVENTS.set(outer);
         let event = self.pop();
@@ -226,6 +229,17 @@ impl UiwarpChannel {
             JUST_READ.set(self.address());
         }
         Ok(event)
+    }
+
+    /// The first live queue pair reporting here at or after index `from` of the list, with
+    /// its index; the list's lock is not held while the caller drives it (its progress may
+    /// signal this channel).
+    fn endpoint_from(&self, from: usize) -> Option<(usize, Arc<Endpoint>)> {
+        let list = self.endpoints.lock().expect("channel lock");
+        list.get(from..)?
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| w.upgrade().map(|e| (from + i, e)))
     }
 }
 

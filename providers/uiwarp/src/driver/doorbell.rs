@@ -44,10 +44,13 @@ pub(crate) const BACKSTOP: Duration = Duration::from_millis(1);
 /// A link's held posts (under the endpoint's lock).
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    /// When the link last wrote to TCP.
+    /// When the link last wrote to TCP (stamped only while coalescing is on: nothing else
+    /// reads it).
     last_write: Option<Instant>,
     bytes: u64,
     requests: usize,
+    /// Coalescing is off for the QP: a write reads no clock.
+    pub(crate) off: bool,
 }
 
 impl Held {
@@ -66,7 +69,7 @@ impl Held {
 
     /// The link wrote what the core had (`wrote`: some bytes went to TCP): nothing is held.
     pub(crate) fn rung(&mut self, wrote: bool) {
-        if wrote {
+        if wrote && !self.off {
             self.last_write = Some(Instant::now());
         }
         self.bytes = 0;
@@ -110,6 +113,16 @@ impl Doorbell {
 }
 
 impl Endpoint {
+    /// Turns coalescing on or off for the QP: the switch the posts read, and the link's
+    /// (whether its writes are stamped for [`Held::may_hold`]). A link made later stamps
+    /// until this is called again, which costs a clock read per write and nothing else.
+    pub(crate) fn set_coalescing(&self, on: bool) {
+        self.doorbell.set_enabled(on);
+        if let Some(link) = self.lock().link.as_mut() {
+            link.held.off = !on;
+        }
+    }
+
     /// Holds the post just made (`bytes` of payload in `requests`) instead of writing it, if
     /// coalescing is on and allows it (see the module). Returns whether it did.
     pub(crate) fn try_hold(

@@ -322,7 +322,8 @@ impl Link {
         let mut moved = false;
         loop {
             if self.out.is_empty() {
-                if self.write_shut || self.io_error.is_some() {
+                // (`wants_transmit` is the cheap look: most flushes find nothing to frame.)
+                if self.write_shut || self.io_error.is_some() || !self.conn.wants_transmit() {
                     break;
                 }
                 if self
@@ -467,10 +468,10 @@ impl Link {
     /// When a liveness check is due, fails the connection if the peer stopped
     /// acknowledging, with `ETIMEDOUT`, as TCP says it when it gives up.
     fn check_liveness(&mut self) {
-        let now = Instant::now();
         let Some(liveness) = self.liveness.as_mut() else {
             return;
         };
+        let now = Instant::now();
         if now < liveness.next_check() || self.io_error.is_some() {
             return;
         }

@@ -47,6 +47,7 @@ pub use link::empty_reads_total;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use pending::Pending;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
@@ -76,8 +77,38 @@ pub(crate) enum Target {
 
 #[derive(Debug, Default)]
 struct Targets {
-    map: HashMap<usize, Target>,
+    map: TokenMap<Target>,
     next: usize,
+}
+
+/// A map keyed by the engine's tokens.
+type TokenMap<V> = HashMap<usize, V, BuildHasherDefault<TokenHasher>>;
+
+/// Hashes a token with one multiplication (as FxHash does) instead of SipHash: the engine
+/// hands the tokens out itself, so no peer chooses the keys that SipHash guards against,
+/// and its look-ups of targets and timers cost ~800 instructions a round trip with 64
+/// connections under SipHash.
+#[derive(Debug, Default, Clone, Copy)]
+struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
 }
 
 /// The per-process progress engine.
@@ -86,7 +117,7 @@ pub(crate) struct Engine {
     registry: Registry,
     waker: Waker,
     targets: Mutex<Targets>,
-    timers: Mutex<HashMap<usize, Instant>>,
+    timers: Mutex<TokenMap<Instant>>,
     /// Connections whose read budget ran out with bytes perhaps left: the engine reads them
     /// again after the events at hand (see [`Engine::resume`]).
     resume: Mutex<Vec<Token>>,
@@ -115,10 +146,10 @@ fn start() -> io::Result<Arc<Engine>> {
         registry: poll.registry().try_clone()?,
         waker: Waker::new(poll.registry(), WAKER)?,
         targets: Mutex::new(Targets {
-            map: HashMap::new(),
+            map: TokenMap::default(),
             next: 1,
         }),
-        timers: Mutex::new(HashMap::new()),
+        timers: Mutex::new(TokenMap::default()),
         resume: Mutex::new(Vec::new()),
         thread: OnceLock::new(),
     });

@@ -299,7 +299,8 @@ impl UiwarpQp {
         wr: &SendRequest<'_>,
         bytes: &mut Vec<u8>,
     ) -> Result<()> {
-        let no_inline = InlinePool::default();
+        // Made only for an entry that names a region (a borrowed one needs no table).
+        let mut no_inline = None;
         let mut regions = None;
         bytes.clear();
         for (s, entry) in work.segments.iter().zip(wr.sg_list) {
@@ -311,7 +312,7 @@ impl UiwarpQp {
                 .get_or_insert_with(|| self.endpoint.regions.read().expect("uiwarp regions lock"));
             let table = QpMemory {
                 regions,
-                inline: &no_inline,
+                inline: no_inline.get_or_insert_with(InlinePool::default),
             };
             let view = table.local(s.lkey).ok_or_else(|| {
                 invalid(format!(
@@ -484,7 +485,7 @@ impl QpOps for UiwarpQp {
     }
 
     fn set_send_coalescing(&self, on: bool) -> bool {
-        self.endpoint.doorbell.set_enabled(on);
+        self.endpoint.set_coalescing(on);
         if !on {
             // What is held goes now, as a later post would not be held.
             self.endpoint.ring_held();

@@ -104,8 +104,13 @@ fn table_append(crc: u32, data: &[u8]) -> u32 {
 }
 
 /// Continues `crc` (final XOR applied) over `data` with `crc-fast`, whose running state is
-/// the CRC before its final XOR.
+/// the CRC before its final XOR. A CRC from the start (every FPDU's, sent and received) takes
+/// the crate's one-shot function, which reads its parameters in place; a `Digest` copies
+/// them (a few hundred bytes) each time it is made.
 fn instruction_append(crc: u32, data: &[u8]) -> u32 {
+    if crc == 0 {
+        return crc_fast::crc32_iscsi(data);
+    }
     let mut digest =
         crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
     digest.update(data);
