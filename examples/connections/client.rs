@@ -60,8 +60,8 @@ fn spawn_peer(stack: &str, bind: &str) -> Result<(Peer, SocketAddr), String> {
 }
 
 fn connect(stack: &str, addr: SocketAddr) -> std::io::Result<Box<dyn Stream>> {
-    if stack == "rdma" {
-        Ok(Box::new(rdmasock::RdmaSocket::connect(addr)?))
+    if let Some(opts) = crate::rdma_options(stack) {
+        Ok(Box::new(rdmasock::RdmaSocket::connect_with(addr, &opts)?))
     } else {
         // A plain `SOCK_STREAM` socket (no close-on-exec flag), which rsocket's preload
         // library turns into an rsocket.
@@ -140,7 +140,7 @@ pub(crate) fn run(
     }
     run.busy = measure::now();
     drop(conns);
-    if stack == "rdma" {
+    if crate::rdma_options(stack).is_some() {
         // A close finishes on the socket's driver after the drop: read what is left once
         // every connection is gone (its verbs objects and fds released).
         let end = Instant::now() + CLOSE_WAIT;

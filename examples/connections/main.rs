@@ -14,7 +14,10 @@
 //! The readings come from /proc/self (VmRSS, VmPin + VmLck, fds, threads) and from
 //! [`rdmasock::census`] (regions and bytes registered by the connections).
 //!
-//! Stacks: `rdma` (RdmaSocket, on whichever provider serves ADDR: the userspace provider on
+//! Stacks: `rdma-nosrq` (the same without the shared receive queue, where the device has
+//! one: `SocketOptionsBuilder::shared_receive_queue(false)`; `rdma` chooses it, `true`),
+//! `rdma` (RdmaSocket, on
+//! whichever provider serves ADDR: the userspace provider on
 //! loopback without kernel RDMA), `tcp` (TcpStream), and with `--rsocket LIB` `rsocket`:
 //! the TcpStream run again with both processes under `LD_PRELOAD=LIB` (rdma-core's
 //! librspreload.so, which turns the sockets into rsockets). The table prints each cost per
@@ -122,8 +125,9 @@ fn peer(stack: &str, bind: &str) -> Result<(), String> {
         let _ = std::io::stdin().read_to_end(&mut sink);
         std::process::exit(0);
     });
-    if stack == "rdma" {
-        let mut l = rdmasock::RdmaListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+    if let Some(opts) = rdma_options(stack) {
+        let mut l = rdmasock::RdmaListener::bind_with(bind, &opts)
+            .map_err(|e| format!("bind {bind}: {e}"))?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
         println!("listening {}", l.local_addr().map_err(|e| e.to_string())?);
         peer::serve(&mut l).map_err(|e| e.to_string())
@@ -146,6 +150,21 @@ fn peer(stack: &str, bind: &str) -> Result<(), String> {
                 .map_err(|e| format!("a thread for a connection: {e}"))?;
         }
     }
+}
+
+/// The options of an RdmaSocket stack: `rdma` with the shared receive queue chosen (the
+/// default on rxe; on siw it must be chosen), `rdma-nosrq` without it; `None` for the TCP
+/// stacks.
+pub(crate) fn rdma_options(stack: &str) -> Option<rdmasock::SocketOptions> {
+    let srq = match stack {
+        "rdma" => true,
+        "rdma-nosrq" => false,
+        _ => return None,
+    };
+    rdmasock::SocketOptions::builder()
+        .shared_receive_queue(srq)
+        .build()
+        .ok()
 }
 
 /// A listening TCP socket of plain `SOCK_STREAM` type (see `peer`'s TCP branch).
@@ -251,7 +270,7 @@ fn main() -> ExitCode {
 
 /// Every count on every stack, then the table.
 fn whole(o: &Options) -> Result<(), String> {
-    let mut stacks = vec!["rdma", "tcp"];
+    let mut stacks = vec!["rdma", "rdma-nosrq", "tcp"];
     if o.rsocket.is_some() {
         stacks.push("rsocket");
     }

@@ -1,5 +1,6 @@
 //! What the process holds, read from /proc/self: resident and pinned memory, fds, threads,
-//! and what rdmasock's own census counts (connections, registered regions and bytes).
+//! and what rdmasock's own census counts (connections, registered regions and bytes); and
+//! the kernel's vmalloc memory in use (/proc/meminfo).
 use std::fs;
 
 /// One reading of the process.
@@ -17,6 +18,9 @@ pub(crate) struct Reading {
     pub(crate) regions: u64,
     /// Bytes registered by rdmasock's connections.
     pub(crate) registered: u64,
+    /// The kernel's vmalloc memory in use, machine-wide (`VmallocUsed` of /proc/meminfo),
+    /// bytes: where rxe and siw keep their queues.
+    pub(crate) vmalloc: u64,
 }
 
 /// A `/proc/self/status` field in bytes (it says kB).
@@ -44,5 +48,9 @@ pub(crate) fn now() -> Reading {
         threads: entries("/proc/self/task"),
         regions: census.regions,
         registered: census.registered_bytes,
+        vmalloc: status_field(
+            &fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+            "VmallocUsed",
+        ),
     }
 }

@@ -2,8 +2,18 @@
 use crate::client::Run;
 use crate::measure::Reading;
 
-fn fields(r: &Reading) -> [u64; 6] {
-    [r.rss, r.pinned, r.fds, r.threads, r.regions, r.registered]
+const FIELDS: usize = 7;
+
+fn fields(r: &Reading) -> [u64; FIELDS] {
+    [
+        r.rss,
+        r.pinned,
+        r.fds,
+        r.threads,
+        r.regions,
+        r.registered,
+        r.vmalloc,
+    ]
 }
 
 fn reading(v: &[u64]) -> Reading {
@@ -14,6 +24,7 @@ fn reading(v: &[u64]) -> Reading {
         threads: v[3],
         regions: v[4],
         registered: v[5],
+        vmalloc: v[6],
     }
 }
 
@@ -34,16 +45,17 @@ pub(crate) fn decode(line: &str) -> Option<Run> {
     let n = it.next()?.parse().ok()?;
     let connect_secs = it.next()?.parse().ok()?;
     let v: Vec<u64> = it.map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    if v.len() != 24 {
+    if v.len() != 4 * FIELDS {
         return None;
     }
+    let at = |i: usize| reading(&v[i * FIELDS..(i + 1) * FIELDS]);
     Some(Run {
         n,
         connect_secs,
-        base: reading(&v[0..6]),
-        idle: reading(&v[6..12]),
-        busy: reading(&v[12..18]),
-        closed: reading(&v[18..24]),
+        base: at(0),
+        idle: at(1),
+        busy: at(2),
+        closed: at(3),
     })
 }
 
@@ -82,6 +94,11 @@ pub(crate) fn table(n: usize, runs: &[(&str, Run)]) -> String {
             &|r| per(r.n, r.idle.regions, r.base.regions),
             "registered regions / connection",
             2,
+        ),
+        rows_of(
+            &|r| per(r.n, r.idle.vmalloc, r.base.vmalloc) / kib,
+            "kernel vmalloc KiB / connection, both ends",
+            1,
         ),
         rows_of(&|r| per(r.n, r.idle.fds, r.base.fds), "fds / connection", 2),
         rows_of(&|r| r.base.threads as f64, "threads before", 0),

@@ -95,6 +95,16 @@ pub(crate) fn feed_engine(
 impl Connection {
     /// Feeds one completion to the engine (see [`feed_engine`]).
     fn feed(&mut self, wc: &WorkCompletion) -> io::Result<()> {
+        // A receive of the shared receive queue: its word is read and its slot freed at once.
+        let mut srq_word = None;
+        if let Some(share) = &mut self.res.srq {
+            let id = WrId(wc.wr_id);
+            if id.is_receive() {
+                let mut word = [0u8; 4];
+                share.consumed(id, Some(&mut word))?;
+                srq_word = Some(word);
+            }
+        }
         let message_mr = &self.res.message_mr;
         let target_mr = &self.res.target_mr;
         let endpoint = &self.endpoint;
@@ -102,9 +112,13 @@ impl Connection {
             &mut self.engine,
             &mut self.completions,
             wc,
-            |offset, word| match message_mr {
-                Some(mr) => Ok(mr.read_at(offset, word)?),
-                None => Ok(()),
+            |offset, word| match (srq_word, message_mr) {
+                (Some(w), _) => {
+                    *word = w;
+                    Ok(())
+                }
+                (None, Some(mr)) => Ok(mr.read_at(offset, word)?),
+                (None, None) => Ok(()),
             },
             |list| Ok(target_mr.read_at(0, list)?),
             || endpoint.end_reason(),

@@ -206,7 +206,8 @@ impl Connection {
     /// holds end-of-stream back until the first flushed receive is fed (see
     /// [`StreamEngine::on_cm_disconnected`]): the completions decide, no clock. Those already
     /// in the queue are fed now; the rest wake the completion channel like any completion.
-    /// A device that never flushes is bounded by the close timeout (see `flush_tick`).
+    /// A device that never flushes is bounded by the close timeout (see `flush_tick`), and so
+    /// is a connection on a shared receive queue, whose receives are never flushed.
     fn disconnected_by_cm(&mut self) -> io::Result<()> {
         if !self.disconnect_started {
             self.disconnect_started = true;
@@ -238,13 +239,25 @@ impl Connection {
             return Some(due - now);
         }
         self.flush_due = None;
-        self.engine.fail(StreamError::ConnectionReset(format!(
-            "the connection manager reported the connection closed (DISCONNECTED) and the \
-             device did not flush the posted receives within the close timeout ({:?}), so \
-             whether the peer closed the stream or it broke is unknown; raise the close \
-             timeout (SocketOptionsBuilder::close_timeout) for a slow device",
-            self.opts.close_timeout
-        )));
+        let message = if self.res.srq.is_some() {
+            // The receives of a shared receive queue are not flushed: only the peer's
+            // DISCONNECT message could have ended the wait.
+            format!(
+                "the connection manager reported the connection closed (DISCONNECTED) and no \
+                 DISCONNECT message from the peer came within the close timeout ({:?}): the \
+                 connection broke",
+                self.opts.close_timeout
+            )
+        } else {
+            format!(
+                "the connection manager reported the connection closed (DISCONNECTED) and the \
+                 device did not flush the posted receives within the close timeout ({:?}), so \
+                 whether the peer closed the stream or it broke is unknown; raise the close \
+                 timeout (SocketOptionsBuilder::close_timeout) for a slow device",
+                self.opts.close_timeout
+            )
+        };
+        self.engine.fail(StreamError::ConnectionReset(message));
         // The stream just failed: whoever is about to wait looks again at once, and finds it.
         Some(Duration::ZERO)
     }

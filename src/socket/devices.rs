@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 use super::pool::{LocalPool, LocalSlice};
+use super::srq::SrqPool;
 use crate::cm::CmEndpoint;
 use crate::verbs::{Context, DeviceInfo, HugePages, ProtectionDomain};
 use std::io;
@@ -26,10 +27,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// An open device and its protection domain, shared by the connections on it, with the
-/// domain's pool of local-only memory. Field order is drop order: the pool (whose chunks the
-/// last slices took with them) and the domain before the context.
+/// domain's pool of local-only memory and the shared receive queues its connections post on
+/// (see `srq`). Field order is drop order: the queues, the pool (whose chunks the last slices
+/// took with them) and the domain before the context.
 #[derive(Debug)]
 pub(crate) struct OpenDevice {
+    srqs: SrqPool,
     pool: LocalPool,
     pd: ProtectionDomain,
     context: Context,
@@ -46,6 +49,11 @@ impl OpenDevice {
     /// The protection domain every connection on the device uses.
     pub(crate) fn pd(&self) -> &ProtectionDomain {
         &self.pd
+    }
+
+    /// The shared receive queues of the connections on the device.
+    pub(crate) fn srqs(&self) -> &SrqPool {
+        &self.srqs
     }
 
     /// A slice of `len` bytes of local-only registered memory from the domain's pool (see
@@ -139,6 +147,7 @@ impl DeviceTable {
         let context = open()?;
         let pd = context.alloc_pd()?;
         let shared = Arc::new(OpenDevice {
+            srqs: SrqPool::default(),
             pool: LocalPool::default(),
             pd,
             context,

@@ -58,6 +58,7 @@ mod ready_fds_tests;
 mod resources;
 mod shared;
 mod source;
+mod srq;
 mod vectored;
 mod wait;
 mod warm;

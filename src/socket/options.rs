@@ -23,6 +23,9 @@ pub struct SocketOptions {
     pub(crate) interval_chosen: bool,
     /// Whether the send and receive rings go on 2 MiB huge pages.
     pub(crate) huge_pages: HugePages,
+    /// Whether receives go on the device's shared receive queue where it has them (`None`:
+    /// the default, see [`SocketOptionsBuilder::shared_receive_queue`]).
+    pub(crate) shared_receive_queue: Option<bool>,
 }
 
 /// The default signalling interval on the userspace provider: one message in 8. There a send
@@ -71,6 +74,7 @@ impl Default for SocketOptions {
             rings_chosen: (false, false),
             interval_chosen: false,
             huge_pages: HugePages::Never,
+            shared_receive_queue: None,
         }
     }
 }
@@ -114,6 +118,19 @@ impl SocketOptions {
     /// Whether the send and receive rings go on 2 MiB huge pages.
     pub fn huge_pages(&self) -> HugePages {
         self.huge_pages
+    }
+    /// Whether the connection posts its receives on its device's shared receive queue, where
+    /// the device has them, as chosen (`None`: not chosen, the default: on RoCE devices, off
+    /// on iWARP ones; see [`SocketOptionsBuilder::shared_receive_queue`]).
+    pub fn shared_receive_queue(&self) -> Option<bool> {
+        self.shared_receive_queue
+    }
+
+    /// Whether a connection on a device of `transport` posts its receives on the device's
+    /// shared receive queue (where it has one).
+    pub(crate) fn uses_shared_receive_queue(&self, transport: crate::verbs::Transport) -> bool {
+        self.shared_receive_queue
+            .unwrap_or(transport != crate::verbs::Transport::Iwarp)
     }
 
     /// Lets each ring the user did not size grow to [`UNPINNED_RING`] bytes, and the signalling
@@ -261,6 +278,20 @@ impl SocketOptionsBuilder {
     /// docs/MEMORY.md#huge-pages.
     pub fn huge_pages(mut self, huge: HugePages) -> Self {
         self.rest.huge_pages = huge;
+        self
+    }
+
+    /// Posts the connection's receives on a shared receive queue of its device (shared by the
+    /// process's connections on it) instead of a receive queue of its queue pair's own, where
+    /// the device has them (rxe and siw; the userspace provider and the rdma-core bridge have
+    /// none and ignore this). The kernel then keeps no receive queue per connection, and on
+    /// iWARP (siw) the message words land in one registration per queue instead of one per
+    /// connection; the peer cannot tell. Not chosen, it is on for RoCE devices (rxe) and off
+    /// for iWARP ones (siw), where a SEND that finds no receive ends the connection and the
+    /// queue is not yet proven under every conformance test; `false` turns it off to debug
+    /// interoperability. docs/MEMORY.md#shared-receive-queues.
+    pub fn shared_receive_queue(mut self, on: bool) -> Self {
+        self.rest.shared_receive_queue = Some(on);
         self
     }
 

@@ -307,15 +307,19 @@ impl Connection {
     }
 
     /// Posts `receives` in order, one at a time.
-    fn post_receives(&self, receives: &[(WrId, Option<u32>)]) -> io::Result<()> {
+    fn post_receives(&mut self, receives: &[(WrId, Option<u32>)]) -> io::Result<()> {
         for &(wr_id, message_slot) in receives {
             self.post_recv(wr_id, message_slot)?;
         }
         Ok(())
     }
 
-    /// Posts one receive (with its 4-byte message slot in write+send mode).
-    fn post_recv(&self, wr_id: WrId, message_slot: Option<u32>) -> io::Result<()> {
+    /// Posts one receive (with its 4-byte message slot in write+send mode), on the shared
+    /// receive queue where the connection has a share of one.
+    fn post_recv(&mut self, wr_id: WrId, message_slot: Option<u32>) -> io::Result<()> {
+        if let Some(share) = &mut self.res.srq {
+            return share.post();
+        }
         let sge;
         let sg_list: &[ScatterGather<'_>] = match (message_slot, &self.res.message_mr) {
             (Some(slot), Some(mr)) => {

@@ -11,6 +11,7 @@ use super::devices::{self, OpenDevice};
 use super::options::SocketOptions;
 use super::pool::LocalSlice;
 use super::post::SCRATCH_LEN;
+use super::srq::SrqShare;
 use super::warm::RingWarmer;
 use crate::cm::CmEndpoint;
 use crate::protocol::{LocalRegions, FENCE_READ_LEN};
@@ -36,6 +37,10 @@ const FENCE_SINK_LEN: usize = 8;
 #[derive(Debug)]
 pub(crate) struct Resources {
     pub(crate) qp: QueuePair,
+    /// The connection's share of its device's shared receive queue, where it posts its
+    /// receives (`None`: on its queue pair's own receive queue). Dropped after the queue
+    /// pair, before the completion queue it reads the last completions from.
+    pub(crate) srq: Option<SrqShare>,
     pub(crate) cq: CompletionQueue,
     /// The send ring, the control slots and the scratch area: a slice of the device's pool.
     pub(crate) send_area: LocalSlice,
@@ -118,7 +123,16 @@ impl Resources {
             // request is signalled, whatever the interval.
             sq_sig_all: context.unsignaled_sends_borrow_memory(),
         };
-        let qp = pd.create_qp(&init, &cq, &cq)?;
+        let srq = match opts.uses_shared_receive_queue(context.device().transport) {
+            true => device
+                .srqs()
+                .join(pd, cfg.recv_posted(), cfg.write_with_send(), &cq)?,
+            false => None,
+        };
+        let qp = match &srq {
+            Some(share) => pd.create_qp_with_srq(&init, &cq, &cq, share.queue())?,
+            None => pd.create_qp(&init, &cq, &cq)?,
+        };
         endpoint
             .init_qp(&qp)
             .map_err(|e| io::Error::new(e.kind(), InitQpFailed(e)))?;
@@ -137,7 +151,9 @@ impl Resources {
         };
         let target_mr = pd.register(cfg.target_area_len() + fence_sink_len, target_access)?;
         let fence_sink = cfg.placement_fence().then(|| cfg.target_area_len());
+        // On an SRQ the message words land in its own registration.
         let message_mr = match cfg.message_area_len() {
+            _ if srq.is_some() => None,
             0 => None,
             n => Some(pd.register(n, AccessFlags::LOCAL_WRITE)?),
         };
@@ -168,6 +184,7 @@ impl Resources {
             send_warm,
             recv_warm,
             qp,
+            srq,
             cq,
             send_area,
             recv_mr,

@@ -61,11 +61,12 @@ pub use fork::{fork_safety, in_forked_child, ForkSafety};
 pub use memory::{send_pieces, AccessFlags, HugePages, Pages, RegisteredMemory, SendPiece};
 pub use objects::{
     AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, MemoryRegion,
-    ProtectionDomain, QueuePair,
+    ProtectionDomain, QueuePair, SharedReceiveQueue,
 };
 pub use provider::{InputEdge, Provider, ProviderRegistry};
 pub use qp_attr::{
     InitAttributes, QpAttributes, QpCapabilities, QpInitAttributes, RtrAttributes, RtsAttributes,
+    SrqCapabilities, SrqInitAttributes,
 };
 pub use tcp::{tcp_progress, TcpProgress};
 pub use types::{Gid, Lid, LocalKey, Mtu, PortState, Psn, QpNumber, QpState, RemoteKey};

@@ -17,7 +17,9 @@ use crate::device::DeviceInfo;
 use crate::error::Result;
 use crate::event::AsyncEvent;
 use crate::memory::{AccessFlags, RegisteredMemory};
-use crate::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
+use crate::qp_attr::{
+    QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes, SrqCapabilities, SrqInitAttributes,
+};
 use crate::types::{LocalKey, QpNumber, RemoteKey};
 use crate::wc::WorkCompletion;
 use crate::wr::{PostError, RecvRequest, SendRequest};
@@ -96,7 +98,54 @@ pub trait PdOps: Send + Sync + Debug {
         send_cq: Arc<dyn CqOps>,
         recv_cq: Arc<dyn CqOps>,
     ) -> Result<Box<dyn QpOps>>;
+    /// CREATE_SRQ: a shared receive queue in this domain. The default: the provider has none.
+    fn create_srq(&self, init: &SrqInitAttributes) -> Result<Arc<dyn SrqOps>> {
+        let _ = init;
+        Err(no_srq())
+    }
+    /// CREATE_QP (RC) whose receives come from `srq` (kept alive by the QP) instead of a
+    /// receive queue of its own; `init.caps.max_recv_wr` and `max_recv_sge` are ignored. The
+    /// default: the provider has no shared receive queues.
+    fn create_qp_with_srq(
+        &self,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Arc<dyn SrqOps>,
+    ) -> Result<Box<dyn QpOps>> {
+        let _ = (init, send_cq, recv_cq, srq);
+        Err(no_srq())
+    }
     /// For downcasting.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// The error of a provider without shared receive queues.
+fn no_srq() -> crate::Error {
+    crate::Error::Unsupported {
+        device: "this provider".into(),
+        operation: "shared receive queues (the device reports max_srq = 0 or the provider \
+                    does not implement them); use a receive queue per queue pair"
+            .into(),
+    }
+}
+
+/// A shared receive queue: receives posted here serve every queue pair created on it, and
+/// each consumed one completes on the completion queue of the queue pair that took it.
+pub trait SrqOps: Send + Sync + Debug {
+    /// What the queue actually got.
+    fn caps(&self) -> SrqCapabilities;
+    /// The value async events (SRQ limit reached, SRQ error) carry for this queue.
+    fn cookie(&self) -> u64;
+    /// Posts a chained list of receive requests, in order.
+    fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError>;
+    /// MODIFY_SRQ of the limit: once fewer than `limit` receives are posted, the device
+    /// reports one SRQ limit event and disarms (0 disarms now).
+    fn set_limit(&self, limit: u32) -> Result<()>;
+    /// QUERY_SRQ's limit: the armed limit, 0 when it was never armed; once it fired, rxe
+    /// reports 0 and siw the value it was armed with.
+    fn query_limit(&self) -> Result<u32>;
+    /// For downcasting (a provider's QP needs its own SRQ type back).
     fn as_any(&self) -> &dyn Any;
 }
 

@@ -42,6 +42,26 @@ pub struct QpInitAttributes {
     pub sq_sig_all: bool,
 }
 
+/// What a shared receive queue is created with (`ib_srq_init_attr`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SrqInitAttributes {
+    /// Receives it can hold (at most the device's `max_srq_wr`).
+    pub max_wr: u32,
+    /// Scatter/gather entries per receive (at most `max_srq_sge`).
+    pub max_sge: u32,
+    /// The limit armed at creation (0: not armed); see [`crate::SharedReceiveQueue::set_limit`].
+    pub limit: u32,
+}
+
+/// What a shared receive queue got.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SrqCapabilities {
+    /// Receives it can hold.
+    pub max_wr: u32,
+    /// Scatter/gather entries per receive.
+    pub max_sge: u32,
+}
+
 bitflags! {
     /// Which attributes a modify or query touches (`IB_QP_*`).
     #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]

@@ -12,14 +12,16 @@ mod cq;
 mod qp;
 #[allow(unsafe_code)]
 mod ring;
+mod srq;
 mod wqe;
 
 pub use cq::RxeCq;
 pub use qp::RxeQp;
+pub use srq::RxeSrq;
 
-use rdmasock_verbs::kernel::{KernelContext, KernelDriver, KernelPd};
-use rdmasock_verbs::provider::{ChannelOps, ContextOps, CqOps, Provider, QpOps};
-use rdmasock_verbs::qp_attr::QpInitAttributes;
+use rdmasock_verbs::kernel::{DriverData, KernelContext, KernelDriver, KernelPd};
+use rdmasock_verbs::provider::{ChannelOps, ContextOps, CqOps, Provider, QpOps, SrqOps};
+use rdmasock_verbs::qp_attr::{QpInitAttributes, SrqInitAttributes};
 use rdmasock_verbs::{DeviceInfo, Result};
 use std::sync::Arc;
 
@@ -46,13 +48,15 @@ impl Provider for RxeProvider {
     }
 }
 
-/// rxe's part of the kernel control path: its CQs and QPs with mapped rings. No other
-/// command carries rxe driver data.
+/// rxe's part of the kernel control path: its CQs, QPs and SRQs with mapped rings, and
+/// MODIFY_SRQ's driver data. No other command carries rxe driver data.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RxeDriver;
 
-// SAFETY: RxeDriver hands the kernel no driver request bytes at all (the trait's default
-// empty `DriverData` for GET_CONTEXT and REG_MR), so no byte of its data can name memory.
+// SAFETY: RxeDriver's only driver request bytes are MODIFY_SRQ's `rxe_modify_srq_cmd`, eight
+// zero bytes: its one field is a ring address the kernel reads only when MODIFY_SRQ resizes
+// the queue, which the verbs layer never asks (it modifies the limit alone), and 0 names no
+// memory anyway. GET_CONTEXT and REG_MR carry none.
 #[allow(unsafe_code)]
 unsafe impl KernelDriver for RxeDriver {
     fn name(&self) -> &'static str {
@@ -82,5 +86,33 @@ unsafe impl KernelDriver for RxeDriver {
         recv_cq: Arc<dyn CqOps>,
     ) -> Result<Box<dyn QpOps>> {
         Ok(Box::new(RxeQp::create(pd, init, send_cq, recv_cq)?))
+    }
+
+    fn modify_srq_data(&self) -> DriverData {
+        DriverData {
+            input: vec![0u8; srq::MODIFY_SRQ_DATA_LEN],
+            output_len: 0,
+        }
+    }
+
+    fn create_srq(&self, pd: &KernelPd, init: &SrqInitAttributes) -> Result<Arc<dyn SrqOps>> {
+        Ok(Arc::new(RxeSrq::create(pd, init)?))
+    }
+
+    fn create_qp_with_srq(
+        &self,
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Arc<dyn SrqOps>,
+    ) -> Result<Box<dyn QpOps>> {
+        Ok(Box::new(RxeQp::create_with_srq(
+            pd,
+            init,
+            send_cq,
+            recv_cq,
+            Some(srq),
+        )?))
     }
 }

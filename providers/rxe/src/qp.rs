@@ -8,7 +8,7 @@ use crate::wqe::{
 };
 use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
-use rdmasock_verbs::provider::{CqOps, QpOps};
+use rdmasock_verbs::provider::{CqOps, QpOps, SrqOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{
@@ -24,7 +24,8 @@ pub struct RxeQp {
     // Field order is drop order: DESTROY_QP (and the CQ/PD references) first, then unmap.
     kernel: KernelQp,
     sq: Mutex<Producer>,
-    rq: Mutex<Producer>,
+    /// `None` on a shared receive queue.
+    rq: Option<Mutex<Producer>>,
     /// The [`QpState`] as its `u8` value: read without a lock on every post.
     state: AtomicU8,
     /// Serialises `modify`/`query` so the state stored matches the kernel's order.
@@ -34,21 +35,27 @@ pub struct RxeQp {
 /// One work queue we produce into, with the QP's limits for it fixed at creation so a post
 /// checks them without recomputing anything.
 #[derive(Debug)]
-struct Producer {
+pub(crate) struct Producer {
     ring: Ring,
     producer: u32,
     /// The consumer index last read: reloaded only when the queue looks full.
     consumer: u32,
     /// max_send_wr / max_recv_wr: the most elements outstanding.
-    depth: u32,
+    pub(crate) depth: u32,
     /// max_send_sge / max_recv_sge, capped at what fits the slot.
-    max_sge: usize,
+    pub(crate) max_sge: usize,
     /// Inline bytes a send may carry (max_inline_data, capped at what fits the slot).
     max_inline: u64,
 }
 
 impl Producer {
-    fn new(ring: Ring, depth: u32, max_sge: u32, header: usize, max_inline: u32) -> Producer {
+    pub(crate) fn new(
+        ring: Ring,
+        depth: u32,
+        max_sge: u32,
+        header: usize,
+        max_inline: u32,
+    ) -> Producer {
         let producer = ring.producer(Ordering::Relaxed);
         let consumer = ring.consumer(Ordering::Acquire);
         let room = ring.stride().saturating_sub(header);
@@ -64,7 +71,7 @@ impl Producer {
 
     /// Whether `depth` elements are outstanding (the ring holds at most `mask` ≥ depth).
     #[inline]
-    fn full(&mut self) -> bool {
+    pub(crate) fn full(&mut self) -> bool {
         let mask = self.ring.mask();
         if queued(self.producer, self.consumer, mask) < self.depth {
             return false;
@@ -75,7 +82,7 @@ impl Producer {
 
     /// The slot to encode the next element into (published by [`Producer::publish`]).
     #[inline]
-    fn next_slot(&mut self) -> &mut [u8] {
+    pub(crate) fn next_slot(&mut self) -> &mut [u8] {
         let index = self.producer;
         self.producer = next_index(index, self.ring.mask());
         self.ring.slot_mut(index)
@@ -83,12 +90,12 @@ impl Producer {
 
     /// Publishes every slot handed out by `next_slot` with one release store.
     #[inline]
-    fn publish(&self) {
+    pub(crate) fn publish(&self) {
         self.ring.release_producer(self.producer);
     }
 }
 
-fn kernel_cq_handle(cq: &Arc<dyn CqOps>) -> Result<u32> {
+pub(crate) fn kernel_cq_handle(cq: &Arc<dyn CqOps>) -> Result<u32> {
     cq.as_any()
         .downcast_ref::<RxeCq>()
         .map(|c| c.kernel().handle())
@@ -128,12 +135,36 @@ impl RxeQp {
         send_cq: Arc<dyn CqOps>,
         recv_cq: Arc<dyn CqOps>,
     ) -> Result<RxeQp> {
+        Self::create_with_srq(pd, init, send_cq, recv_cq, None)
+    }
+
+    /// [`create`](Self::create), on the shared receive queue `srq` when given: then the
+    /// kernel makes no receive ring, and [`QpOps::post_recv`] refuses (post to the SRQ).
+    pub fn create_with_srq(
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Option<Arc<dyn SrqOps>>,
+    ) -> Result<RxeQp> {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
+        let srq = match srq {
+            None => None,
+            Some(s) => {
+                let handle = crate::srq::kernel_srq_handle(&s)?;
+                Some((s, handle))
+            }
+        };
+        let on_srq = srq.is_some();
         let mut out = [0u8; CreateQpResponse::LEN];
-        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &mut out)?;
+        let kernel =
+            KernelQp::create_with_srq(pd, init, (send_cq, send), (recv_cq, recv), srq, &mut out)?;
         let rings = CreateQpResponse::parse(&out);
-        let rq = map_ring(pd.context(), rings.rq, "receive queue")?;
+        let rq = match on_srq {
+            true => None,
+            false => Some(map_ring(pd.context(), rings.rq, "receive queue")?),
+        };
         let sq = map_ring(pd.context(), rings.sq, "send queue")?;
         let caps = kernel.caps();
         let sq = Producer::new(
@@ -143,11 +174,12 @@ impl RxeQp {
             SEND_HEADER_LEN,
             caps.max_inline_data,
         );
-        let rq = Producer::new(rq, caps.max_recv_wr, caps.max_recv_sge, RECV_HEADER_LEN, 0);
+        let rq =
+            rq.map(|rq| Producer::new(rq, caps.max_recv_wr, caps.max_recv_sge, RECV_HEADER_LEN, 0));
         Ok(RxeQp {
             kernel,
             sq: Mutex::new(sq),
-            rq: Mutex::new(rq),
+            rq: rq.map(Mutex::new),
             state: AtomicU8::new(QpState::Reset as u8),
             modify_lock: Mutex::new(()),
         })
@@ -253,6 +285,19 @@ impl RxeQp {
             wr_id,
             Error::InvalidArgument(format!(
                 "QP {} is in RESET: move it to INIT before posting receives",
+                self.kernel.qp_num()
+            )),
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recv_on_srq_error(&self, wr_id: u64) -> PostError {
+        post_error(
+            0,
+            wr_id,
+            Error::InvalidArgument(format!(
+                "QP {} takes its receives from a shared receive queue: post them there",
                 self.kernel.qp_num()
             )),
         )
@@ -382,7 +427,10 @@ impl QpOps for RxeQp {
         if self.state.load(Ordering::Acquire) == QpState::Reset as u8 {
             return Err(self.recv_state_error(first.wr_id));
         }
-        let mut guard = self.rq.lock().expect("receive queue lock");
+        let Some(rq) = &self.rq else {
+            return Err(self.recv_on_srq_error(first.wr_id));
+        };
+        let mut guard = rq.lock().expect("receive queue lock");
         let rq = &mut *guard;
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {

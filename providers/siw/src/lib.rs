@@ -23,13 +23,15 @@ mod element;
 mod qp;
 #[allow(unsafe_code)]
 mod ring;
+mod srq;
 
 pub use cq::SiwCq;
 pub use qp::SiwQp;
+pub use srq::SiwSrq;
 
 use rdmasock_verbs::kernel::{DriverData, KernelContext, KernelDriver, KernelPd};
-use rdmasock_verbs::provider::{ChannelOps, ContextOps, CqOps, Provider, QpOps};
-use rdmasock_verbs::qp_attr::QpInitAttributes;
+use rdmasock_verbs::provider::{ChannelOps, ContextOps, CqOps, Provider, QpOps, SrqOps};
+use rdmasock_verbs::qp_attr::{QpInitAttributes, SrqInitAttributes};
 use rdmasock_verbs::{DeviceInfo, Result};
 use std::sync::Arc;
 
@@ -122,6 +124,27 @@ unsafe impl KernelDriver for SiwDriver {
         recv_cq: Arc<dyn CqOps>,
     ) -> Result<Box<dyn QpOps>> {
         Ok(Box::new(SiwQp::create(pd, init, send_cq, recv_cq)?))
+    }
+
+    fn create_srq(&self, pd: &KernelPd, init: &SrqInitAttributes) -> Result<Arc<dyn SrqOps>> {
+        Ok(Arc::new(SiwSrq::create(pd, init)?))
+    }
+
+    fn create_qp_with_srq(
+        &self,
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Arc<dyn SrqOps>,
+    ) -> Result<Box<dyn QpOps>> {
+        Ok(Box::new(SiwQp::create_with_srq(
+            pd,
+            init,
+            send_cq,
+            recv_cq,
+            Some(srq),
+        )?))
     }
 }
 

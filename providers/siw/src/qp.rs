@@ -9,7 +9,7 @@ use crate::element::{
 use crate::ring::ElementRing;
 use rdmasock_verbs::__private::gather;
 use rdmasock_verbs::kernel::{KernelPd, KernelQp};
-use rdmasock_verbs::provider::{CqOps, QpOps};
+use rdmasock_verbs::provider::{CqOps, QpOps, SrqOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
 use rdmasock_verbs::wr::PostError;
 use rdmasock_verbs::{Error, QpNumber, QpState, RecvRequest, Result, SendRequest};
@@ -29,7 +29,8 @@ pub struct SiwQp {
     // Field order is drop order: DESTROY_QP (and the CQ/PD references) first, then unmap.
     kernel: KernelQp,
     sq: Mutex<Producer>,
-    /// `None` when the QP was created with `max_recv_wr = 0` (siw then has no receive array).
+    /// `None` when the QP was created with `max_recv_wr = 0` (siw then has no receive array)
+    /// or on a shared receive queue.
     rq: Option<Mutex<Producer>>,
     state: Mutex<QpState>,
     signal_all: bool,
@@ -37,15 +38,15 @@ pub struct SiwQp {
 }
 
 #[derive(Debug)]
-struct Producer {
-    ring: ElementRing,
+pub(crate) struct Producer {
+    pub(crate) ring: ElementRing,
     /// Free-running count of elements posted.
     put: u32,
-    scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
 }
 
 impl Producer {
-    fn new(ring: ElementRing) -> Producer {
+    pub(crate) fn new(ring: ElementRing) -> Producer {
         let scratch = vec![0u8; ring.stride()];
         Producer {
             ring,
@@ -56,12 +57,12 @@ impl Producer {
 
     /// Whether the next slot still belongs to the kernel. siw takes a send element (and
     /// clears its flags) when it starts on it, a receive element when a SEND consumes it.
-    fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.ring.producer_slot_busy(self.put, flags::VALID)
     }
 
     /// Publishes `scratch` into the next slot with `flags`.
-    fn publish(&mut self, element_flags: u16) {
+    pub(crate) fn publish(&mut self, element_flags: u16) {
         self.ring.publish(self.put, &self.scratch, element_flags);
         self.put = self.put.wrapping_add(1);
     }
@@ -95,18 +96,40 @@ impl SiwQp {
         send_cq: Arc<dyn CqOps>,
         recv_cq: Arc<dyn CqOps>,
     ) -> Result<SiwQp> {
+        Self::create_with_srq(pd, init, send_cq, recv_cq, None)
+    }
+
+    /// [`create`](Self::create), on the shared receive queue `srq` when given: then siw
+    /// makes no receive array (it reports `num_rqe = 0`), and [`QpOps::post_recv`] refuses.
+    pub fn create_with_srq(
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Option<Arc<dyn SrqOps>>,
+    ) -> Result<SiwQp> {
         let device = pd.context().device_info().name.clone();
         check_init(&device, init)?;
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
+        let srq = match srq {
+            None => None,
+            Some(s) => {
+                let handle = crate::srq::kernel_srq_handle(&s)?;
+                Some((s, handle))
+            }
+        };
+        let on_srq = srq.is_some();
         let mut out = [0u8; CREATE_QP_RESPONSE_LEN];
-        let kernel = KernelQp::create(pd, init, (send_cq, send), (recv_cq, recv), &mut out)?;
+        let kernel =
+            KernelQp::create_with_srq(pd, init, (send_cq, send), (recv_cq, recv), srq, &mut out)?;
         let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().expect("4 bytes"));
         let key = |at: usize| u64::from_le_bytes(out[at..at + 8].try_into().expect("8 bytes"));
         let (num_sqe, num_rqe) = (word(4), word(8));
         let context = pd.context();
         let sq = map_elements(context, key(16), num_sqe, SQE_LEN, 0, "send queue")?;
         let rq = match num_rqe {
+            _ if on_srq => None,
             0 => None,
             n => Some(map_elements(
                 context,
@@ -331,7 +354,8 @@ impl QpOps for SiwQp {
         let qpn = self.kernel.qp_num();
         let Some(rq) = &self.rq else {
             let e = Error::InvalidArgument(format!(
-                "QP {qpn} on {} has no receive queue (it was created with max_recv_wr = 0)",
+                "QP {qpn} on {} has no receive queue (it was created with max_recv_wr = 0, \
+                 or on a shared receive queue: post there)",
                 self.device
             ));
             return Err(post_error(0, first.wr_id, e));

@@ -21,6 +21,10 @@ use crate::sys::abi_qp::{
     CreateQpRequest, CreateQpResponse, DestroyQpRequest, PostSendRequest, QueryQpRequest,
     QueryQpResponse,
 };
+use crate::sys::abi_srq::{
+    CreateSrqRequest, CreateSrqResponse, DestroySrqRequest, ModifySrqRequest, QuerySrqRequest,
+    SRQ_ATTR_LIMIT,
+};
 use crate::sys::mmap::SharedMapping;
 use crate::sys::uverbs::{read_record, set_nonblocking, UverbsFile};
 use std::any::Any;
@@ -247,6 +251,48 @@ impl KernelContext {
     pub fn destroy_qp(&self, qp_handle: u32) -> Result<u32> {
         let req = DestroyQpRequest {
             qp_handle,
+            ..Default::default()
+        };
+        Ok(self.execute(&req, &[], &mut [])?.events_reported)
+    }
+
+    /// CREATE_SRQ with a complete request (its `response` field is filled in here).
+    pub(crate) fn create_srq_raw(
+        &self,
+        request: &CreateSrqRequest,
+        driver_out: &mut [u8],
+    ) -> Result<CreateSrqResponse> {
+        self.execute(request, &[], driver_out)
+    }
+
+    /// MODIFY_SRQ of the limit alone, with the driver's MODIFY_SRQ data.
+    pub fn modify_srq_limit(&self, srq_handle: u32, limit: u32) -> Result<()> {
+        let req = ModifySrqRequest {
+            srq_handle,
+            attr_mask: SRQ_ATTR_LIMIT,
+            max_wr: 0,
+            srq_limit: limit,
+        };
+        let data = self.driver().modify_srq_data();
+        let mut out = vec![0u8; data.output_len];
+        self.execute(&req, &data.input, &mut out)?;
+        Ok(())
+    }
+
+    /// QUERY_SRQ: its size, entries and armed limit.
+    pub fn query_srq(&self, srq_handle: u32) -> Result<(u32, u32, u32)> {
+        let req = QuerySrqRequest {
+            srq_handle,
+            ..Default::default()
+        };
+        let r = self.execute(&req, &[], &mut [])?;
+        Ok((r.max_wr, r.max_sge, r.srq_limit))
+    }
+
+    /// DESTROY_SRQ: the number of async events reported for it.
+    pub fn destroy_srq(&self, srq_handle: u32) -> Result<u32> {
+        let req = DestroySrqRequest {
+            srq_handle,
             ..Default::default()
         };
         Ok(self.execute(&req, &[], &mut [])?.events_reported)

@@ -11,6 +11,7 @@
 //! Provider::open ──> KernelContext::open(device, driver) ── implements ContextOps
 //!                       ├─ alloc_pd ──> KernelPd ── implements PdOps
 //!                       │                ├─ reg_mr ──> KernelMr (MrOps)
+//!                       │                ├─ create_srq ──> driver.create_srq ─> uses KernelSrq
 //!                       │                └─ create_qp ──> driver.create_qp ─> uses KernelQp
 //!                       ├─ create_comp_channel ──> KernelChannel (ChannelOps)
 //!                       └─ create_cq ──> driver.create_cq ─> uses KernelCq
@@ -35,15 +36,17 @@ mod context;
 mod convert;
 mod objects;
 mod open;
+mod srq;
 
 pub use context::KernelContext;
 pub use convert::{attributes_from_cm, attributes_from_query, modify_request};
 pub use objects::{KernelChannel, KernelCq, KernelMr, KernelPd, KernelQp};
 pub use open::open_uverbs;
+pub use srq::KernelSrq;
 
 use crate::error::Result;
-use crate::provider::{ChannelOps, CqOps, QpOps};
-use crate::qp_attr::QpInitAttributes;
+use crate::provider::{ChannelOps, CqOps, QpOps, SrqOps};
+use crate::qp_attr::{QpInitAttributes, SrqInitAttributes};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -69,7 +72,8 @@ impl DriverData {
 /// # Safety
 ///
 /// The verbs layer writes the driver request bytes of [`get_context_data`] and
-/// [`reg_mr_data`] into GET_CONTEXT and REG_MR unchecked, and its `unsafe` command code
+/// [`reg_mr_data`] into GET_CONTEXT and REG_MR (and of
+/// [`modify_srq_data`](Self::modify_srq_data) into MODIFY_SRQ) unchecked, and its `unsafe` command code
 /// relies on the kernel writing no process memory but the command's response buffer. An
 /// implementation promises that the `input` bytes of every [`DriverData`] it returns name no
 /// memory of the process, for every kernel driver they may reach (any device that
@@ -128,4 +132,39 @@ pub unsafe trait KernelDriver: Send + Sync + Debug + 'static {
         send_cq: Arc<dyn CqOps>,
         recv_cq: Arc<dyn CqOps>,
     ) -> Result<Box<dyn QpOps>>;
+
+    /// Driver data of MODIFY_SRQ (rxe requires 8 bytes: `rxe_modify_srq_cmd`, whose ring
+    /// address the kernel reads only when the size changes, which the verbs layer never asks;
+    /// it stays 0).
+    fn modify_srq_data(&self) -> DriverData {
+        DriverData::none()
+    }
+
+    /// CREATE_SRQ with the driver's ring ([`KernelSrq::create`] does the command). The
+    /// default: the driver has none.
+    fn create_srq(&self, pd: &KernelPd, init: &SrqInitAttributes) -> Result<Arc<dyn SrqOps>> {
+        let _ = init;
+        Err(unsupported_srq(pd))
+    }
+
+    /// CREATE_QP on a shared receive queue ([`KernelQp::create_with_srq`] does the command);
+    /// the QP must return its [`KernelQp`] from `as_any`. The default: the driver has none.
+    fn create_qp_with_srq(
+        &self,
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Arc<dyn SrqOps>,
+    ) -> Result<Box<dyn QpOps>> {
+        let _ = (init, send_cq, recv_cq, srq);
+        Err(unsupported_srq(pd))
+    }
+}
+
+fn unsupported_srq(pd: &KernelPd) -> crate::Error {
+    crate::Error::Unsupported {
+        device: pd.context().device_info().name.clone(),
+        operation: "shared receive queues (this kernel driver's provider has none)".into(),
+    }
 }

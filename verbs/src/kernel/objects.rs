@@ -10,8 +10,10 @@ use super::convert::attributes_from_query;
 use super::{DriverData, KernelContext};
 use crate::error::{Error, Result};
 use crate::memory::{AccessFlags, RegisteredMemory};
-use crate::provider::{ChannelOps, CqOps, MrOps, PdOps, QpOps};
-use crate::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
+use crate::provider::{ChannelOps, CqOps, MrOps, PdOps, QpOps, SrqOps};
+use crate::qp_attr::{
+    QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes, SrqInitAttributes,
+};
 use crate::sys::abi::CompEventDesc;
 use crate::sys::abi_qp::{CreateQpRequest, CreateQpResponse};
 use crate::sys::uverbs::{poll_readable, read_record, set_fd_blocking, set_nonblocking};
@@ -76,6 +78,22 @@ impl PdOps for KernelPd {
     ) -> Result<Box<dyn QpOps>> {
         let driver = self.inner.context.driver().clone();
         driver.create_qp(self, init, send_cq, recv_cq)
+    }
+
+    fn create_srq(&self, init: &SrqInitAttributes) -> Result<Arc<dyn SrqOps>> {
+        let driver = self.inner.context.driver().clone();
+        driver.create_srq(self, init)
+    }
+
+    fn create_qp_with_srq(
+        &self,
+        init: &QpInitAttributes,
+        send_cq: Arc<dyn CqOps>,
+        recv_cq: Arc<dyn CqOps>,
+        srq: Arc<dyn SrqOps>,
+    ) -> Result<Box<dyn QpOps>> {
+        let driver = self.inner.context.driver().clone();
+        driver.create_qp_with_srq(self, init, send_cq, recv_cq, srq)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -320,6 +338,7 @@ pub struct KernelQp {
     cookie: u64,
     _send_cq: Arc<dyn CqOps>,
     _recv_cq: Arc<dyn CqOps>,
+    _srq: Option<Arc<dyn SrqOps>>,
 }
 
 impl KernelQp {
@@ -331,6 +350,19 @@ impl KernelQp {
         init: &QpInitAttributes,
         send_cq: (Arc<dyn CqOps>, u32),
         recv_cq: (Arc<dyn CqOps>, u32),
+        driver_out: &mut [u8],
+    ) -> Result<KernelQp> {
+        Self::create_with_srq(pd, init, send_cq, recv_cq, None, driver_out)
+    }
+
+    /// [`create`](Self::create), with the receives from the SRQ `srq.0` (kernel handle
+    /// `srq.1`, kept alive by the QP) when given: the kernel then makes no receive queue.
+    pub fn create_with_srq(
+        pd: &KernelPd,
+        init: &QpInitAttributes,
+        send_cq: (Arc<dyn CqOps>, u32),
+        recv_cq: (Arc<dyn CqOps>, u32),
+        srq: Option<(Arc<dyn SrqOps>, u32)>,
         driver_out: &mut [u8],
     ) -> Result<KernelQp> {
         let context = pd.context();
@@ -348,6 +380,8 @@ impl KernelQp {
             max_inline_data: c.max_inline_data,
             sq_sig_all: u8::from(init.sq_sig_all),
             qp_type: 2,
+            srq_handle: srq.as_ref().map_or(0, |s| s.1),
+            is_srq: u8::from(srq.is_some()),
             ..Default::default()
         };
         let r: CreateQpResponse = context.create_qp_raw(&req, &[], driver_out)?;
@@ -365,6 +399,7 @@ impl KernelQp {
             cookie,
             _send_cq: send_cq.0,
             _recv_cq: recv_cq.0,
+            _srq: srq.map(|s| s.0),
         })
     }
 

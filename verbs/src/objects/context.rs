@@ -1,13 +1,13 @@
 //! [`Context`] (an open device) and [`ProtectionDomain`].
 
-use super::{CompletionChannel, CompletionQueue, MemoryRegion, QueuePair};
+use super::{CompletionChannel, CompletionQueue, MemoryRegion, QueuePair, SharedReceiveQueue};
 use crate::attr::{DeviceAttributes, PortAttributes};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
 use crate::memory::{AccessFlags, RegisteredMemory};
 use crate::provider::{ContextOps, PdOps, ProviderRegistry};
-use crate::qp_attr::QpInitAttributes;
+use crate::qp_attr::{QpInitAttributes, SrqInitAttributes};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
@@ -180,6 +180,56 @@ impl ProtectionDomain {
         let ops = self
             .ops
             .create_qp(init, send_cq.ops().clone(), recv_cq.ops().clone())?;
+        Ok(QueuePair::new(ops, self.context.clone(), init.sq_sig_all))
+    }
+
+    /// Creates a shared receive queue (CREATE_SRQ). Devices without them (`max_srq = 0`)
+    /// get [`Error::Unsupported`]; sizes beyond the device's `max_srq_wr`/`max_srq_sge` get
+    /// an error naming the limit.
+    pub fn create_srq(&self, init: &SrqInitAttributes) -> Result<SharedReceiveQueue> {
+        let device = &self.context.device().name;
+        let attr = self.context.query_device()?;
+        if attr.max_srq == 0 {
+            return Err(Error::Unsupported {
+                device: device.clone(),
+                operation: "shared receive queues (the device reports max_srq = 0)".into(),
+            });
+        }
+        if init.max_wr == 0 || init.max_wr > attr.max_srq_wr || init.max_sge > attr.max_srq_sge {
+            return Err(Error::InvalidArgument(format!(
+                "a shared receive queue of {} receives with {} scatter/gather entries on {device}: \
+                 the device allows 1..={} receives and at most {} entries",
+                init.max_wr, init.max_sge, attr.max_srq_wr, attr.max_srq_sge
+            )));
+        }
+        if init.limit > init.max_wr {
+            return Err(Error::InvalidArgument(format!(
+                "a shared receive queue's limit ({}) cannot exceed its size ({})",
+                init.limit, init.max_wr
+            )));
+        }
+        let ops = self.ops.create_srq(init)?;
+        Ok(SharedReceiveQueue::new(ops, self.context.clone()))
+    }
+
+    /// Creates a reliable-connected queue pair whose receives come from `srq` (which it keeps
+    /// alive); `init.caps.max_recv_wr` and `max_recv_sge` are ignored.
+    pub fn create_qp_with_srq(
+        &self,
+        init: &QpInitAttributes,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: &SharedReceiveQueue,
+    ) -> Result<QueuePair> {
+        let mut init = *init;
+        init.caps.max_recv_wr = 0;
+        init.caps.max_recv_sge = 0;
+        let ops = self.ops.create_qp_with_srq(
+            &init,
+            send_cq.ops().clone(),
+            recv_cq.ops().clone(),
+            srq.ops().clone(),
+        )?;
         Ok(QueuePair::new(ops, self.context.clone(), init.sq_sig_all))
     }
 }

@@ -204,13 +204,13 @@ impl QueuePair {
 }
 
 #[inline]
-fn has_borrowed(sg_list: &[ScatterGather<'_>]) -> bool {
+pub(super) fn has_borrowed(sg_list: &[ScatterGather<'_>]) -> bool {
     sg_list.iter().any(|s| s.borrowed_bytes().is_some())
 }
 
 #[cold]
 #[inline(never)]
-fn borrowed_refused(index: usize, wr_id: u64, what: &str) -> PostError {
+pub(super) fn borrowed_refused(index: usize, wr_id: u64, what: &str) -> PostError {
     PostError {
         index,
         wr_id,

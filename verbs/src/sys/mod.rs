@@ -3,6 +3,7 @@
 
 pub(crate) mod abi;
 pub(crate) mod abi_qp;
+pub(crate) mod abi_srq;
 pub(crate) mod auxv;
 pub(crate) mod extended;
 pub(crate) mod ioctl;
