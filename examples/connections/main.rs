@@ -14,11 +14,11 @@
 //! The readings come from /proc/self (VmRSS, VmPin + VmLck, fds, threads) and from
 //! [`rdmasock::census`] (regions and bytes registered by the connections).
 //!
-//! Stacks: `rdma-nosrq` (the same without the shared receive queue, where the device has
-//! one: `SocketOptionsBuilder::shared_receive_queue(false)`; `rdma` chooses it, `true`),
-//! `rdma` (RdmaSocket, on
+//! Stacks: `rdma` (RdmaSocket with the default options, on
 //! whichever provider serves ADDR: the userspace provider on
-//! loopback without kernel RDMA), `tcp` (TcpStream), and with `--rsocket LIB` `rsocket`:
+//! loopback without kernel RDMA), `rdma-srq` (the same with the shared receive
+//! queue, where the device has one: `SocketOptionsBuilder::shared_receive_queue(true)`),
+//! `tcp` (TcpStream), and with `--rsocket LIB` `rsocket`:
 //! the TcpStream run again with both processes under `LD_PRELOAD=LIB` (rdma-core's
 //! librspreload.so, which turns the sockets into rsockets). The table prints each cost per
 //! connection (the change over the baseline, divided by N) with the ratio RdmaSocket ÷ each
@@ -152,13 +152,12 @@ fn peer(stack: &str, bind: &str) -> Result<(), String> {
     }
 }
 
-/// The options of an RdmaSocket stack: `rdma` with the shared receive queue chosen (the
-/// default on rxe; on siw it must be chosen), `rdma-nosrq` without it; `None` for the TCP
-/// stacks.
+/// The options of an RdmaSocket stack: `rdma` the defaults (no shared receive queue),
+/// `rdma-srq` with the shared receive queue chosen; `None` for the TCP stacks.
 pub(crate) fn rdma_options(stack: &str) -> Option<rdmasock::SocketOptions> {
     let srq = match stack {
-        "rdma" => true,
-        "rdma-nosrq" => false,
+        "rdma" => false,
+        "rdma-srq" => true,
         _ => return None,
     };
     rdmasock::SocketOptions::builder()
@@ -270,7 +269,7 @@ fn main() -> ExitCode {
 
 /// Every count on every stack, then the table.
 fn whole(o: &Options) -> Result<(), String> {
-    let mut stacks = vec!["rdma", "rdma-nosrq", "tcp"];
+    let mut stacks = vec!["rdma", "rdma-srq", "tcp"];
     if o.rsocket.is_some() {
         stacks.push("rsocket");
     }

@@ -120,17 +120,16 @@ impl SocketOptions {
         self.huge_pages
     }
     /// Whether the connection posts its receives on its device's shared receive queue, where
-    /// the device has them, as chosen (`None`: not chosen, the default: on RoCE devices, off
-    /// on iWARP ones; see [`SocketOptionsBuilder::shared_receive_queue`]).
+    /// the device has them, as chosen (`None`: not chosen, the default: off; see
+    /// [`SocketOptionsBuilder::shared_receive_queue`]).
     pub fn shared_receive_queue(&self) -> Option<bool> {
         self.shared_receive_queue
     }
 
-    /// Whether a connection on a device of `transport` posts its receives on the device's
-    /// shared receive queue (where it has one).
-    pub(crate) fn uses_shared_receive_queue(&self, transport: crate::verbs::Transport) -> bool {
-        self.shared_receive_queue
-            .unwrap_or(transport != crate::verbs::Transport::Iwarp)
+    /// Whether a connection posts its receives on its device's shared receive queue (where it
+    /// has one).
+    pub(crate) fn uses_shared_receive_queue(&self) -> bool {
+        self.shared_receive_queue.unwrap_or(false)
     }
 
     /// Lets each ring the user did not size grow to [`UNPINNED_RING`] bytes, and the signalling
@@ -286,10 +285,11 @@ impl SocketOptionsBuilder {
     /// the device has them (rxe and siw; the userspace provider and the rdma-core bridge have
     /// none and ignore this). The kernel then keeps no receive queue per connection, and on
     /// iWARP (siw) the message words land in one registration per queue instead of one per
-    /// connection; the peer cannot tell. Not chosen, it is on for RoCE devices (rxe) and off
-    /// for iWARP ones (siw), where a SEND that finds no receive ends the connection and the
-    /// queue is not yet proven under every conformance test; `false` turns it off to debug
-    /// interoperability. docs/MEMORY.md#shared-receive-queues.
+    /// connection; the peer cannot tell. Off unless chosen: the queue must hold every
+    /// connection's credits, so it saves little (docs/MEMORY.md#shared-receive-queues has the
+    /// numbers), and a queue pair on it has no receives of its own to flush when it breaks,
+    /// so a peer that vanishes without rsocket's DISCONNECT message is reported only when the
+    /// close timeout ends, not at once.
     pub fn shared_receive_queue(mut self, on: bool) -> Self {
         self.rest.shared_receive_queue = Some(on);
         self

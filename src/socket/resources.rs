@@ -123,7 +123,7 @@ impl Resources {
             // request is signalled, whatever the interval.
             sq_sig_all: context.unsignaled_sends_borrow_memory(),
         };
-        let srq = match opts.uses_shared_receive_queue(context.device().transport) {
+        let srq = match opts.uses_shared_receive_queue() {
             true => device
                 .srqs()
                 .join(pd, cfg.recv_posted(), cfg.write_with_send(), &cq)?,

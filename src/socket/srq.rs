@@ -1,6 +1,6 @@
 //! The shared receive queues of one open device: where the connections on a device that has
 //! them post their receives instead of on a receive queue per queue pair, when their options
-//! ask for it (by default on RoCE devices, see `SocketOptions::uses_shared_receive_queue`).
+//! ask for it (off by default, see `SocketOptionsBuilder::shared_receive_queue`).
 //!
 //! Each connection posts the receives its engine asks for ([`StreamConfig::recv_posted`]
 //! at first, one more for each message it takes) on the SRQ, and its queue pair's messages
