@@ -161,13 +161,19 @@ impl SrqPool {
 }
 
 impl SocketSrq {
+    /// The queue's accounts, locked (also past a poisoned lock).
+    fn accounts(&self) -> std::sync::MutexGuard<'_, Accounts> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives a receive slot back to the free list.
+    fn free_slot(&self, slot: u32) {
+        self.accounts().free.push(slot);
+    }
+
     /// A share of `need` receives when they fit: the orphans count first.
     fn try_join(&self, me: &Arc<SocketSrq>, need: u32, cq: &CompletionQueue) -> Option<SrqShare> {
-        let prepaid = self
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .join(need)?;
+        let prepaid = self.accounts().join(need)?;
         Some(SrqShare {
             srq: me.clone(),
             need,
@@ -238,7 +244,7 @@ impl SrqShare {
             return Ok(());
         }
         let slot = {
-            let mut a = self.srq.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut a = self.srq.accounts();
             a.free.pop().ok_or_else(|| {
                 io::Error::other(format!(
                     "the shared receive queue has no free slot for a receive: its {} are all \
@@ -260,12 +266,7 @@ impl SrqShare {
             sg_list,
         }]);
         if let Err(e) = posted {
-            self.srq
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .free
-                .push(slot);
+            self.srq.free_slot(slot);
             return Err(Error::from(e).into());
         }
         self.outstanding += 1;
@@ -280,12 +281,7 @@ impl SrqShare {
             mr.read_at(slot as usize * WORD_LEN, word)?;
         }
         self.outstanding = self.outstanding.saturating_sub(1);
-        self.srq
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .free
-            .push(slot);
+        self.srq.free_slot(slot);
         Ok(())
     }
 }
@@ -307,11 +303,7 @@ impl Drop for SrqShare {
             }
         }
         // Taken-over orphans the engine never counted as posted stay orphans too.
-        self.srq
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .leave(self.need, self.outstanding);
+        self.srq.accounts().leave(self.need, self.outstanding);
     }
 }
 

@@ -149,13 +149,9 @@ impl RxeQp {
     ) -> Result<RxeQp> {
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
-        let srq = match srq {
-            None => None,
-            Some(s) => {
-                let handle = crate::srq::kernel_srq_handle(&s)?;
-                Some((s, handle))
-            }
-        };
+        let srq = srq
+            .map(|s| crate::srq::kernel_srq_handle(&s).map(|handle| (s, handle)))
+            .transpose()?;
         let on_srq = srq.is_some();
         let mut out = [0u8; CreateQpResponse::LEN];
         let kernel =

@@ -112,13 +112,9 @@ impl SiwQp {
         check_init(&device, init)?;
         let send = kernel_cq_handle(&send_cq)?;
         let recv = kernel_cq_handle(&recv_cq)?;
-        let srq = match srq {
-            None => None,
-            Some(s) => {
-                let handle = crate::srq::kernel_srq_handle(&s)?;
-                Some((s, handle))
-            }
-        };
+        let srq = srq
+            .map(|s| crate::srq::kernel_srq_handle(&s).map(|handle| (s, handle)))
+            .transpose()?;
         let on_srq = srq.is_some();
         let mut out = [0u8; CREATE_QP_RESPONSE_LEN];
         let kernel =
