@@ -1,6 +1,9 @@
 //! `bench_poll`: the same nonblocking 64-byte ping-pong driven by plain poll(2) on the
 //! sockets' readiness fds (`AsFd`) and by mio (`mio::event::Source`), over the same provider
-//! in one run. Prints a table with the ratio poll ÷ mio (target: <= 1.1x).
+//! in one run. Prints a table with the ratio poll ÷ mio (target: <= 1.1x), and the same two
+//! loops over TCP sockets on the same address as the floor: poll(2) looks at every fd on
+//! each call where epoll does not, so with many connections poll(2) ÷ mio over TCP is what
+//! any fd costs, and the RDMA rows are read against it.
 //!
 //! ```text
 //! bench_poll [--rounds R] [--iters N] [--connections "1 16"] [--device NAME]
@@ -12,7 +15,8 @@
 //! trips (default 5000) at once, both threads on one event loop of the kind measured (the
 //! server echoes). The time is the client's, from its first write to the last echo, per
 //! round trip of a connection. The table gives each side's median and range, the ratio of
-//! the medians and the median of each round's own ratio ("paired"). The connections use the
+//! the medians and the median of each round's own ratio ("paired"); each round also runs the
+//! two loops over `TcpStream`s (TCP_NODELAY), the "TCP (floor)" rows. The connections use the
 //! address of `--device NAME` (default: the first RDMA device's, or loopback over the
 //! userspace provider where the kernel has none); in the test VM run it there, e.g.
 //! `tests/vm/run.sh --both -- 'target/release/examples/bench_poll --device siw0'`.
@@ -30,7 +34,7 @@ use mio::{Events, Interest, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use rdmasock::{RdmaListener, RdmaSocket};
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::thread;
@@ -95,6 +99,42 @@ enum Kind {
     Poll,
 }
 
+/// A nonblocking byte stream both loops can drive: an [`RdmaSocket`] (the measured one) or
+/// a TCP socket (the floor).
+trait Conn: AsFd + mio::event::Source + Send + 'static {
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_some(&self, buf: &[u8]) -> io::Result<usize>;
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl Conn for RdmaSocket {
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut s = self;
+        s.read(buf)
+    }
+    fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
+        let mut s = self;
+        s.write(buf)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+impl Conn for mio::net::TcpStream {
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut s = self;
+        s.read(buf)
+    }
+    fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
+        let mut s = self;
+        s.write(buf)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
 /// An event loop over a thread's sockets.
 enum Waiter {
     Mio(mio::Poll, Events),
@@ -102,11 +142,8 @@ enum Waiter {
 }
 
 impl Waiter {
-    /// Sets `sockets` nonblocking and, for mio, registers them.
-    fn new(kind: Kind, sockets: &mut [RdmaSocket]) -> io::Result<Waiter> {
-        for s in sockets.iter() {
-            s.set_nonblocking(true)?;
-        }
+    /// For mio, registers `sockets` (nonblocking already).
+    fn new<S: Conn>(kind: Kind, sockets: &mut [S]) -> io::Result<Waiter> {
         match kind {
             Kind::Poll => Ok(Waiter::Poll),
             Kind::Mio => {
@@ -124,7 +161,7 @@ impl Waiter {
     }
 
     /// Waits until some sockets may go on; their indices (into `ready`).
-    fn wait(&mut self, sockets: &[RdmaSocket], ready: &mut Vec<usize>) -> io::Result<()> {
+    fn wait<S: Conn>(&mut self, sockets: &[S], ready: &mut Vec<usize>) -> io::Result<()> {
         ready.clear();
         match self {
             Waiter::Mio(poll, events) => {
@@ -153,10 +190,10 @@ impl Waiter {
 }
 
 /// Reads what `s` has into `into` until `WouldBlock`; false at end of stream.
-fn read_all(mut s: &RdmaSocket, into: &mut Vec<u8>) -> io::Result<bool> {
+fn read_all<S: Conn>(s: &S, into: &mut Vec<u8>) -> io::Result<bool> {
     let mut buf = [0u8; 4096];
     loop {
-        match s.read(&mut buf) {
+        match s.read_some(&mut buf) {
             Ok(0) => return Ok(false),
             Ok(n) => into.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
@@ -166,9 +203,9 @@ fn read_all(mut s: &RdmaSocket, into: &mut Vec<u8>) -> io::Result<bool> {
 }
 
 /// Writes what it can of `pending`.
-fn write_some(mut s: &RdmaSocket, pending: &mut Vec<u8>) -> io::Result<()> {
+fn write_some<S: Conn>(s: &S, pending: &mut Vec<u8>) -> io::Result<()> {
     while !pending.is_empty() {
-        match s.write(pending) {
+        match s.write_some(pending) {
             Ok(n) => drop(pending.drain(..n)),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
             Err(e) => return Err(e),
@@ -178,7 +215,7 @@ fn write_some(mut s: &RdmaSocket, pending: &mut Vec<u8>) -> io::Result<()> {
 }
 
 /// The server: echoes on every socket until each has ended its stream.
-fn echo(kind: Kind, mut sockets: Vec<RdmaSocket>) -> io::Result<()> {
+fn echo<S: Conn>(kind: Kind, mut sockets: Vec<S>) -> io::Result<()> {
     let mut waiter = Waiter::new(kind, &mut sockets)?;
     let n = sockets.len();
     let mut pending = vec![Vec::new(); n];
@@ -197,7 +234,7 @@ fn echo(kind: Kind, mut sockets: Vec<RdmaSocket>) -> io::Result<()> {
 }
 
 /// The client: `iters` round trips on every socket at once; microseconds per round trip.
-fn client(kind: Kind, mut sockets: Vec<RdmaSocket>, iters: usize) -> io::Result<f64> {
+fn client<S: Conn>(kind: Kind, mut sockets: Vec<S>, iters: usize) -> io::Result<f64> {
     let mut waiter = Waiter::new(kind, &mut sockets)?;
     let n = sockets.len();
     let message = [0x2au8; MESSAGE];
@@ -228,13 +265,52 @@ fn client(kind: Kind, mut sockets: Vec<RdmaSocket>, iters: usize) -> io::Result<
     }
     let micros = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
     for s in &sockets {
-        s.shutdown(Shutdown::Write)?;
+        s.shutdown_write()?;
     }
     Ok(micros)
 }
 
-/// One round: `connections` fresh connections, both ends driven by `kind`.
-fn round(kind: Kind, addr: SocketAddr, connections: usize, iters: usize) -> io::Result<f64> {
+/// Which sockets a round connects.
+#[derive(Clone, Copy)]
+enum Transport {
+    Rdma,
+    Tcp,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Rdma => "RDMA",
+            Transport::Tcp => "TCP",
+        }
+    }
+}
+
+/// One round: `connections` fresh connections over `transport`, both ends driven by `kind`.
+fn round(
+    transport: Transport,
+    kind: Kind,
+    addr: SocketAddr,
+    connections: usize,
+    iters: usize,
+) -> io::Result<f64> {
+    match transport {
+        Transport::Rdma => {
+            let (clients, servers) = rdma_pairs(addr, connections)?;
+            drive(kind, clients, servers, iters)
+        }
+        Transport::Tcp => {
+            let (clients, servers) = tcp_pairs(addr, connections)?;
+            drive(kind, clients, servers, iters)
+        }
+    }
+}
+
+/// `connections` connected, nonblocking RDMA socket pairs on `addr`'s IP.
+fn rdma_pairs(
+    addr: SocketAddr,
+    connections: usize,
+) -> io::Result<(Vec<RdmaSocket>, Vec<RdmaSocket>)> {
     let listener = RdmaListener::bind(addr)?;
     let addr = listener.local_addr()?;
     let accepting = thread::spawn(move || -> io::Result<Vec<RdmaSocket>> {
@@ -248,6 +324,36 @@ fn round(kind: Kind, addr: SocketAddr, connections: usize, iters: usize) -> io::
     let servers = accepting
         .join()
         .map_err(|_| io::Error::other("the accepting thread panicked"))??;
+    for s in clients.iter().chain(&servers) {
+        s.set_nonblocking(true)?;
+    }
+    Ok((clients, servers))
+}
+
+/// `connections` connected, nonblocking TCP socket pairs (TCP_NODELAY) on `addr`'s IP.
+fn tcp_pairs(
+    addr: SocketAddr,
+    connections: usize,
+) -> io::Result<(Vec<mio::net::TcpStream>, Vec<mio::net::TcpStream>)> {
+    let listener = TcpListener::bind(addr)?;
+    let addr = listener.local_addr()?;
+    let (mut clients, mut servers) = (Vec::new(), Vec::new());
+    for _ in 0..connections {
+        // the backlog holds the connection until the accept below
+        let client = TcpStream::connect(addr)?;
+        let (server, _) = listener.accept()?;
+        for (s, into) in [(client, &mut clients), (server, &mut servers)] {
+            s.set_nodelay(true)?;
+            s.set_nonblocking(true)?;
+            into.push(mio::net::TcpStream::from_std(s));
+        }
+    }
+    Ok((clients, servers))
+}
+
+/// Runs the client on this thread and the echo server on another, both driven by `kind`;
+/// the client's microseconds per round trip.
+fn drive<S: Conn>(kind: Kind, clients: Vec<S>, servers: Vec<S>, iters: usize) -> io::Result<f64> {
     let server = thread::spawn(move || echo(kind, servers));
     let micros = client(kind, clients, iters)?;
     server
@@ -269,16 +375,29 @@ fn main() {
     };
     let mut rows = Vec::new();
     for &c in &a.connections {
-        let (mut m, mut p) = (Vec::new(), Vec::new());
+        // per transport (RDMA, TCP): mio's and poll(2)'s times, all four in each round
+        let mut times = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
         for _ in 0..a.rounds {
-            m.push(round(Kind::Mio, addr, c, a.iters).unwrap_or_else(|e| fail("mio round", e)));
-            p.push(round(Kind::Poll, addr, c, a.iters).unwrap_or_else(|e| fail("poll round", e)));
+            for (t, transport) in [Transport::Rdma, Transport::Tcp].into_iter().enumerate() {
+                let name = transport.name();
+                let (m, p) = &mut times[t];
+                m.push(
+                    round(transport, Kind::Mio, addr, c, a.iters)
+                        .unwrap_or_else(|e| fail(&format!("{name} mio round"), e)),
+                );
+                p.push(
+                    round(transport, Kind::Poll, addr, c, a.iters)
+                        .unwrap_or_else(|e| fail(&format!("{name} poll round"), e)),
+                );
+            }
         }
-        let paired = Summary::of(p.iter().zip(&m).map(|(p, m)| p / m).collect()).median;
-        rows.push((c, Summary::of(m), Summary::of(p), paired));
+        for (transport, (m, p)) in [Transport::Rdma, Transport::Tcp].into_iter().zip(times) {
+            let paired = Summary::of(p.iter().zip(&m).map(|(p, m)| p / m).collect()).median;
+            rows.push((c, transport, Summary::of(m), Summary::of(p), paired));
+        }
     }
     let description = format!(
-        "nonblocking {MESSAGE}-byte ping-pong on {ip}, poll(2) on the readiness fds vs mio; {} rounds of {} round trips per connection",
+        "nonblocking {MESSAGE}-byte ping-pong on {ip}, poll(2) on the readiness fds vs mio, and the same two loops over TCP sockets (TCP_NODELAY) on the same address as the floor; {} rounds of {} round trips per connection",
         a.rounds, a.iters
     );
     println!("{description}");
@@ -287,20 +406,24 @@ fn main() {
         "us per round trip (median [min-max])", "mio", "poll(2)", "ratio", "paired", "target"
     );
     let mut table = String::from(
-        "| connections | mio, µs per round trip, median [min-max] | poll(2), µs per round trip, median [min-max] | ratio | paired | target |\n\
-         |---:|---:|---:|---:|---:|---:|\n",
+        "| connections | sockets | mio, µs per round trip, median [min-max] | poll(2), µs per round trip, median [min-max] | ratio | paired | target |\n\
+         |---:|---|---:|---:|---:|---:|---:|\n",
     );
-    for (c, mio, poll, paired) in rows {
+    for (c, transport, mio, poll, paired) in rows {
         let ratio = poll.median / mio.median;
-        let name = format!("{c} connection{}", if c == 1 { "" } else { "s" });
+        let (sockets, target) = match transport {
+            Transport::Rdma => ("RdmaSocket", "≤ 1.10"),
+            Transport::Tcp => ("TCP (floor)", "-"),
+        };
+        let name = format!("{c} connection{}, {sockets}", if c == 1 { "" } else { "s" });
         println!(
             "{name:<36} {:>22} {:>22} {ratio:>8.2} {paired:>8.2} {:>8}",
             mio.text(1),
             poll.text(1),
-            "<= 1.10"
+            target.replace('≤', "<=")
         );
         table.push_str(&format!(
-            "| {c} | {} | {} | {ratio:.2} | {paired:.2} | ≤ 1.10 |\n",
+            "| {c} | {sockets} | {} | {} | {ratio:.2} | {paired:.2} | {target} |\n",
             mio.text(1),
             poll.text(1)
         ));

@@ -8,7 +8,9 @@
 # Builds the release bench_poll example, boots the VM and runs it there with --device rxe0,
 # then --device siw0 (each on its device's address). R rounds per row (default 3), mio and
 # poll(2) alternating, N round trips per connection (default 2000: TCG is slow). The target
-# is poll(2) / mio <= 1.1.
+# is poll(2) / mio <= 1.1. Each round also runs the two loops over TCP sockets on the same
+# address: those rows are the floor (poll(2) looks at every fd on each call, epoll does not),
+# so read the RDMA rows' ratio against the TCP rows' of the same connection count.
 #
 # With --markdown FILE each device's table also replaces the bench-poll-rxe0 and
 # bench-poll-siw0 sections of FILE (normally docs/BENCHMARKS.md, between
