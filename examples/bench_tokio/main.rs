@@ -2,7 +2,8 @@
 //! one table with the ratios.
 //!
 //! ```text
-//! bench_tokio [--rounds R] [--iters N] [--requests N] [--megabytes M] [--markdown FILE]
+//! bench_tokio [--rounds R] [--iters N] [--requests N] [--megabytes M] [--ring BYTES]
+//!             [--markdown FILE]
 //! bench_tokio --vm [IP] [same options]
 //! ```
 //! Build with `--release --features tokio`. On the host (the default): RdmaStream over the
@@ -14,6 +15,9 @@
 //! adaptive wait (64 B latency, 1 MiB stream), and tonic's requests/s over RdmaStream
 //! against tonic over TcpStream on the same address, with the process's CPU time
 //! (getrusage: user + system, client and server together) per request.
+//! `--ring BYTES` lets the RdmaStreams' rings grow to BYTES each way instead of the default
+//! largest size (1 MiB on the userspace provider, 128 KiB on a kernel device), to measure
+//! what a deeper window gives a stream whose writer waits for the reader to free ring space.
 //! Each row runs `R` rounds (default 5), baseline and RdmaStream back to back, each round
 //! on fresh connections; the table gives each side's median and range, the ratio of the
 //! medians, and the median of each round's own ratio ("paired"). `--markdown FILE` also
@@ -42,6 +46,8 @@ struct Args {
     iters: usize,
     requests: usize,
     megabytes: usize,
+    /// `--ring`: the RdmaStreams' largest ring, each way.
+    ring: Option<usize>,
     markdown: Option<PathBuf>,
     /// The options given, for the markdown section (without `--markdown FILE`).
     command_line: String,
@@ -54,6 +60,7 @@ fn args() -> Result<Args, String> {
         iters: 20_000,
         requests: 20_000,
         megabytes: 256,
+        ring: None,
         markdown: None,
         command_line: String::new(),
     };
@@ -80,6 +87,17 @@ fn args() -> Result<Args, String> {
             "--megabytes" => {
                 a.megabytes = number("--megabytes")?.max(1);
                 a.megabytes
+            }
+            "--ring" => {
+                let ring = number("--ring")?;
+                // the same checks as the options' (a size the builder refuses says why)
+                rdmasock::SocketOptions::builder()
+                    .send_ring_range(rdmasock::socket::DEFAULT_RING_MIN, ring)
+                    .recv_ring_range(rdmasock::socket::DEFAULT_RING_MIN, ring)
+                    .build()
+                    .map_err(|e| format!("--ring {ring}: {e}"))?;
+                a.ring = Some(ring);
+                ring
             }
             "--markdown" => {
                 a.markdown = Some(it.next().ok_or("--markdown needs a file")?.into());
@@ -119,7 +137,7 @@ fn main() {
         Err(e) => {
             eprintln!(
                 "bench_tokio: {e}\nusage: bench_tokio [--vm [IP]] [--rounds R] [--iters N] \
-                 [--requests N] [--megabytes M] [--markdown FILE]"
+                 [--requests N] [--megabytes M] [--ring BYTES] [--markdown FILE]"
             );
             std::process::exit(2);
         }
@@ -138,6 +156,7 @@ fn main() {
         iters: a.iters,
         requests: a.requests,
         bytes: a.megabytes << 20,
+        ring: a.ring,
     };
     let mut table = String::from(
         "| workload | against | against, median [min-max] | RdmaStream, median [min-max] | \
@@ -200,7 +219,10 @@ fn main() {
         a.iters,
         a.requests,
         a.megabytes
-    );
+    ) + &match a.ring {
+        Some(ring) => format!("; RdmaStream rings up to {ring} bytes each way"),
+        None => String::new(),
+    };
     println!("{description}");
     if let Some(file) = &a.markdown {
         let section = if a.vm.is_some() {

@@ -112,6 +112,23 @@ pub(crate) struct Sizes {
     pub requests: usize,
     /// Bytes of the stream workload.
     pub bytes: usize,
+    /// The largest ring (each way) of the RdmaStreams, `--ring`; `None`: the default.
+    pub ring: Option<usize>,
+}
+
+impl Sizes {
+    /// The RdmaStreams' options: the defaults, or rings that grow from the default smallest
+    /// size to `--ring`.
+    fn stream_options(&self) -> SocketOptions {
+        match self.ring {
+            None => SocketOptions::default(),
+            Some(ring) => SocketOptions::builder()
+                .send_ring_range(rdmasock::socket::DEFAULT_RING_MIN, ring)
+                .recv_ring_range(rdmasock::socket::DEFAULT_RING_MIN, ring)
+                .build()
+                .expect("--ring was checked"),
+        }
+    }
 }
 
 /// Runs `workload` once on `side` on address `ip`; its one number.
@@ -147,10 +164,14 @@ pub(crate) fn measure(
             run_async(workload, pair, sizes).await
         }),
         (_, _) => runtime.block_on(async {
-            let listener = AsyncListener::bind((ip, 0)).await.expect("bind");
+            let opts = sizes.stream_options();
+            let listener = AsyncListener::bind_with((ip, 0), &opts)
+                .await
+                .expect("bind");
             let addr = listener.local_addr().expect("local_addr");
             let pair = || async {
-                let (client, accepted) = tokio::join!(RdmaStream::connect(addr), listener.accept());
+                let (client, accepted) =
+                    tokio::join!(RdmaStream::connect_with(addr, &opts), listener.accept());
                 let (client, server) = (client.expect("connect"), accepted.expect("accept").0);
                 // as TCP_NODELAY on the TcpStreams: the userspace provider sends a small
                 // write at once instead of holding it for the next
