@@ -1,6 +1,6 @@
 //! Each direction's end: half-close from either side, `shutdown(Read)` and `shutdown(Both)`
-//! as `TcpStream` has them, and both ends shut down and dropped by one thread (a peer that
-//! vanishes is in `vanish.rs`).
+//! as `TcpStream` has them, both ends shut down and dropped by one thread, and a close after
+//! the peer's (a peer that vanishes is in `vanish.rs`).
 
 use super::socket_support;
 use super::{Fixture, Provider};
