@@ -269,6 +269,56 @@ fn a_refused_disconnect_after_crossing_shutdowns_is_a_close() {
     assert_eq!(f.sides[0].app_read(10, false), Ok(0), "end-of-stream");
 }
 
+/// The peer closes first and its side is gone at once (rxe: the acknowledgement of its
+/// DISCONNECT ends its wait, and it disconnects), while that DISCONNECT waits unread in our
+/// completion queue. Our close then posts a DISCONNECT of its own, which fails with the
+/// connection: it carries no bytes and the peer, which closed, reads nothing more, so the
+/// close is clean (every byte we wrote was acknowledged before). Bytes written in that
+/// window, after the peer closed, are lost: the peer never read them, and the close says so.
+#[test]
+fn our_disconnect_refused_after_the_peer_closed_loses_nothing() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    for write_after_the_peer_closed in [false, true] {
+        let mut f = pair(cfg.clone(), cfg.clone());
+        // An echo: each side reads what the other wrote, and side 1's flush returns.
+        assert_eq!(f.sides[0].app_write(1000), Ok(1000));
+        f.pump();
+        assert_eq!(f.sides[1].app_read(4000, false), Ok(1000));
+        assert_eq!(f.sides[1].app_write(1000), Ok(1000));
+        f.pump();
+        assert_eq!(f.sides[0].app_read(4000, false), Ok(1000));
+        f.pump();
+        assert_eq!(f.sides[1].engine.flush(), Ok(()));
+        // Side 0 closes: its DISCONNECT is acknowledged, and it is gone.
+        f.sides[0].engine.shutdown(Shutdown::Both);
+        f.sides[0].drain_ops();
+        while matches!(f.execute(0), fabric::Step::Progress) {}
+        while f.sides[0].poll() {}
+        assert!(f.sides[0].engine.finished(), "side 0 closed");
+        assert_eq!(f.sides[1].cq.len(), 1, "side 0's DISCONNECT, not yet fed");
+        f.dead = true;
+        if write_after_the_peer_closed {
+            assert_eq!(f.sides[1].app_write(100), Ok(100));
+        }
+        f.sides[1].engine.shutdown(Shutdown::Both);
+        f.sides[1].drain_ops();
+        f.pump();
+        let e = &f.sides[1].engine;
+        assert!(e.peer_closed() && e.finished(), "{:?}", e.readiness());
+        assert!(e.all_sends_done(), "the DISCONNECT's failure was fed");
+        if write_after_the_peer_closed {
+            let lost = e.undelivered();
+            assert!(
+                matches!(lost, Some(StreamError::ConnectionReset(_))),
+                "bytes the peer never read: {lost:?}"
+            );
+        } else {
+            assert_eq!(e.undelivered(), None, "nothing was lost");
+            assert_eq!(e.error(), None);
+        }
+    }
+}
+
 /// A receive flushed while connected is a reset, not an end of stream, and says why the
 /// connection ended when the connection manager knows it (uiwarp: TCP gave up on the peer).
 #[test]

@@ -44,6 +44,7 @@ mod rxe {
             shutdown_read_reads_eof_but_keeps_what_the_peer_sends,
             shutdown_both_closes_each_direction_at_both_ends,
             one_thread_shuts_down_both_ends_then_drops_them_without_waiting,
+            peer_closes_after_echo_and_flush_then_close_is_ok,
             peer_vanishes_reads_end_within_keepalive_time,
             connection_refused_without_listener,
             a_cloned_listener_accepts_from_two_threads,

@@ -100,14 +100,18 @@ impl StreamEngine {
     /// while one was still outstanding, and the peer's credit updates do not show that it
     /// consumed them (the peer counts the data messages it consumed in every update, so
     /// an update proves every message up to that count arrived, whatever became of the
-    /// completions). The stream's own error when it has one.
+    /// completions). Our close message failing is no loss once the peer's DISCONNECT
+    /// arrived: the peer closed first and may be gone already (on rxe it disconnects as soon
+    /// as its DISCONNECT is acknowledged, so ours, posted before theirs was fed, fails with
+    /// the connection), and the data messages before ours are weighed by their own
+    /// completions. The stream's own error when it has one.
     pub fn undelivered(&self) -> Option<StreamError> {
         let outstanding = self.pending.iter().any(|p| {
             p.disconnect
                 || ((p.sqes > 0 || (p.fence && p.message != self.fenced_message))
                     && !self.consumed_by_peer(p.message))
         }) || self.pending_ctrl.is_some();
-        let lost = self.sends_lost
+        let lost = (self.sends_lost && !self.peer_closed)
             || self.lost_message.is_some_and(|m| !self.consumed_by_peer(m))
             || (self.error.is_some() && outstanding);
         if !lost {

@@ -102,7 +102,8 @@ pub struct StreamEngine {
     /// The peer's SHUTDOWN arrived: it writes nothing more.
     pub(crate) peer_shutdown: bool,
     /// A close message completed with an error: the peer may not have it, and no flush or
-    /// close may report success.
+    /// close may report success, unless the peer closed (its DISCONNECT arrived): it reads
+    /// nothing more, and a close message carries no bytes.
     pub(crate) sends_lost: bool,
     /// The newest data message a failed completion retired: the peer may lack its bytes
     /// unless its credit updates show it consumed that message

@@ -23,7 +23,10 @@
 //! The receives of an SRQ are not flushed when a queue pair on it fails, so a connection
 //! that the connection manager reports closed learns that every message of the peer was fed
 //! from the peer's DISCONNECT message alone, and a peer that vanished without one is
-//! reported when the close timeout runs out (see `Connection::flush_tick`).
+//! reported when the close timeout runs out (see `Connection::flush_tick`). InfiniBand's
+//! answer, the "last WQE reached" async event of a queue pair on an SRQ in the error state
+//! (raised after its last receive completion), is not used: Linux 6.1's rxe and siw (the
+//! VM's kernel) never raise it; later kernels' rxe does, siw does not.
 //!
 //! [`StreamConfig::recv_posted`]: crate::protocol::StreamConfig::recv_posted
 #![forbid(unsafe_code)]

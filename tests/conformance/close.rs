@@ -1,9 +1,9 @@
 //! Each direction's end: half-close from either side, `shutdown(Read)` and `shutdown(Both)`
-//! as `TcpStream` has them, and both ends shut down and dropped by one thread (a peer that
-//! vanishes is in `vanish.rs`).
+//! as `TcpStream` has them, both ends shut down and dropped by one thread, and a close after
+//! the peer's (a peer that vanishes is in `vanish.rs`).
 
 use super::socket_support;
-use super::Fixture;
+use super::{Fixture, Provider};
 use rdmasock::{RdmaSocket, SocketOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
@@ -201,4 +201,56 @@ pub(crate) fn one_thread_shuts_down_both_ends_then_drops_them_without_waiting(f:
         took < Duration::from_secs(15),
         "dropping both took {took:?}: a drop waited out the close timeout"
     );
+}
+
+/// The plain end of an exchange: the ends echo 64 KiB (the answer in 100-byte writes), both
+/// flush, the client closes, then the server closes, and both closes return `Ok`: the
+/// client read every byte, so nothing was lost. Two orders for the server: it closes without
+/// another call, the client's DISCONNECT unread in its queue (where the client's close
+/// does not wait for the server's, every provider but siw), and it reads end-of-stream
+/// first, then closes (on siw the client's close waits for the server's, in a thread).
+pub(crate) fn peer_closes_after_echo_and_flush_then_close_is_ok(f: &Fixture) {
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    let echo = |s: &mut RdmaSocket, c: &mut RdmaSocket| {
+        bound_blocking_calls(&[&*s, &*c]);
+        let server = {
+            let mut s = s.try_clone().unwrap();
+            let len = data.len();
+            thread::spawn(move || {
+                let mut buf = vec![0u8; len];
+                s.read_exact(&mut buf).unwrap();
+                for chunk in buf.chunks(100) {
+                    s.write_all(chunk).unwrap();
+                }
+                s.flush().expect("the server's flush");
+            })
+        };
+        c.write_all(&data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        c.read_exact(&mut back).unwrap();
+        assert!(back == data, "the echo differs");
+        server.join().unwrap();
+        c.flush().expect("the client's flush");
+    };
+    let provider = f.provider.name();
+    if f.provider != Provider::Siw {
+        let (mut s, mut c) = f.pair();
+        echo(&mut s, &mut c);
+        c.close()
+            .unwrap_or_else(|e| panic!("the client's close ({provider}): {e}"));
+        s.close().unwrap_or_else(|e| {
+            panic!("the server's close after the client's, no call between ({provider}): {e}")
+        });
+    }
+    let (mut s, mut c) = f.pair();
+    echo(&mut s, &mut c);
+    let client = thread::spawn(move || c.close());
+    let mut buf = [0u8; 16];
+    assert_eq!(s.read(&mut buf).unwrap(), 0, "the client's end-of-stream");
+    s.close()
+        .unwrap_or_else(|e| panic!("the server's close after end-of-stream ({provider}): {e}"));
+    client
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the client's close ({provider}): {e}"));
 }
