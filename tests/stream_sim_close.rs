@@ -340,3 +340,28 @@ fn a_flushed_receive_is_a_reset_that_names_its_cause() {
         }
     }
 }
+
+/// Crossing SHUTDOWNs, but a data message of ours fails before them: the DISCONNECT that
+/// answers the SHUTDOWNs failing after it does not make the lost bytes delivered.
+#[test]
+fn a_refused_farewell_does_not_hide_an_earlier_lost_message() {
+    let cfg = StreamConfig::builder().build().unwrap();
+    let mut f = pair(cfg.clone(), cfg);
+    // Side 1's SHUTDOWN reaches side 0 first.
+    f.sides[1].engine.shutdown(Shutdown::Write);
+    f.sides[1].drain_ops();
+    assert!(matches!(f.execute(1), fabric::Step::Progress));
+    while f.sides[0].poll() {}
+    // Side 0 writes, then shuts down in turn; then the connection breaks before its data
+    // message is executed.
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    f.sides[0].engine.shutdown(Shutdown::Write);
+    f.sides[0].drain_ops();
+    f.dead = true;
+    f.pump();
+    let lost = f.sides[0].engine.undelivered();
+    assert!(
+        matches!(lost, Some(StreamError::ConnectionReset(_))),
+        "100 bytes the peer never received: {lost:?}"
+    );
+}

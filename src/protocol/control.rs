@@ -18,6 +18,8 @@ impl StreamEngine {
             )));
             return;
         }
+        // What earlier completions found lost: a refused farewell (below) keeps it.
+        let lost_before = (self.sends_lost, self.lost_message);
         while let Some(p) = self.pending.front().copied() {
             if p.seq > wr_id.seq() {
                 break;
@@ -43,18 +45,20 @@ impl StreamEngine {
                 self.fenced_message = p.message;
             }
             if p.disconnect {
-                // When a DISCONNECT sent after the peer's SHUTDOWN fails itself, every send
-                // before it was acknowledged: the peer closed first (rsocket answers crossing
-                // SHUTDOWNs with no DISCONNECT of its own) and the stream is over both ways,
-                // not reset.
-                let farewell_refused = !success && self.peer_shutdown && p.seq == wr_id.seq();
+                // When a DISCONNECT sent after the peer's SHUTDOWN is the first send to fail,
+                // every send before it was acknowledged: the peer closed first (rsocket
+                // answers crossing SHUTDOWNs with no DISCONNECT of its own) and the stream is
+                // over both ways, not reset. An earlier failure keeps its loss.
+                let farewell_refused = !success
+                    && self.peer_shutdown
+                    && p.seq == wr_id.seq()
+                    && lost_before == (false, None);
                 if success || farewell_refused {
                     self.phase = Phase::Disconnected;
                 }
                 if farewell_refused {
                     // Every send before it was acknowledged (see above): nothing was lost.
-                    self.sends_lost = false;
-                    self.lost_message = None;
+                    (self.sends_lost, self.lost_message) = lost_before;
                 }
             }
         }
