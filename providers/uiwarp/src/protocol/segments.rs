@@ -37,6 +37,7 @@ impl Segments {
     }
 
     /// Appends `s`.
+    #[inline]
     pub fn push(&mut self, s: LocalSegment) {
         match &mut self.0 {
             Repr::Inline { len, items } if usize::from(*len) < INLINE => {
@@ -66,6 +67,7 @@ impl Default for Segments {
 
 impl Deref for Segments {
     type Target = [LocalSegment];
+    #[inline]
     fn deref(&self) -> &[LocalSegment] {
         match &self.0 {
             Repr::Inline { len, items } => &items[..usize::from(*len)],
@@ -75,6 +77,7 @@ impl Deref for Segments {
 }
 
 impl DerefMut for Segments {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [LocalSegment] {
         match &mut self.0 {
             Repr::Inline { len, items } => &mut items[..usize::from(*len)],
@@ -84,12 +87,35 @@ impl DerefMut for Segments {
 }
 
 impl FromIterator<LocalSegment> for Segments {
+    /// Fills the inline array straight (a request's list is made once per post); a third
+    /// entry moves them all to the heap.
+    #[inline]
     fn from_iter<I: IntoIterator<Item = LocalSegment>>(iter: I) -> Segments {
-        let mut s = Segments::new();
-        for x in iter {
-            s.push(x);
+        let mut iter = iter.into_iter();
+        let mut items = [EMPTY; INLINE];
+        for (len, slot) in items.iter_mut().enumerate() {
+            match iter.next() {
+                Some(x) => *slot = x,
+                None => {
+                    return Segments(Repr::Inline {
+                        len: len as u8,
+                        items,
+                    })
+                }
+            }
         }
-        s
+        match iter.next() {
+            None => Segments(Repr::Inline {
+                len: INLINE as u8,
+                items,
+            }),
+            Some(x) => {
+                let mut v = items.to_vec();
+                v.push(x);
+                v.extend(iter);
+                Segments(Repr::Heap(v))
+            }
+        }
     }
 }
 
@@ -151,5 +177,18 @@ mod tests {
             Segments::from(vec![seg(1), seg(2)]),
             [seg(1), seg(2)].into_iter().collect()
         );
+    }
+
+    #[test]
+    fn collect_keeps_every_entry_in_order() {
+        for n in 0..=5u32 {
+            let made: Segments = (1..=n).map(seg).collect();
+            assert_eq!(made.len(), n as usize);
+            assert_eq!(
+                made.iter().map(|x| x.length).collect::<Vec<_>>(),
+                (1..=n).collect::<Vec<_>>()
+            );
+            assert_eq!(matches!(made.0, Repr::Heap(_)), n as usize > INLINE);
+        }
     }
 }

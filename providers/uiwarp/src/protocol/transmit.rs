@@ -32,6 +32,16 @@ impl TxMessage {
     }
 }
 
+/// What [`Connection::start_next`] started.
+enum Started {
+    /// A SEND, WRITE or READ response, to cut into FPDUs.
+    Message(TxMessage),
+    /// Something framed whole already (an RTR or a READ request), or a request failed.
+    Framed,
+    /// Nothing may start now.
+    Nothing,
+}
+
 #[derive(Clone, Debug)]
 enum TxKind {
     Send {
@@ -100,10 +110,16 @@ impl Connection {
         let start = queue.len();
         queue.bytes().append(&mut self.control);
         while queue.len() - start < max_len && self.may_send_fpdus() {
-            if self.tx_current.is_none() && !self.start_next(memory, queue.bytes()) {
-                break;
-            }
-            if let Some(msg) = self.tx_current.take() {
+            // A message just started goes to framing straight, not through `tx_current`.
+            let msg = match self.tx_current.take() {
+                Some(msg) => Some(msg),
+                None => match self.start_next(memory, queue.bytes()) {
+                    Started::Message(msg) => Some(msg),
+                    Started::Framed => None,
+                    Started::Nothing => break,
+                },
+            };
+            if let Some(msg) = msg {
                 self.emit_segment(msg, memory, queue);
             }
             queue.bytes().append(&mut self.control);
@@ -154,14 +170,15 @@ impl Connection {
         }
     }
 
-    /// Starts the next message; returns false when nothing may start now.
-    fn start_next(&mut self, memory: &dyn MemoryTable, out: &mut Vec<u8>) -> bool {
+    /// Starts the next message: a message to cut into FPDUs, one framed whole into `out`
+    /// already (or a fault), or nothing when nothing may start now.
+    fn start_next(&mut self, memory: &dyn MemoryTable, out: &mut Vec<u8>) -> Started {
         if let Some(rtr) = self.rtr_to_send.take() {
             self.emit_rtr(rtr, out);
-            return true;
+            return Started::Framed;
         }
         if let Some(r) = self.irq.front() {
-            self.tx_current = Some(TxMessage {
+            return Started::Message(TxMessage {
                 kind: TxKind::ReadResponse {
                     sink_stag: r.sink_stag,
                     sink_offset: r.sink_offset,
@@ -171,14 +188,13 @@ impl Connection {
                 total: r.size,
                 sent: 0,
             });
-            return true;
         }
         if !self
             .sq_pending
             .front()
             .is_some_and(|(_, w)| self.may_start(w))
         {
-            return false;
+            return Started::Nothing;
         }
         let (seq, work) = self.sq_pending.pop_front().expect("front exists");
         let total = u32::try_from(work.total_length()).unwrap_or(u32::MAX);
@@ -209,7 +225,7 @@ impl Connection {
                     )
                     .blame(Blame::Send(seq, WcStatus::LocalProtectionError)),
                 );
-                return true;
+                return Started::Framed;
             }
         }
         match work.op {
@@ -224,7 +240,7 @@ impl Connection {
                     (true, false) => Opcode::SendWithSolicitedEvent,
                     (true, true) => Opcode::SendWithSolicitedEventAndInvalidate,
                 };
-                self.tx_current = Some(TxMessage {
+                Started::Message(TxMessage {
                     kind: TxKind::Send {
                         seq,
                         opcode,
@@ -235,21 +251,19 @@ impl Connection {
                     },
                     total,
                     sent: 0,
-                });
+                })
             }
-            SendOperation::RdmaWrite { remote_addr, rkey } => {
-                self.tx_current = Some(TxMessage {
-                    kind: TxKind::Write {
-                        seq,
-                        stag: rkey.0,
-                        offset: remote_addr,
-                        segments: work.segments,
-                        small: work.small,
-                    },
-                    total,
-                    sent: 0,
-                });
-            }
+            SendOperation::RdmaWrite { remote_addr, rkey } => Started::Message(TxMessage {
+                kind: TxKind::Write {
+                    seq,
+                    stag: rkey.0,
+                    offset: remote_addr,
+                    segments: work.segments,
+                    small: work.small,
+                },
+                total,
+                sent: 0,
+            }),
             SendOperation::RdmaRead { remote_addr, rkey } => {
                 let sink = work.segments.first().copied().filter(|s| s.length > 0);
                 self.emit_read_request(
@@ -270,9 +284,9 @@ impl Connection {
                     size: total,
                     received: 0,
                 });
+                Started::Framed
             }
         }
-        true
     }
 
     fn emit_read_request(&mut self, body: ReadRequestRepr, out: &mut Vec<u8>) {

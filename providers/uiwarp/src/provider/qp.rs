@@ -270,6 +270,15 @@ impl UiwarpQp {
         work: &mut SendWork,
         wr: &SendRequest<'_>,
     ) -> Result<()> {
+        // The socket layer's 4-byte messages: one borrowed entry, copied straight into the
+        // request.
+        if let [entry] = wr.sg_list {
+            if let Some(small) = entry.borrowed_bytes().and_then(SmallPayload::new) {
+                work.segments.clear();
+                work.small = Some(small);
+                return Ok(());
+            }
+        }
         let mut bytes = std::mem::take(&mut pool.gather);
         let staged = self.gather_inline(work, wr, &mut bytes).and_then(|()| {
             work.segments.clear();

@@ -26,6 +26,12 @@ mod field {
 pub const TAGGED_HEADER_LEN: usize = field::TAGGED_OFFSET.end;
 /// Bytes of an untagged header, control bytes included.
 pub const UNTAGGED_HEADER_LEN: usize = field::MESSAGE_OFFSET.end;
+/// The longer of the two headers.
+const MAX_HEADER_LEN: usize = if TAGGED_HEADER_LEN > UNTAGGED_HEADER_LEN {
+    TAGGED_HEADER_LEN
+} else {
+    UNTAGGED_HEADER_LEN
+};
 /// The DDP version we speak and siw checks.
 pub const DDP_VERSION: u8 = 1;
 /// The RDMAP version we speak and siw checks.
@@ -327,10 +333,13 @@ impl SegmentRepr {
     }
 
     /// Appends the header to `out`.
+    #[inline]
     pub fn append(&self, out: &mut Vec<u8>) {
-        let at = out.len();
-        out.resize(at + self.header_len(), 0);
-        self.emit(&mut out[at..]);
+        // Made on the stack and appended in one copy (no zero fill of `out` first).
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let len = self.header_len();
+        self.emit(&mut header[..len]);
+        out.extend_from_slice(&header[..len]);
     }
 }
 

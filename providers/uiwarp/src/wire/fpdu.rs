@@ -83,6 +83,7 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
     }
 
     /// Whether the CRC field matches the contents.
+    #[inline]
     pub fn crc_is_valid(&self) -> bool {
         self.crc_field() == self.compute_crc()
     }
@@ -90,6 +91,7 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
 
 /// Starts an FPDU at the end of `out`: reserves the length field. Append the ULPDU, then call
 /// [`finish`] with the returned start.
+#[inline]
 pub fn begin(out: &mut Vec<u8>) -> usize {
     let start = out.len();
     out.extend_from_slice(&[0, 0]);
@@ -98,12 +100,13 @@ pub fn begin(out: &mut Vec<u8>) -> usize {
 
 /// Finishes the FPDU begun at `start`: fills in the length, appends the pad and the CRC
 /// (computed if `crc`, else zero as siw sends it). The ULPDU must not exceed [`MAX_ULPDU`].
+#[inline]
 pub fn finish(out: &mut Vec<u8>, start: usize, crc: bool) {
     let ulpdu = out.len() - start - LENGTH_LEN;
     debug_assert!(ulpdu <= MAX_ULPDU, "ULPDU of {ulpdu} bytes");
     let len = u16::try_from(ulpdu).unwrap_or(u16::MAX);
     out[start..start + LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
-    out.resize(out.len() + pad_len(ulpdu), 0);
+    out.extend_from_slice(&[0; 3][..pad_len(ulpdu)]);
     let value = if crc {
         crc32c::checksum(&out[start..])
     } else {

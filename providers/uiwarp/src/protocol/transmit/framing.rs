@@ -118,21 +118,26 @@ impl Connection {
         memory: &dyn MemoryTable,
         out: &mut Vec<u8>,
     ) -> Result<(), AccessError> {
+        // One reservation for the whole frame: the appends below never grow `out`.
+        out.reserve(fpdu::frame_len(header.header_len() + chunk));
         let start = fpdu::begin(out);
         header.append(out);
         let at = out.len();
-        out.resize(at + chunk, 0);
-        let copied = match &msg.kind {
-            TxKind::Send {
-                small: Some(small), ..
-            }
-            | TxKind::Write {
-                small: Some(small), ..
-            } => small
+        if let Some(small) = msg.kind.small() {
+            // A small payload is appended as it is, without a zero fill first.
+            let Some(bytes) = small
                 .as_slice()
                 .get(msg.sent as usize..msg.sent as usize + chunk)
-                .map(|bytes| out[at..].copy_from_slice(bytes))
-                .ok_or(AccessError::OutOfBounds),
+            else {
+                out.truncate(start);
+                return Err(AccessError::OutOfBounds);
+            };
+            out.extend_from_slice(bytes);
+            fpdu::finish(out, start, self.crc);
+            return Ok(());
+        }
+        out.resize(at + chunk, 0);
+        let copied = match &msg.kind {
             TxKind::Send { segments, .. } | TxKind::Write { segments, .. } => {
                 gather(memory, segments, u64::from(msg.sent), &mut out[at..])
             }
