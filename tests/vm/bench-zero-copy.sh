@@ -6,7 +6,8 @@
 # CPU without it), one VM boot each (tests/vm/run.sh --rxe).
 #
 #   tests/vm/bench-zero-copy.sh [--megabytes M] [--rounds R] [--sizes "65536 1048576"]
-#                               [--cpus "max max,-erms,-fsrm"] [--markdown FILE]
+#                               [--cpus "max max,-erms,-fsrm"] [--recv-ring BYTES]
+#                               [--markdown FILE]
 #
 # Builds the release bench_zero_copy example and, in each VM, runs for each message size
 # (default 64 KiB and 1 MiB) ib_write_bw -R -s SIZE over M MiB (default 64), then
@@ -14,8 +15,10 @@
 # (write_all), zero-copy writes pipelined 8 buffers deep (submit_registered) and one at a
 # time (write_registered). Prints one table per CPU setting: MiB/s of each, the ratios
 # zero-copy / ib_write_bw (target >= 0.95) and zero-copy / copy (target >= 1.1 at 1 MiB),
-# and the writing thread's CPU time per MiB (user + system) of the copying and the zero-copy
-# socket with their ratio.
+# the writing thread's CPU time per MiB (user + system) of the copying and the zero-copy
+# socket with their ratio, and the zero-copy writer's blocking waits per MiB (each one a
+# wait for the reader to give back a receive-ring half). With --recv-ring BYTES the
+# sockets' receive rings grow up to BYTES instead of their default largest size.
 #
 # With --markdown FILE each table also replaces its section of FILE (normally
 # docs/BENCHMARKS.md, between <!-- bench-zero-copy:begin --> and <!-- bench-zero-copy:end -->,
@@ -27,14 +30,14 @@
 # VM setup failure.
 #
 # Inside the VM the script is re-run as:
-#   bench-zero-copy.sh --guest BENCH MEGABYTES ROUNDS SIZES
+#   bench-zero-copy.sh --guest BENCH MEGABYTES ROUNDS SIZES [RECV_RING]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 # ------------------------------------------------------------------ in the VM ----
 if [ "${1:-}" = --guest ]; then
-  ours=$2 megabytes=$3 rounds=$4 sizes=$5
+  ours=$2 megabytes=$3 rounds=$4 sizes=$5 recv_ring=${6:-}
   command -v ib_write_bw > /dev/null || { echo "bench: ib_write_bw missing (apt-get install perftest)"; exit 1; }
   [ -x "$ours" ] || { echo "bench: $ours missing"; exit 1; }
   [ -e /sys/class/infiniband/rxe0 ] || { echo "bench: no rxe0 in the VM"; exit 1; }
@@ -68,21 +71,24 @@ if [ "${1:-}" = --guest ]; then
   for size in $sizes; do
     floor "$size" || status=1
   done
+  ring_args=()
+  [ -z "$recv_ring" ] || ring_args=(--recv-ring "$recv_ring")
   out=$(timeout 1800 "$ours" --device rxe0 --sizes "$(echo $sizes | tr ' ' ,)" \
-    --megabytes "$megabytes" --rounds "$rounds" 2>&1) || { echo "bench: bench_zero_copy failed:" >&2; echo "$out" >&2; status=1; }
-  echo "$out" | awk '$1 == "RESULT" && $2 == "bw" { print $3, $4, $5, $6 }' >> "$results"
-  echo "zero-copy writes on rxe0 (RDMASOCK_VM_CPU=${RDMASOCK_VM_CPU:-max}): best of $rounds rounds of $megabytes MiB"
+    --megabytes "$megabytes" --rounds "$rounds" "${ring_args[@]}" 2>&1) || { echo "bench: bench_zero_copy failed:" >&2; echo "$out" >&2; status=1; }
+  echo "$out" | awk '$1 == "RESULT" && $2 == "bw" { print $3, $4, $5, $6, $7 }' >> "$results"
+  echo "zero-copy writes on rxe0 (RDMASOCK_VM_CPU=${RDMASOCK_VM_CPU:-max}${recv_ring:+, receive rings up to $recv_ring bytes}): best of $rounds rounds of $megabytes MiB"
   awk '
     $1 == "floor" { floor[$2] = $3; sizes[$2] = 1; next }
-    { bw[$1, $2] = $3; cpu[$1, $2] = $4; sizes[$2] = 1 }
+    { bw[$1, $2] = $3; cpu[$1, $2] = $4; waits[$1, $2] = $5; sizes[$2] = 1 }
     END {
-      printf "%9s %12s %10s %10s %10s %9s %9s %12s %12s %9s\n", "size", "ib_write_bw", "copy", "zero-copy", "zc-block", "zc/floor", "zc/copy", "copy us/MiB", "zc us/MiB", "CPU zc/copy"
+      printf "%9s %12s %10s %10s %10s %9s %9s %12s %12s %11s %12s\n", "size", "ib_write_bw", "copy", "zero-copy", "zc-block", "zc/floor", "zc/copy", "copy us/MiB", "zc us/MiB", "CPU zc/copy", "zc waits/MiB"
       for (s in sizes) {
         f = floor[s]; c = bw["copy", s]; z = bw["zero-copy", s]; b = bw["zero-copy-blocking", s]
-        printf "%9d %12s %10s %10s %10s %9s %9s %12s %12s %9s\n", s, f, c, z, b,
+        printf "%9d %12s %10s %10s %10s %9s %9s %12s %12s %11s %12s\n", s, f, c, z, b,
           (f > 0 ? sprintf("%.2f", z / f) : "-"), (c > 0 ? sprintf("%.2f", z / c) : "-"),
           cpu["copy", s], cpu["zero-copy", s],
-          (cpu["copy", s] > 0 ? sprintf("%.2f", cpu["zero-copy", s] / cpu["copy", s]) : "-")
+          (cpu["copy", s] > 0 ? sprintf("%.2f", cpu["zero-copy", s] / cpu["copy", s]) : "-"),
+          waits["zero-copy", s]
       }
     }' "$results" | sort -n -k1,1   # the header (not a number) sorts first
   echo "targets: zc/floor >= 0.95 at 64 KiB and 1 MiB; zc/copy >= 1.10 at 1 MiB"
@@ -91,18 +97,23 @@ if [ "${1:-}" = --guest ]; then
 fi
 
 # ------------------------------------------------------------------ on the host ----
-megabytes=64 rounds=3 sizes="65536 1048576" cpus="max max,-erms,-fsrm" markdown=
+megabytes=64 rounds=3 sizes="65536 1048576" cpus="max max,-erms,-fsrm" markdown= recv_ring=
 while [ $# -gt 0 ]; do
   case $1 in
     --megabytes) megabytes=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
+    --recv-ring) recv_ring=$2; shift 2 ;;
     --markdown) markdown=$(realpath -m "${2:?--markdown needs a file}"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+if [ -n "$markdown" ] && [ -n "$recv_ring" ]; then
+  echo "bench: --markdown writes the default sockets' tables: run --recv-ring without it" >&2
+  exit 2
+fi
 if [ -n "$markdown" ] && [[ $markdown != "$ROOT"/* ]]; then
   echo "bench: --markdown $markdown is outside $ROOT, which the VM cannot write" >&2
   exit 2
@@ -115,7 +126,7 @@ cargo build --release --example bench_zero_copy >&2
 target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 bench=$target_dir/release/examples/bench_zero_copy
 [ -x "$bench" ] || { echo "bench: $bench was not built" >&2; exit 1; }
-command_line="tests/vm/bench-zero-copy.sh --megabytes $megabytes --rounds $rounds"
+command_line="tests/vm/bench-zero-copy.sh --megabytes $megabytes --rounds $rounds${recv_ring:+ --recv-ring $recv_ring}"
 status=0
 for cpu in $cpus; do
   section=bench-zero-copy
@@ -123,6 +134,6 @@ for cpu in $cpus; do
   export RDMASOCK_VM_CPU=$cpu
   bench_markdown_run "$markdown" "$section" "RDMASOCK_VM_CPU=$cpu $command_line" "zero-copy writes on rxe0" "targets:" -- \
     "$HERE/run.sh" --rxe --timeout "${RDMASOCK_VM_TIMEOUT:-3000}" -- \
-    "$HERE/bench-zero-copy.sh" --guest "$bench" "$megabytes" "$rounds" "$sizes" || status=$?
+    "$HERE/bench-zero-copy.sh" --guest "$bench" "$megabytes" "$rounds" "$sizes" "$recv_ring" || status=$?
 done
 exit $status
