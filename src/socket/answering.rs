@@ -172,8 +172,6 @@ impl Answering {
             return;
         };
         let most = opts.backlog as usize;
-        let mut backlog = lock(&backlog);
-        let mut changed = false;
         loop {
             let request = match cm.poll_request() {
                 Ok(Some(request)) => request,
@@ -182,37 +180,42 @@ impl Answering {
                     // Left to `accept`, which reports it; the thread stops watching this
                     // listener, as the error may repeat.
                     let _ = self.epoll.delete(cm.event_fd());
+                    let mut backlog = lock(&backlog);
                     backlog.defer_error(e);
-                    changed = true;
+                    settle(&mut backlog, cm.as_ref(), most);
                     break;
                 }
             };
-            if backlog.len() >= most {
+            // The answer (the connection's resources, the connection manager's accept) is
+            // made outside the backlog's lock, on a place held for it: `accept` hands out
+            // the connections that are ready meanwhile.
+            if !lock(&backlog).reserve(most) {
                 reject_full(request, most);
                 continue;
             }
-            match answer(&opts, &failed, request) {
+            let answered = answer(&opts, &failed, request);
+            let mut backlog = lock(&backlog);
+            backlog.release();
+            match answered {
                 Ok(Some(h)) => {
                     if let Err(e) = backlog.push(h) {
                         backlog.defer_error(e);
                     }
-                    changed = true;
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    backlog.defer_error(e);
-                    changed = true;
-                }
+                Ok(None) => continue,
+                Err(e) => backlog.defer_error(e),
             }
-        }
-        if changed {
-            // Wakes a blocking `accept` (whose wait began before this handshake was there)
-            // and sets the timers to the new handshakes' bounds.
-            backlog.notify();
-            let _ = backlog.arm_timer();
-            let _ = backlog.own_listen(cm.event_fd(), most);
+            settle(&mut backlog, cm.as_ref(), most);
         }
     }
+}
+
+/// After a handshake was added or an error kept: wakes a blocking `accept` (whose wait began
+/// before this handshake was there) and sets the timers to the new handshakes' bounds.
+fn settle(backlog: &mut Backlog, cm: &dyn CmListener, most: usize) {
+    backlog.notify();
+    let _ = backlog.arm_timer();
+    let _ = backlog.own_listen(cm.event_fd(), most);
 }
 
 /// Rejects a request that found the backlog full, saying so in the reject's private data.

@@ -179,6 +179,9 @@ pub(crate) fn accept_failure(
 /// A listener's answered requests, shared by its clones.
 pub(crate) struct Backlog {
     handshakes: Vec<Handshake>,
+    /// Requests the answering thread is answering outside the backlog's lock: they count as
+    /// handshakes under way (see [`Backlog::reserve`]).
+    reserved: usize,
     /// The mio registry and token the listener is registered with, and the timer that wakes
     /// it at the nearest bound.
     watch: Option<(Registry, Token, TimerFd)>,
@@ -231,6 +234,7 @@ impl Backlog {
             .map_err(own_error)?;
         Ok(Backlog {
             handshakes: Vec::new(),
+            reserved: 0,
             watch: None,
             own: Arc::new(own),
             own_timer,
@@ -254,7 +258,7 @@ impl Backlog {
         listener_fd: BorrowedFd<'_>,
         most: usize,
     ) -> io::Result<()> {
-        let room = self.handshakes.len() < most;
+        let room = self.len() < most;
         if room == self.own_listens {
             return Ok(());
         }
@@ -372,7 +376,24 @@ impl Backlog {
 
     /// How many handshakes run.
     pub(crate) fn len(&self) -> usize {
-        self.handshakes.len()
+        self.handshakes.len() + self.reserved
+    }
+
+    /// Holds a place for a request answered without the backlog's lock, so that `accept`
+    /// hands out established connections meanwhile; false when the backlog (with `most`
+    /// places) is full. [`release`](Self::release) gives the place back, before the
+    /// answer's handshake is pushed.
+    pub(crate) fn reserve(&mut self, most: usize) -> bool {
+        let room = self.len() < most;
+        if room {
+            self.reserved += 1;
+        }
+        room
+    }
+
+    /// Gives back a place [`reserve`](Self::reserve) held.
+    pub(crate) fn release(&mut self) {
+        self.reserved = self.reserved.saturating_sub(1);
     }
 
     /// What a blocking `accept` waits for: `listener_fd` (if given) and each handshake's fd,
@@ -513,4 +534,24 @@ fn first_frame_seen(conn: &mut Connection) -> io::Result<bool> {
     conn.res.cq.req_notify(false)?;
     // A completion that came before the arming raises no event: look once more.
     conn.drain_cq()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request being answered outside the lock holds its place: the backlog counts it, and
+    /// refuses a place beyond `most` until it is given back.
+    #[test]
+    fn reserved_places_count_as_handshakes_under_way() {
+        let listener_fd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
+        let mut backlog = Backlog::new(listener_fd.as_fd()).unwrap();
+        assert!(backlog.reserve(2));
+        assert!(backlog.reserve(2));
+        assert_eq!(backlog.len(), 2);
+        assert!(!backlog.reserve(2), "a third place in a backlog of 2");
+        backlog.release();
+        assert_eq!(backlog.len(), 1);
+        assert!(backlog.reserve(2));
+    }
 }
