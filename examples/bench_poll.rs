@@ -37,6 +37,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Instant;
 
@@ -189,14 +190,27 @@ impl Waiter {
     }
 }
 
+/// Reads that found nothing to read (`WouldBlock` at once) after the loop was told the
+/// socket was ready, both ends together: a wake-up that was not needed.
+static EMPTY_READS: AtomicU64 = AtomicU64::new(0);
+
 /// Reads what `s` has into `into` until `WouldBlock`; false at end of stream.
 fn read_all<S: Conn>(s: &S, into: &mut Vec<u8>) -> io::Result<bool> {
     let mut buf = [0u8; 4096];
+    let mut read = false;
     loop {
         match s.read_some(&mut buf) {
             Ok(0) => return Ok(false),
-            Ok(n) => into.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+            Ok(n) => {
+                read = true;
+                into.extend_from_slice(&buf[..n]);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if !read {
+                    EMPTY_READS.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(true);
+            }
             Err(e) => return Err(e),
         }
     }
@@ -270,6 +284,17 @@ fn client<S: Conn>(kind: Kind, mut sockets: Vec<S>, iters: usize) -> io::Result<
     Ok(micros)
 }
 
+/// One row of the table: a transport and a connection count, both loops.
+struct Row {
+    connections: usize,
+    transport: Transport,
+    mio: Summary,
+    poll: Summary,
+    paired: f64,
+    /// Medians over the rounds of the empty reads per round trip: mio's, poll(2)'s.
+    empty: (f64, f64),
+}
+
 /// Which sockets a round connects.
 #[derive(Clone, Copy)]
 enum Transport {
@@ -293,7 +318,7 @@ fn round(
     addr: SocketAddr,
     connections: usize,
     iters: usize,
-) -> io::Result<f64> {
+) -> io::Result<Outcome> {
     match transport {
         Transport::Rdma => {
             let (clients, servers) = rdma_pairs(addr, connections)?;
@@ -351,15 +376,34 @@ fn tcp_pairs(
     Ok((clients, servers))
 }
 
-/// Runs the client on this thread and the echo server on another, both driven by `kind`;
-/// the client's microseconds per round trip.
-fn drive<S: Conn>(kind: Kind, clients: Vec<S>, servers: Vec<S>, iters: usize) -> io::Result<f64> {
+/// What one round measured.
+#[derive(Clone, Copy)]
+struct Outcome {
+    /// The client's microseconds per round trip.
+    micros: f64,
+    /// Reads that found nothing after a readiness report, per round trip (both ends).
+    empty_reads: f64,
+}
+
+/// Runs the client on this thread and the echo server on another, both driven by `kind`.
+fn drive<S: Conn>(
+    kind: Kind,
+    clients: Vec<S>,
+    servers: Vec<S>,
+    iters: usize,
+) -> io::Result<Outcome> {
+    let round_trips = (iters * clients.len()) as f64;
+    EMPTY_READS.store(0, Ordering::Relaxed);
     let server = thread::spawn(move || echo(kind, servers));
     let micros = client(kind, clients, iters)?;
     server
         .join()
         .map_err(|_| io::Error::other("the echo thread panicked"))??;
-    Ok(micros)
+    let empty_reads = EMPTY_READS.load(Ordering::Relaxed) as f64 / round_trips;
+    Ok(Outcome {
+        micros,
+        empty_reads,
+    })
 }
 
 fn main() {
@@ -392,8 +436,19 @@ fn main() {
             }
         }
         for (transport, (m, p)) in [Transport::Rdma, Transport::Tcp].into_iter().zip(times) {
-            let paired = Summary::of(p.iter().zip(&m).map(|(p, m)| p / m).collect()).median;
-            rows.push((c, transport, Summary::of(m), Summary::of(p), paired));
+            let paired =
+                Summary::of(p.iter().zip(&m).map(|(p, m)| p.micros / m.micros).collect()).median;
+            let empty = |o: &[Outcome]| Summary::of(o.iter().map(|o| o.empty_reads).collect());
+            let (empty_mio, empty_poll) = (empty(&m).median, empty(&p).median);
+            let micros = |o: Vec<Outcome>| Summary::of(o.iter().map(|o| o.micros).collect());
+            rows.push(Row {
+                connections: c,
+                transport,
+                mio: micros(m),
+                poll: micros(p),
+                paired,
+                empty: (empty_mio, empty_poll),
+            });
         }
     }
     let description = format!(
@@ -402,14 +457,28 @@ fn main() {
     );
     println!("{description}");
     println!(
-        "{:<36} {:>22} {:>22} {:>8} {:>8} {:>8}",
-        "us per round trip (median [min-max])", "mio", "poll(2)", "ratio", "paired", "target"
+        "{:<36} {:>22} {:>22} {:>8} {:>8} {:>8} {:>13}",
+        "us per round trip (median [min-max])",
+        "mio",
+        "poll(2)",
+        "ratio",
+        "paired",
+        "target",
+        "empty mio/poll"
     );
     let mut table = String::from(
-        "| connections | sockets | mio, µs per round trip, median [min-max] | poll(2), µs per round trip, median [min-max] | ratio | paired | target |\n\
-         |---:|---|---:|---:|---:|---:|---:|\n",
+        "| connections | sockets | mio, µs per round trip, median [min-max] | poll(2), µs per round trip, median [min-max] | ratio | paired | target | empty reads per round trip, mio / poll(2) |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (c, transport, mio, poll, paired) in rows {
+    for row in rows {
+        let Row {
+            connections: c,
+            transport,
+            mio,
+            poll,
+            paired,
+            empty: (empty_mio, empty_poll),
+        } = row;
         let ratio = poll.median / mio.median;
         let (sockets, target) = match transport {
             Transport::Rdma => ("RdmaSocket", "≤ 1.10"),
@@ -417,13 +486,14 @@ fn main() {
         };
         let name = format!("{c} connection{}, {sockets}", if c == 1 { "" } else { "s" });
         println!(
-            "{name:<36} {:>22} {:>22} {ratio:>8.2} {paired:>8.2} {:>8}",
+            "{name:<36} {:>22} {:>22} {ratio:>8.2} {paired:>8.2} {:>8} {:>13}",
             mio.text(1),
             poll.text(1),
-            target.replace('≤', "<=")
+            target.replace('≤', "<="),
+            format!("{empty_mio:.2}/{empty_poll:.2}")
         );
         table.push_str(&format!(
-            "| {c} | {sockets} | {} | {} | {ratio:.2} | {paired:.2} | {target} |\n",
+            "| {c} | {sockets} | {} | {} | {ratio:.2} | {paired:.2} | {target} | {empty_mio:.2} / {empty_poll:.2} |\n",
             mio.text(1),
             poll.text(1)
         ));
