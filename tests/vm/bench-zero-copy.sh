@@ -10,8 +10,9 @@
 #                               [--markdown FILE]
 #
 # Builds the release bench_zero_copy example and, in each VM, runs for each message size
-# (default 64 KiB and 1 MiB) ib_write_bw -R -s SIZE over M MiB (default 64), then
-# bench_zero_copy --device rxe0 (R rounds, default 3, the best of each): the copying socket
+# (default 64 KiB and 1 MiB) ib_write_bw -R -s SIZE over M MiB (default 64) R times (default
+# 3), then bench_zero_copy --device rxe0 (R rounds); every contender's best run counts (the
+# floor moves by several per cent from run to run under TCG): the copying socket
 # (write_all), zero-copy writes pipelined 8 buffers deep (submit_registered) and one at a
 # time (write_registered). Prints one table per CPU setting: MiB/s of each, the ratios
 # zero-copy / ib_write_bw (target >= 0.95) and zero-copy / copy (target >= 1.1 at 1 MiB),
@@ -44,9 +45,23 @@ if [ "${1:-}" = --guest ]; then
   ip=${RDMA_VM_RXE_IP:?RDMA_VM_RXE_IP unset: run this through tests/vm/run.sh}
   port=19400
   results=$(mktemp)
-  # floor SIZE: ib_write_bw -R's average MiB/s over MEGABYTES MiB (perftest's MB is 2^20)
+  # floor SIZE: ib_write_bw -R's average MiB/s over MEGABYTES MiB (perftest's MB is 2^20),
+  # the best of ROUNDS runs, as bench_zero_copy reports the best of its rounds
   floor() {
-    local size=$1 n out value try sout
+    local size=$1 best= round
+    for round in $(seq "$rounds"); do
+      floor_once "$size" || continue
+      if [ -z "$best" ] || awk -v a="$value" -v b="$best" 'BEGIN { exit !(a > b) }'; then
+        best=$value
+      fi
+    done
+    [ -n "$best" ] || return 1
+    echo "floor $size $best" >> "$results"
+  }
+  # floor_once SIZE: one ib_write_bw -R run; its MiB/s in $value
+  floor_once() {
+    local size=$1 n out try sout
+    value=
     n=$(( (megabytes << 20) / size ))
     [ "$n" -ge 5 ] || n=5
     for try in 1 2; do
@@ -64,8 +79,7 @@ if [ "${1:-}" = --guest ]; then
       echo "bench: ib_write_bw $size gave no result line (try $try):" >&2
       echo "$out" >&2
     done
-    [ -n "$value" ] || return 1
-    echo "floor $size $value" >> "$results"
+    [ -n "$value" ]
   }
   status=0
   for size in $sizes; do
@@ -76,7 +90,7 @@ if [ "${1:-}" = --guest ]; then
   out=$(timeout 1800 "$ours" --device rxe0 --sizes "$(echo $sizes | tr ' ' ,)" \
     --megabytes "$megabytes" --rounds "$rounds" "${ring_args[@]}" 2>&1) || { echo "bench: bench_zero_copy failed:" >&2; echo "$out" >&2; status=1; }
   echo "$out" | awk '$1 == "RESULT" && $2 == "bw" { print $3, $4, $5, $6, $7 }' >> "$results"
-  echo "zero-copy writes on rxe0 (RDMASOCK_VM_CPU=${RDMASOCK_VM_CPU:-max}${recv_ring:+, receive rings up to $recv_ring bytes}): best of $rounds rounds of $megabytes MiB"
+  echo "zero-copy writes on rxe0 (RDMASOCK_VM_CPU=${RDMASOCK_VM_CPU:-max}${recv_ring:+, receive rings up to $recv_ring bytes}): best of $rounds rounds of $megabytes MiB, ib_write_bw's too"
   awk '
     $1 == "floor" { floor[$2] = $3; sizes[$2] = 1; next }
     { bw[$1, $2] = $3; cpu[$1, $2] = $4; waits[$1, $2] = $5; sizes[$2] = 1 }
