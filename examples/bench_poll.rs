@@ -108,33 +108,26 @@ trait Conn: AsFd + mio::event::Source + Send + 'static {
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
-impl Conn for RdmaSocket {
-    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut s = self;
-        s.read(buf)
-    }
-    fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
-        let mut s = self;
-        s.write(buf)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
+/// Both socket types read, write and shut down through `&Self` the same way.
+macro_rules! impl_conn {
+    ($($ty:ty),*) => {$(
+        impl Conn for $ty {
+            fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+                let mut s = self;
+                s.read(buf)
+            }
+            fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
+                let mut s = self;
+                s.write(buf)
+            }
+            fn shutdown_write(&self) -> io::Result<()> {
+                self.shutdown(Shutdown::Write)
+            }
+        }
+    )*};
 }
 
-impl Conn for mio::net::TcpStream {
-    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut s = self;
-        s.read(buf)
-    }
-    fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
-        let mut s = self;
-        s.write(buf)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-}
+impl_conn!(RdmaSocket, mio::net::TcpStream);
 
 /// An event loop over a thread's sockets.
 enum Waiter {
