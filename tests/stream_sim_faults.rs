@@ -416,6 +416,67 @@ fn no_placement_fence_against_a_peer_that_does_not_answer_one() {
     assert!(f.sides[0].engine.proves_placement_by_read());
 }
 
+/// The connection manager reports the connection gone after the data's sends completed
+/// (the local TCP took them) and before a fence went out (a removed device, a broken
+/// connection): no fence can go out any more, so the flush waits for the flushed receives
+/// rather than vouching for bytes no fence proved, and fails when they say the connection
+/// broke.
+#[test]
+fn a_flush_after_disconnected_with_unfenced_bytes_waits_and_fails_with_the_break() {
+    let cfg = fencing_config();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    complete_undelivered(&mut f, 0);
+    f.sides[0].engine.on_cm_disconnected();
+    assert_eq!(
+        f.sides[0].engine.flush(),
+        Err(StreamError::WouldBlock),
+        "no fence proved the bytes placed"
+    );
+    f.sides[0].drain_ops();
+    assert!(
+        !f.sides[0].sq.iter().any(|p| matches!(p.kind, Kind::Read)),
+        "no fence after the connection is gone"
+    );
+    f.sides[0].engine.on_receive_failed(WrId(1 << 63), None);
+    let flushed = f.sides[0].engine.flush();
+    assert!(is_reset(flushed.clone()), "{flushed:?}");
+    assert!(f.sides[0].engine.undelivered().is_some());
+    assert_eq!(f.sides[1].engine.readable_bytes(), 0, "nothing arrived");
+}
+
+/// The connection fails while every send has completed but no fence went out yet: the
+/// bytes are unproven, so neither a flush nor `undelivered` vouches for them. Bytes a fence
+/// proved before the failure stay vouched for.
+#[test]
+fn a_failure_before_the_fence_leaves_the_bytes_unproven() {
+    let cfg = fencing_config();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+    f.sides[0].drain_ops();
+    f.pump();
+    assert_eq!(f.sides[0].engine.flush(), Ok(()), "the fence proved them");
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    complete_undelivered(&mut f, 0);
+    f.sides[0].engine.on_receive_failed(WrId(1 << 63), None);
+    let flushed = f.sides[0].engine.flush();
+    assert!(is_reset(flushed.clone()), "{flushed:?}");
+    assert!(f.sides[0].engine.undelivered().is_some());
+
+    // Everything fenced, then the failure: nothing is unproven.
+    let cfg = fencing_config();
+    let mut f = pair(cfg.clone(), cfg);
+    assert_eq!(f.sides[0].app_write(100), Ok(100));
+    assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
+    f.sides[0].drain_ops();
+    f.pump();
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+    f.sides[0].engine.on_receive_failed(WrId(1 << 63), None);
+    assert_eq!(f.sides[0].engine.undelivered(), None);
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+}
+
 /// Write+send mode (iWARP) with placement fences asked for.
 fn fencing_config() -> StreamConfig {
     small_config()

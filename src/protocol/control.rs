@@ -79,9 +79,10 @@ impl StreamEngine {
     /// and every send carrying stream data completed successfully (where a completion does
     /// not prove placement, a placement fence after the last of them completed too: see
     /// [`proves_placement_by_read`](Self::proves_placement_by_read)), or once the connection
-    /// failed after all of them did. An error when they cannot all have arrived: a send
-    /// carrying data (or its fence) completed with an error, or the connection failed with
-    /// some still outstanding ([`undelivered`](Self::undelivered)). Otherwise returns
+    /// failed after all of them did (and, with fences, after a fence proved them). An error
+    /// when they cannot all have arrived: a send carrying data (or its fence) completed with
+    /// an error, or the connection failed with some still outstanding or unproven
+    /// ([`undelivered`](Self::undelivered)). Otherwise returns
     /// [`StreamError::WouldBlock`] after making sure a completion will come: with
     /// selective signalling the last posted work request may be unsignalled, and then nothing
     /// would ever retire it, so a signalled zero-length RDMA WRITE (invisible to the peer, like
@@ -91,7 +92,15 @@ impl StreamEngine {
         if let Some(e) = self.undelivered() {
             return Err(e);
         }
-        if (self.all_sends_done() && !self.fence_wanted()) || self.error.is_some() {
+        if self.error.is_some() {
+            return Ok(());
+        }
+        // Once the connection manager reported the connection gone, no fence can go out:
+        // data messages no fence proved stay unproven until the flushed receives say whether
+        // the peer closed (its DISCONNECT came after every message it placed) or the
+        // connection broke (`undelivered` then counts them as outstanding).
+        let unproven_until_the_end = self.awaits_flush() && self.placement_unproven();
+        if self.all_sends_done() && !self.fence_wanted() && !unproven_until_the_end {
             return Ok(());
         }
         self.completion_wanted = true;
@@ -101,7 +110,9 @@ impl StreamEngine {
 
     /// Why bytes a write accepted (or a close message) may not have reached the peer, if they
     /// may not have: a send carrying them completed with an error, or the connection failed
-    /// while one was still outstanding, and the peer's credit updates do not show that it
+    /// while one was still outstanding or unproven (sent where only a placement fence proves
+    /// placement, and no fence after it came back), and the peer's credit updates do not
+    /// show that it
     /// consumed them (the peer counts the data messages it consumed in every update, so
     /// an update proves every message up to that count arrived, whatever became of the
     /// completions). Our close message failing is no loss once the peer's DISCONNECT
@@ -114,7 +125,8 @@ impl StreamEngine {
             p.disconnect
                 || ((p.sqes > 0 || (p.fence && p.message != self.fenced_message))
                     && !self.consumed_by_peer(p.message))
-        }) || self.pending_ctrl.is_some();
+        }) || self.pending_ctrl.is_some()
+            || self.placement_unproven();
         let lost = (self.sends_lost && !self.peer_closed)
             || self.lost_message.is_some_and(|m| !self.consumed_by_peer(m))
             || (self.error.is_some() && outstanding);
@@ -138,6 +150,16 @@ impl StreamEngine {
         let consumed = self.sseq_comp.wrapping_sub(self.peer_window);
         let unproven = self.sseq_no.wrapping_sub(consumed);
         self.sseq_no.wrapping_sub(message) >= unproven
+    }
+
+    /// Whether data messages were sent that only a placement fence could prove placed
+    /// ([`proves_placement_by_read`](Self::proves_placement_by_read)) and none did: no fence
+    /// after the newest came back, and the peer's credit updates do not show it consumed.
+    /// Their sends completing says only that the local transport took them.
+    pub(crate) fn placement_unproven(&self) -> bool {
+        self.proves_placement_by_read()
+            && self.sseq_no != self.fenced_message
+            && !self.consumed_by_peer(self.sseq_no)
     }
 
     /// Whether a flush or close proves placement with a placement fence, where a signalled
