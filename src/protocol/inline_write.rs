@@ -115,7 +115,7 @@ impl StreamEngine {
         self.sbuf_head = (self.sbuf_head + len) % self.sring_len;
         self.sbuf_avail -= len;
         self.sqe_avail -= 1;
-        let signaled = self.count_signal();
+        let signaled = self.count_iowrite_signal();
         let wr_id = self.track(false, len, false, signaled);
         Some(InlineIowrite {
             wr_id,

@@ -17,6 +17,7 @@
 //! until the connection closes, so that a write already on its way lands harmlessly.
 #![forbid(unsafe_code)]
 
+use super::config::CONTROL_SLOTS;
 use super::engine::{StreamEngine, TARGET_LIST_LEN};
 use super::error::StreamError;
 use super::hello::{Hello, FLAG_IOMAP};
@@ -26,6 +27,9 @@ use std::collections::VecDeque;
 
 /// Bytes of one iomap table entry (`struct rs_iomap`).
 pub const IOMAP_ENTRY_LEN: usize = 24;
+/// An iowrite asks for a completion at least once in this many posts (see
+/// [`StreamEngine::count_iowrite_signal`]; rsocket signals every one).
+pub(crate) const IOWRITE_SIGNAL_INTERVAL: u16 = 16;
 /// The largest table the 8-bit scaled size can announce (127 * 256 entries).
 pub const MAX_IOMAP_ENTRIES: u16 = 127 << 8;
 
@@ -332,7 +336,7 @@ impl StreamEngine {
                 })
             });
             self.sqe_avail -= 1;
-            let signaled = self.count_signal();
+            let signaled = self.count_iowrite_signal();
             let wr_id = self.track(false, xfer, false, signaled);
             let remote = window.window.addr + (offset - window.offset) + done as u64;
             self.ops.push_back(Op::Write {
@@ -350,6 +354,30 @@ impl StreamEngine {
         } else {
             Ok(done)
         }
+    }
+
+    /// [`count_signal`](Self::count_signal) for an iowrite: signalled at least once every
+    /// [`IOWRITE_SIGNAL_INTERVAL`] posts (or the configured interval, if longer; at most a
+    /// quarter of the send queue), and whenever the post leaves the queue or the ring short.
+    /// Nothing waits for an iowrite's own completion (the peer is not told of it, and a
+    /// flush or close asks for the completion it needs), so a completion is asked for only
+    /// to give the send queue and the ring space back in batches: the writer then polls the
+    /// completion queue and feeds a completion once every several iowrites instead of after
+    /// each. An unsignalled write that fails still completes, with its error, and fails the
+    /// connection as any failed send does.
+    pub(crate) fn count_iowrite_signal(&mut self) -> bool {
+        let quarter = ((u32::from(self.cfg.send_queue_depth) - CONTROL_SLOTS) / 4).max(1);
+        let interval = u32::from(IOWRITE_SIGNAL_INTERVAL)
+            .min(quarter)
+            .max(u32::from(self.cfg.signal_interval));
+        self.unsignaled = self.unsignaled.saturating_add(1);
+        let starved =
+            self.sqe_avail < self.sqes_per_message() || self.sbuf_avail < self.send_low_water();
+        let signaled = u32::from(self.unsignaled) >= interval || starved;
+        if signaled {
+            self.unsignaled = 0;
+        }
+        signaled
     }
 
     /// Why no window holds `[offset, offset + len)`.

@@ -180,10 +180,16 @@ fn a_small_iowrite_goes_inline_at_once_and_accounts_as_a_copying_one() {
         .iowrite_inline(0x1_0ff0, 16)
         .expect("a lone small iowrite");
     assert_eq!((w.remote_addr, w.rkey), (0xabc_0ff0, 0x77));
-    assert!(w.signaled, "every work request is signalled by default");
+    assert!(
+        !w.signaled,
+        "an iowrite asks for a completion once in several"
+    );
     assert!(!writer.has_ops(), "posted by the driver, not queued");
     assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf - 16, sqe - 1));
-    writer.on_send_completion(w.wr_id, true);
+    // A later work request's completion retires it.
+    let last = writer.iowrite_inline(0x1_0ff0, 16).expect("a second one");
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf - 32, sqe - 2));
+    writer.on_send_completion(last.wr_id, true);
     assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
     // Past the window, at no window, above the inline threshold, or behind a queued send:
     // nothing changes, and `iowrite` decides.
@@ -204,6 +210,74 @@ fn a_small_iowrite_goes_inline_at_once_and_accounts_as_a_copying_one() {
     // A closed write side refuses it, as `iowrite` does.
     writer.shutdown(Shutdown::Write);
     assert_eq!(writer.iowrite_inline(0x1_0000, 16), None);
+}
+
+#[test]
+fn iowrites_ask_for_a_completion_once_in_an_interval_and_a_failed_one_fails_the_stream() {
+    let (mut writer, mut owner) = pair(2, 2);
+    map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 4096);
+    while writer.pop_op().is_some() {}
+    let (sbuf, sqe) = (writer.sbuf_avail, writer.sqe_avail);
+    let interval = usize::from(IOWRITE_SIGNAL_INTERVAL);
+    let take = |writer: &mut StreamEngine, i: usize| {
+        let at = 0x1_0000 + 16 * (i as u64 % 64);
+        match writer.iowrite_inline(at, 16) {
+            Some(w) => (w.wr_id, w.signaled),
+            None => {
+                // A staged one (behind a queued op) counts the same way.
+                assert_eq!(writer.iowrite(at, 16, |_| {}), Ok(16));
+                match writer.pop_op() {
+                    Some(Op::Write {
+                        wr_id, signaled, ..
+                    }) => (wr_id, signaled),
+                    other => panic!("an iowrite is a WRITE, not {other:?}"),
+                }
+            }
+        }
+    };
+    let writes: Vec<_> = (0..2 * interval).map(|i| take(&mut writer, i)).collect();
+    let signaled: Vec<usize> = (0..writes.len()).filter(|&i| writes[i].1).collect();
+    assert_eq!(signaled, [interval - 1, 2 * interval - 1]);
+    let used = 2 * interval;
+    assert_eq!(
+        (writer.sbuf_avail, writer.sqe_avail),
+        (sbuf - 16 * used, sqe - used as u32)
+    );
+    // One completion gives back the send queue and the ring of every write before it.
+    writer.on_send_completion(writes[interval - 1].0, true);
+    assert_eq!(
+        (writer.sbuf_avail, writer.sqe_avail),
+        (sbuf - 16 * interval, sqe - interval as u32)
+    );
+    writer.on_send_completion(writes[2 * interval - 1].0, true);
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
+    // A flush after unsignalled ones asks for a completion (nothing else would come).
+    let (quiet, signaled) = take(&mut writer, 0);
+    assert!(!signaled);
+    assert_eq!(writer.flush(), Err(StreamError::WouldBlock));
+    let Some(Op::Write {
+        wr_id: probe,
+        signaled: true,
+        ..
+    }) = writer.pop_op()
+    else {
+        panic!("a flush behind an unsignalled iowrite posts a signalled zero-length WRITE");
+    };
+    writer.on_send_completion(probe, true);
+    assert_eq!(writer.flush(), Ok(()));
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
+    // An unsignalled iowrite that fails completes with its error all the same: the
+    // connection fails and says so.
+    let (failed, signaled) = take(&mut writer, 1);
+    assert!(!signaled);
+    assert_ne!(failed, quiet);
+    writer.on_send_completion(failed, false);
+    assert!(
+        matches!(writer.error(), Some(StreamError::ConnectionReset(_))),
+        "{:?}",
+        writer.error()
+    );
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
 }
 
 #[test]

@@ -138,19 +138,40 @@ impl Shared {
         if matches!(dir, Direction::Write) {
             self.ready.write_called();
         }
+        // The attempt comes first: when the bytes or the room are already there (a stream
+        // in flight), the completions wait for the progress after it, and the call makes one
+        // pass over the queue instead of two. A call that goes through at once returns
+        // before its wait is set up (it has waited for nothing: the policy learns nothing).
+        match attempt(&mut g) {
+            Err(StreamError::WouldBlock) => self.run_waiting(g, dir, &mut attempt),
+            result => self.finish(g, dir, None, result),
+        }
+    }
+
+    /// The rest of [`run`](Self::run) once its first attempt found nothing: progress, wait
+    /// and attempt again. Out of line, so that a call that goes through at once runs
+    /// none of its set-up.
+    #[inline(never)]
+    fn run_waiting<'a, T>(
+        &'a self,
+        mut g: MutexGuard<'a, Connection>,
+        dir: Direction,
+        attempt: &mut impl FnMut(&mut Connection) -> Result<T, StreamError>,
+    ) -> io::Result<T> {
         let mut call = self.call_wait(&g, dir);
         // The channel's input watch of the last arming (see `arm_to_sleep`): dropped once
         // the events are taken after the sleep.
         let mut watch = None;
+        let mut attempted = true;
         loop {
-            let took = call.take_woke() && g.take_events_after_wake()?;
-            drop(watch.take());
-            // The attempt comes first: when the bytes or the room are already there (a
-            // stream in flight), the completions wait for the progress after it, and the
-            // call makes one pass over the queue instead of two.
-            match attempt(&mut g) {
-                Err(StreamError::WouldBlock) => call.not_yet(),
-                result => return self.finish(g, dir, &call, result),
+            let mut took = false;
+            if !std::mem::take(&mut attempted) {
+                took = call.take_woke() && g.take_events_after_wake()?;
+                drop(watch.take());
+                match attempt(&mut g) {
+                    Err(StreamError::WouldBlock) => call.not_yet(),
+                    result => return self.finish(g, dir, Some(&call), result),
+                }
             }
             let progress = g.progress()?
                 || took
@@ -214,18 +235,21 @@ impl Shared {
         )
     }
 
-    /// The attempt went through (or failed): the policy learns how long the call waited,
-    /// progress is made as the direction allows, and the others are told. Inlined: this is
-    /// the way out of every call that found its bytes or its room at once.
+    /// The attempt went through (or failed): the policy learns how long the call waited
+    /// (`call`: `None` when it went through at once, without a wait), progress is made as
+    /// the direction allows, and the others are told. Inlined: this is the way out of every
+    /// call that found its bytes or its room at once.
     #[inline(always)]
     fn finish<T>(
         &self,
         mut g: MutexGuard<'_, Connection>,
         dir: Direction,
-        call: &CallWait,
+        call: Option<&CallWait>,
         result: Result<T, StreamError>,
     ) -> io::Result<T> {
-        g.wait.call_ended(call);
+        if let Some(call) = call {
+            g.wait.call_ended(call);
+        }
         let pumped = match dir {
             Direction::Write => g.progress_after_write(),
             Direction::Read => g.progress_after_read(),
