@@ -73,6 +73,15 @@ impl RegionSet {
         }
     }
 
+    /// The region `lkey` names, for a post to read an inline payload from (`None` for a key
+    /// of an inline pool, which is no region).
+    pub(crate) fn local_view(&self, lkey: LocalKey) -> Option<RegionView<'_>> {
+        if lkey.0 & INLINE_KEY_BIT != 0 {
+            return None;
+        }
+        self.view(lkey.0)
+    }
+
     fn view(&self, key: u32) -> Option<RegionView<'_>> {
         self.regions.get(&key).map(|r| RegionView {
             memory: &r.memory,

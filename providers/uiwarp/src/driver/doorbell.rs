@@ -123,15 +123,9 @@ impl Endpoint {
         }
     }
 
-    /// Holds the post just made (`bytes` of payload in `requests`) instead of writing it, if
-    /// coalescing is on and allows it (see the module). Returns whether it did.
-    pub(crate) fn try_hold(
-        &self,
-        st: &mut EndpointState,
-        engine: &Engine,
-        bytes: u64,
-        requests: usize,
-    ) -> bool {
+    /// Whether [`Endpoint::try_hold`] would hold a post of `bytes` in `requests` now (it
+    /// changes nothing): the lean path frames only a post that is not held.
+    pub(crate) fn would_hold(&self, st: &EndpointState, bytes: u64, requests: usize) -> bool {
         // An armed queue means a thread may sleep on its channel, which a held post would
         // leave waiting for the backstop: the classic event loop arms, polls, posts the
         // answers and sleeps.
@@ -141,13 +135,27 @@ impl Endpoint {
         {
             return false;
         }
+        st.link.as_ref().is_some_and(|link| {
+            link.can_hold() && link.held.may_hold(Instant::now(), bytes, requests)
+        })
+    }
+
+    /// Holds the post just made (`bytes` of payload in `requests`) instead of writing it, if
+    /// coalescing is on and allows it (see the module). Returns whether it did.
+    pub(crate) fn try_hold(
+        &self,
+        st: &mut EndpointState,
+        engine: &Engine,
+        bytes: u64,
+        requests: usize,
+    ) -> bool {
+        if !self.would_hold(st, bytes, requests) {
+            return false;
+        }
         let Some(link) = st.link.as_mut() else {
             return false;
         };
         let now = Instant::now();
-        if !link.can_hold() || !link.held.may_hold(now, bytes, requests) {
-            return false;
-        }
         link.held.hold(bytes, requests);
         let token = link.token;
         self.doorbell.held.store(true, Ordering::Release);

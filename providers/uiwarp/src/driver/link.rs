@@ -5,7 +5,7 @@ use super::doorbell::Held;
 use super::liveness::Liveness;
 use super::pcap::Flow;
 use super::Engine;
-use crate::protocol::{Connection, MemoryTable, TxQueue};
+use crate::protocol::{Connection, InlineSend, MemoryTable, TxQueue};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
@@ -367,6 +367,26 @@ impl Link {
             self.linger_until = Some(Instant::now() + LINGER);
         }
         moved
+    }
+
+    /// Frames `chain` at once into the transmit queue (the lean path, see
+    /// [`Connection::post_inline_chain`]) when nothing waits for TCP's room and the
+    /// connection is not failing or closing; returns whether it did. The next
+    /// [`Link::flush`] writes it.
+    pub(crate) fn post_inline_chain(&mut self, chain: &[InlineSend<'_>]) -> bool {
+        let framed = self.out.is_empty()
+            && self.io_error.is_none()
+            && !self.write_shut
+            && !self.conn.should_close()
+            && self.conn.post_inline_chain(chain, &mut self.out);
+        if framed {
+            if let Some(f) = &mut self.flow {
+                let mut bytes = Vec::with_capacity(self.out.len());
+                self.out.copy_to(&mut bytes);
+                f.outbound(&bytes);
+            }
+        }
+        framed
     }
 
     /// Whether a post may be held back from TCP: nothing waits for TCP's room, and the

@@ -31,6 +31,7 @@ mod config;
 mod connection;
 mod event;
 mod handshake;
+mod lean;
 mod memory;
 #[cfg(any(test, fuzzing))]
 mod pair;
@@ -46,6 +47,7 @@ pub use config::{Config, Negotiated, Role, Rtr, MAX_READ_DEPTH, MIN_MULPDU};
 pub use connection::Connection;
 pub use event::{CloseReason, ConnectRequest, Established, Event, Origin, Termination};
 pub use handshake::{MAX_USER_PRIVATE_DATA, SIW_MAX_USER_PRIVATE_DATA};
+pub use lean::{InlineOperation, InlineSend};
 pub use memory::{AccessError, MemoryTable, RegionTable, RegionView};
 #[cfg(any(test, fuzzing))]
 pub(crate) use pair::connected_pair;

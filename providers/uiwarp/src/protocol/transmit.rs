@@ -157,7 +157,7 @@ impl Connection {
             .any(|segments| segments.iter().any(|s| s.lkey == lkey))
     }
 
-    fn may_send_fpdus(&self) -> bool {
+    pub(super) fn may_send_fpdus(&self) -> bool {
         matches!(self.phase, Phase::Established) && self.hold_until.is_none()
     }
 

@@ -20,6 +20,8 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
+mod lean;
+
 /// The deepest work queue.
 pub(crate) const MAX_QUEUE_DEPTH: u32 = 32_768;
 /// Scatter/gather entries per request.
@@ -142,6 +144,26 @@ impl UiwarpQp {
             error: Error::io("the uiwarp engine", e),
         })?;
         let mut st = self.endpoint.lock();
+        if lent.is_empty() {
+            // The inline pool's gather buffer stages payloads read from registered memory.
+            let mut staged = std::mem::take(&mut st.inline.gather);
+            let framed = self
+                .inline_chain(wrs, &mut staged)
+                .is_some_and(|(chain, bytes)| {
+                    let chain = &chain[..wrs.len()];
+                    !self.endpoint.would_hold(&st, bytes, chain.len())
+                        && st
+                            .link
+                            .as_mut()
+                            .is_some_and(|link| link.post_inline_chain(chain))
+                });
+            st.inline.gather = staged;
+            if framed {
+                st.posted_sends += wrs.len() as u64;
+                self.endpoint.flush(&mut st, engine);
+                return Ok(());
+            }
+        }
         let mut result = Ok(());
         let mut lent_left = lent;
         // What this call handed to the core (for doorbell coalescing).
