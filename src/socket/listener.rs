@@ -170,18 +170,32 @@ impl RdmaListener {
             if let Some(e) = backlog.take_notice() {
                 return Err(e);
             }
-            while backlog.len() < most {
-                let Some(request) = self.cm.poll_request()? else {
-                    break;
-                };
-                if let Some(h) = answer(&self.opts, &self.failed, request)? {
-                    backlog.push(h)?;
-                }
-            }
+            // A connection that is ready goes out before any waiting request is answered:
+            // its client waits for it, and the answering thread takes the requests meanwhile.
             if let Some(h) = backlog.take_ready(first_frame_bound, &self.failed)? {
                 backlog.own_listen(self.cm.event_fd(), most)?;
                 drop(backlog);
                 return finish(h);
+            }
+            // None is ready: answer one waiting request here, outside the backlog's lock on a
+            // place held for it (as the answering thread does), so that the answering thread
+            // and the clones' accepts answer others at the same time; then look again.
+            if backlog.reserve(most) {
+                drop(backlog);
+                let answered = self
+                    .cm
+                    .poll_request()
+                    .and_then(|r| r.map(|r| answer(&self.opts, &self.failed, r)).transpose());
+                backlog = self.backlog();
+                backlog.release();
+                match answered? {
+                    Some(Some(h)) => {
+                        backlog.push(h)?;
+                        continue;
+                    }
+                    Some(None) => continue,
+                    None => {}
+                }
             }
             if self.nonblocking.load(Ordering::Relaxed) {
                 backlog.own_listen(self.cm.event_fd(), most)?;
