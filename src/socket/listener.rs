@@ -277,6 +277,13 @@ fn record_failure(failed: &Mutex<Option<io::Error>>, peer: Option<SocketAddr>, e
 /// The socket of an established connection.
 fn finish(h: Handshake) -> io::Result<(RdmaSocket, SocketAddr)> {
     let (mut conn, peer) = h.finish();
+    // The endpoint is this accept's alone until the socket is made.
+    if let Some(endpoint) = Arc::get_mut(&mut conn.endpoint) {
+        if let Err(e) = endpoint.settle() {
+            let _ = conn.endpoint.disconnect(&conn.res.qp);
+            return Err(accept_failure(peer, e.kind(), e));
+        }
+    }
     conn.pump()?;
     let socket = RdmaSocket {
         shared: Arc::new(Shared::new(conn)?),

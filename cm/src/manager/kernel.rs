@@ -1,8 +1,7 @@
 //! The kernel's rdma_cm as a [`ConnectionManager`]: a connection's id lives on the process's
-//! event channel (read by the thread `rdmasock-cm`) once it is connected (passive side: once it
-//! has an endpoint); a resolution and a listener have a channel of their own, and a connect
-//! started from a resolution reads its connect's events on that channel itself (see
-//! [`CmEndpoint::settle`]).
+//! event channel (read by the thread `rdmasock-cm`) once it is connected; a resolution, a
+//! listener and an answered request have a channel of their own, on which the connecting or
+//! accepting thread reads its handshake's events itself (see [`CmEndpoint::settle`]).
 #![forbid(unsafe_code)]
 
 use super::process_channel::{self, Adoption};
@@ -191,6 +190,19 @@ impl KernelEndpoint {
             adoption,
             ..Self::on_own_channel_as(id, local, peer, initiator)
         })
+    }
+
+    /// The endpoint of a connection request's `id`, moved off its listener's channel onto a
+    /// channel of its own, where the answering side reads its handshake's events (ESTABLISHED)
+    /// itself until [`settle`](CmEndpoint::settle).
+    fn answering(mut id: CmId) -> io::Result<Self> {
+        let (local, peer) = match id.query_addr() {
+            Ok(a) => (a.local, a.peer),
+            Err(_) => (None, None),
+        };
+        let channel = EventChannel::open()?;
+        id.migrate(&channel)?;
+        Ok(Self::on_own_channel_as(id, local, peer, false))
     }
 
     /// The endpoint of a resolved active `id`, left on the channel it was resolved on until
@@ -415,7 +427,7 @@ impl CmListener for KernelListener {
             match ev.event {
                 CmEvent::ConnectRequest(request) => {
                     return Ok(Some(IncomingRequest {
-                        endpoint: Box::new(KernelEndpoint::new(request.id, false)?),
+                        endpoint: Box::new(KernelEndpoint::answering(request.id)?),
                         private_data: request.param.private_data,
                     }));
                 }
