@@ -356,15 +356,8 @@ fn recv_xfer(
     counters: &mut Counters,
 ) -> Result<(), String> {
     let last = window.len() - 1;
-    let mut byte = [0u8; 1];
-    loop {
-        // The peer writes the window behind the compiler's back: read it anew each time.
-        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-        window.read_at(last, &mut byte).map_err(|e| e.to_string())?;
-        if byte[0] == marker {
-            break;
-        }
-    }
+    // `byte_at` reads the byte anew each time (the peer writes it behind the compiler's back).
+    while window.byte_at(last).map_err(|e| e.to_string())? != marker {}
     if c.verify {
         let mut got = vec![0u8; last];
         window.read_at(0, &mut got).map_err(|e| e.to_string())?;

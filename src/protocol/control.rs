@@ -21,7 +21,10 @@ impl StreamEngine {
         // What earlier completions found lost: a refused farewell (below) keeps it.
         let lost_before = (self.sends_lost, self.lost_message);
         while let Some(p) = self.pending.front().copied() {
-            if p.seq > wr_id.seq() {
+            // A failed completion of an unsignalled iowrite inside a run of them retires the
+            // whole run (the writes after it in the run fail with the queue pair): its loss
+            // is counted below and the connection fails.
+            if p.seq > wr_id.seq() && (success || p.first > wr_id.seq()) {
                 break;
             }
             self.pending.pop_front();
@@ -380,7 +383,8 @@ impl StreamEngine {
         self.pending.is_empty() && self.pending_ctrl.is_none()
     }
 
-    /// Send work requests posted and not yet completed.
+    /// Entries of the record of posted sends not yet completed (a run of unsignalled
+    /// iowrites counts once).
     pub fn sends_outstanding(&self) -> usize {
         self.pending.len()
     }

@@ -32,7 +32,13 @@ pub(crate) enum Phase {
 /// What a posted send work request holds until it completes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pending {
+    /// The sequence number of the last work request it covers (its work request id's).
     pub(crate) seq: u64,
+    /// The sequence number of the first work request it covers: below `seq` for a run of
+    /// unsignalled iowrites kept as one entry (see [`StreamEngine::track_iowrite`]).
+    pub(crate) first: u64,
+    /// How many iowrites it covers (0 for anything else).
+    pub(crate) iowrites: u32,
     pub(crate) sqes: u32,
     pub(crate) ctrl: u32,
     pub(crate) bytes: usize,
@@ -637,6 +643,8 @@ impl StreamEngine {
         }
         self.pending.push_back(Pending {
             seq,
+            first: seq,
+            iowrites: 0,
             sqes: u32::from(!control),
             ctrl: u32::from(control),
             bytes,

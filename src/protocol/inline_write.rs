@@ -44,6 +44,18 @@ pub struct InlineIowrite {
 }
 
 impl StreamEngine {
+    /// Moves the send ring's head on by `len` bytes (at most the ring's length, as every
+    /// reservation is), wrapping without a division.
+    #[inline]
+    fn advance_send_head(&mut self, len: usize) {
+        let head = self.sbuf_head + len;
+        self.sbuf_head = if head >= self.sring_len {
+            head - self.sring_len
+        } else {
+            head
+        };
+    }
+
     /// [`write`](Self::write) of all `len` bytes as one message sent inline, when it can go
     /// now, ahead of what is queued: `len` is 1 to the inline threshold, the mode is plain
     /// (no write+send), the stream is open for writing, a message can be sent
@@ -72,7 +84,7 @@ impl StreamEngine {
         if !fits {
             return None;
         }
-        self.sbuf_head = (self.sbuf_head + len) % self.sring_len;
+        self.advance_send_head(len);
         let (dest, signaled) = self.take_data_slot(len);
         let wr_id = self.track(false, len, false, signaled);
         Some(InlineWrite {
@@ -112,11 +124,11 @@ impl StreamEngine {
             return None;
         }
         let window = self.iomap_window(offset, len as u64)?;
-        self.sbuf_head = (self.sbuf_head + len) % self.sring_len;
+        self.advance_send_head(len);
         self.sbuf_avail -= len;
         self.sqe_avail -= 1;
         let signaled = self.count_iowrite_signal();
-        let wr_id = self.track(false, len, false, signaled);
+        let wr_id = self.track_iowrite(len, signaled);
         Some(InlineIowrite {
             wr_id,
             remote_addr: window.window.addr + (offset - window.offset),

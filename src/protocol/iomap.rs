@@ -22,7 +22,7 @@ use super::engine::{StreamEngine, TARGET_LIST_LEN};
 use super::error::StreamError;
 use super::hello::{Hello, FLAG_IOMAP};
 use super::msg::{ByteOrder, Message, RemoteSge, SGE_LEN};
-use super::op::{CopySpan, Op, Payload, RingSpan};
+use super::op::{CopySpan, Op, Payload, RingSpan, WrId};
 use std::collections::VecDeque;
 
 /// Bytes of one iomap table entry (`struct rs_iomap`).
@@ -337,7 +337,7 @@ impl StreamEngine {
             });
             self.sqe_avail -= 1;
             let signaled = self.count_iowrite_signal();
-            let wr_id = self.track(false, xfer, false, signaled);
+            let wr_id = self.track_iowrite(xfer, signaled);
             let remote = window.window.addr + (offset - window.offset) + done as u64;
             self.ops.push_back(Op::Write {
                 wr_id,
@@ -353,6 +353,43 @@ impl StreamEngine {
             Err(StreamError::WouldBlock)
         } else {
             Ok(done)
+        }
+    }
+
+    /// `track` for one iowrite of `bytes` (one work request, no control
+    /// slot): when the newest entry is a run of unsignalled iowrites of the same stream
+    /// position, the write joins it instead of taking an entry of its own (a signalled one
+    /// ends the run), so the completion that retires the run pops one entry for all of them.
+    /// A failed completion of a write inside a run retires the whole run (see
+    /// [`on_send_completion`](Self::on_send_completion)).
+    #[inline]
+    pub(crate) fn track_iowrite(&mut self, bytes: usize, signaled: bool) -> WrId {
+        let seq = self.next_seq;
+        let message = self.sseq_no;
+        match self.pending.back_mut() {
+            Some(run)
+                if run.iowrites > 0
+                    && !run.signaled
+                    && !run.fence
+                    && run.message == message
+                    && run.seq + 1 == seq =>
+            {
+                self.next_seq += 1;
+                self.unfenced = true;
+                run.seq = seq;
+                run.iowrites += 1;
+                run.sqes += 1;
+                run.bytes += bytes;
+                run.signaled = signaled;
+                WrId::send(seq)
+            }
+            _ => {
+                let wr_id = self.track(false, bytes, false, signaled);
+                if let Some(p) = self.pending.back_mut() {
+                    p.iowrites = 1;
+                }
+                wr_id
+            }
         }
     }
 

@@ -281,6 +281,55 @@ fn iowrites_ask_for_a_completion_once_in_an_interval_and_a_failed_one_fails_the_
 }
 
 #[test]
+fn a_run_of_unsignalled_iowrites_is_one_entry_and_a_failure_inside_it_fails_the_stream() {
+    let (mut writer, mut owner) = pair(2, 2);
+    map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 4096);
+    while writer.pop_op().is_some() {}
+    let (sbuf, sqe, entries) = (
+        writer.sbuf_avail,
+        writer.sqe_avail,
+        writer.sends_outstanding(),
+    );
+    let writes: Vec<_> = (0..5)
+        .map(|i| {
+            writer
+                .iowrite_inline(0x1_0000 + 16 * i, 16)
+                .expect("a small iowrite")
+        })
+        .collect();
+    assert!(writes.iter().all(|w| !w.signaled));
+    assert_eq!(
+        writer.sends_outstanding(),
+        entries + 1,
+        "the unsignalled run is kept as one entry"
+    );
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf - 80, sqe - 5));
+    assert!(
+        !writer.send_completed(writes[0].wr_id),
+        "the run's first write is outstanding"
+    );
+    // The third fails: the run is retired with it, and the connection fails.
+    writer.on_send_completion(writes[2].wr_id, false);
+    assert!(
+        matches!(writer.error(), Some(StreamError::ConnectionReset(_))),
+        "{:?}",
+        writer.error()
+    );
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
+    assert_eq!(
+        writer.sends_outstanding(),
+        0,
+        "everything posted up to the failed write is retired"
+    );
+    assert!(writer.send_completed(writes[4].wr_id));
+    // The writes after it complete flushed: nothing is left to retire twice.
+    for w in &writes[3..] {
+        writer.on_send_completion(w.wr_id, false);
+    }
+    assert_eq!((writer.sbuf_avail, writer.sqe_avail), (sbuf, sqe));
+}
+
+#[test]
 fn a_registered_iowrite_posts_from_the_buffer_and_signals_its_last_write() {
     let (mut writer, mut owner) = pair(2, 2);
     map(&mut owner, &mut writer, 0x1_0000, 0xabc_0000, 256 * 1024);

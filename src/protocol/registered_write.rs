@@ -122,7 +122,7 @@ impl StreamEngine {
     /// Whether a send work request `wr` (one [`write_registered`](Self::write_registered)
     /// returned) has completed: no send posted up to it is still outstanding.
     pub fn send_completed(&self, wr: WrId) -> bool {
-        self.pending.front().is_none_or(|p| p.seq > wr.seq())
+        self.pending.front().is_none_or(|p| p.first > wr.seq())
     }
 
     /// rsocket's `rs_can_send` without the send-ring low-water mark, which a message from

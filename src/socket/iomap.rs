@@ -101,6 +101,16 @@ impl MappedWindow {
             .map_err(|e| window_range(e, pos, buf.len(), self.len()))
     }
 
+    /// The window's byte at `pos`, read anew on every call: what a loop that waits for the
+    /// peer's `iowrite` to set a flag byte reads (one load, no copy). An error when `pos` is
+    /// past the window.
+    #[inline]
+    pub fn byte_at(&self, pos: usize) -> io::Result<u8> {
+        self.memory
+            .load_u8(pos)
+            .map_err(|e| window_range(e, pos, 1, self.len()))
+    }
+
     /// Copies `buf` into the window at `pos` (the owner's own writes, e.g. to reset a flag
     /// byte the peer sets). An error when it runs past the window.
     pub fn write_at(&self, pos: usize, buf: &[u8]) -> io::Result<()> {

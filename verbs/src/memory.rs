@@ -257,6 +257,14 @@ impl RegisteredMemory {
         Ok(())
     }
 
+    /// The byte at `offset`, read anew on every call (for a loop that waits for a peer's
+    /// RDMA WRITE to change it): one load, without a copy's set-up.
+    #[inline]
+    pub fn load_u8(&self, offset: usize) -> Result<u8> {
+        self.check(offset, 1)?;
+        Ok(self.raw.load_u8(offset))
+    }
+
     /// Copies `src` into the memory at `offset` (in [`COPY_PIECE`]-byte pieces).
     #[inline]
     pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {

@@ -33,6 +33,12 @@ fn allocate_read_write_bounds() {
     assert!(!m.contains(m.addr() - 1, 1));
     m.as_mut_slice()[0] = 7;
     assert_eq!(m.to_vec()[0], 7);
+    assert_eq!(m.load_u8(0).unwrap(), 7);
+    assert_eq!(m.load_u8(14).unwrap(), b'o');
+    m.write_at(99, &[0xa5]).unwrap();
+    assert_eq!(m.load_u8(99).unwrap(), 0xa5);
+    assert!(m.load_u8(100).is_err());
+    assert!(m.load_u8(usize::MAX).is_err());
 }
 
 #[test]

@@ -118,6 +118,12 @@ impl MemoryRegion {
         self.memory.read_at(offset, dst)
     }
 
+    /// The byte at `offset`, read anew on every call (see [`RegisteredMemory::load_u8`]).
+    #[inline]
+    pub fn load_u8(&self, offset: usize) -> Result<u8> {
+        self.memory.load_u8(offset)
+    }
+
     /// A copy of the region's bytes (see [`RegisteredMemory::to_vec`]): while registered
     /// for remote or device writes they may change at any time, so no slice over them is
     /// handed out; read after the completion that says they were written.

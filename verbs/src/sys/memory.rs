@@ -2,7 +2,7 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// The size of a huge page that [`RawMemory::allocate_huge`] maps (`MAP_HUGE_2MB`).
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
@@ -302,6 +302,17 @@ impl RawMemory {
                 dst.len(),
             )
         }
+    }
+
+    /// The byte at `offset`, read anew on every call (an atomic load: a device or a peer may
+    /// be writing it meanwhile).
+    #[inline]
+    pub(crate) fn load_u8(&self, offset: usize) -> u8 {
+        self.assert_inside(offset, 1);
+        // SAFETY: in bounds (asserted); AtomicU8 has u8's layout and alignment, and the
+        // memory is valid for the lifetime of &self. Writers outside Rust (the device, a
+        // peer's RDMA WRITE) change it only as whole bytes.
+        unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU8) }.load(Ordering::Acquire)
     }
 
     /// Copies in; the caller has checked bounds.
