@@ -63,6 +63,26 @@ fn nth(first: &RecvWork, step: Step, n: u32) -> Option<RecvWork> {
     }
 }
 
+/// Whether `work` is the request `n` places after `first` when they follow by `step`: what
+/// comparing with [`nth`]'s request gives, without building it.
+fn is_nth(first: &RecvWork, step: Step, n: u32, work: &RecvWork) -> bool {
+    match step {
+        Step::Same => first == work,
+        Step::Next => {
+            let ([segment], [other]) = (&*first.segments, &*work.segments) else {
+                return false;
+            };
+            let Some(offset) = u64::from(segment.length).checked_mul(u64::from(n)) else {
+                return false;
+            };
+            first.wr_id.checked_add(u64::from(n)) == Some(work.wr_id)
+                && segment.addr.checked_add(offset) == Some(other.addr)
+                && other.length == segment.length
+                && other.lkey == segment.lkey
+        }
+    }
+}
+
 impl Run {
     /// Whether `work` continues this run (and by which step).
     fn continued_by(&self, work: &RecvWork) -> Option<Step> {
@@ -76,7 +96,7 @@ impl Run {
         steps
             .iter()
             .copied()
-            .find(|&step| nth(&self.first, step, self.count).as_ref() == Some(work))
+            .find(|&step| is_nth(&self.first, step, self.count, work))
     }
 }
 
@@ -114,6 +134,11 @@ impl RecvQueue {
             count: 1,
             step: None,
         });
+    }
+
+    /// The oldest request.
+    pub fn front(&self) -> Option<&RecvWork> {
+        self.runs.front().map(|run| &run.first)
     }
 
     /// Takes the oldest request.
@@ -185,6 +210,45 @@ mod tests {
         assert_eq!(rest, posted[1..]);
         assert!(q.is_empty());
         assert_eq!(q.pop_front(), None);
+    }
+
+    #[test]
+    fn is_nth_agrees_with_building_the_request() {
+        let firsts = [
+            work(5, 0),
+            work(5, 4096),
+            work(u64::MAX - 1, u64::MAX - 100),
+        ];
+        let mut others: Vec<RecvWork> = firsts.to_vec();
+        others.extend([
+            work(6, 4160),
+            work(7, 4224),
+            work(6, 4096),
+            work(u64::MAX, u64::MAX - 36),
+        ]);
+        let mut other_key = work(6, 4160);
+        other_key.segments[0].lkey = rdmasock_verbs::LocalKey(8);
+        others.push(other_key);
+        let mut other_length = work(6, 4160);
+        other_length.segments[0].length = 32;
+        others.push(other_length);
+        let mut matches = 0;
+        for first in &firsts {
+            for step in [Step::Same, Step::Next] {
+                for n in [0, 1, 2, u32::MAX] {
+                    for other in &others {
+                        let built = nth(first, step, n).as_ref() == Some(other);
+                        assert_eq!(
+                            is_nth(first, step, n, other),
+                            built,
+                            "{first:?} {step:?} {n} {other:?}"
+                        );
+                        matches += usize::from(built);
+                    }
+                }
+            }
+        }
+        assert!(matches > 8, "the cases must include matches ({matches})");
     }
 
     #[test]
