@@ -85,7 +85,7 @@ impl Connection {
             return false;
         }
         let wr_id = work.wr_id;
-        self.rq.pop_front();
+        self.rq.drop_front();
         self.rx_msn[queue::SEND as usize] = self.rx_msn[queue::SEND as usize].wrapping_add(1);
         self.push_recv_completion(wr_id, WcStatus::Success, byte_len, 0, false, 0);
         true

@@ -155,6 +155,29 @@ impl RecvQueue {
         }
     }
 
+    /// Drops the oldest request (after [`RecvQueue::front`]): what [`RecvQueue::pop_front`]
+    /// does, with the run's next request made in place.
+    pub fn drop_front(&mut self) {
+        let Some(run) = self.runs.front_mut() else {
+            return;
+        };
+        self.len -= 1;
+        match run.step {
+            Some(step) if run.count > 1 => {
+                run.count -= 1;
+                if step == Step::Next {
+                    // The run holds request 1, so neither sum overflows (see `nth`).
+                    let segment = &mut run.first.segments[0];
+                    segment.addr += u64::from(segment.length);
+                    run.first.wr_id += 1;
+                }
+            }
+            _ => {
+                self.runs.pop_front();
+            }
+        }
+    }
+
     /// Every request, oldest first.
     pub fn into_works(self) -> impl Iterator<Item = RecvWork> {
         self.runs.into_iter().flat_map(|run| {
@@ -292,5 +315,31 @@ mod tests {
         assert_eq!(q.pop_front(), Some(slot(1)));
         let rest: Vec<RecvWork> = std::mem::take(&mut q).into_works().collect();
         assert_eq!(rest, posted[2..]);
+    }
+
+    #[test]
+    fn dropping_the_front_leaves_what_popping_it_does() {
+        let slot = |i: u64| {
+            let mut w = work(1_000 + i, 0x10_000 + 4 * i);
+            w.segments[0].length = 4;
+            w
+        };
+        let mut posted: Vec<RecvWork> = (0..5).map(slot).collect();
+        posted.extend([work(2, 0), work(2, 0), work(2, 0), slot(9), work(4, 4096)]);
+        let mut popped = RecvQueue::new();
+        let mut dropped = RecvQueue::new();
+        for w in &posted {
+            popped.push_back(w.clone());
+            dropped.push_back(w.clone());
+        }
+        for w in &posted {
+            assert_eq!(dropped.front(), Some(w));
+            assert_eq!(popped.pop_front().as_ref(), Some(w));
+            dropped.drop_front();
+            assert_eq!(dropped.len(), popped.len());
+        }
+        assert_eq!((dropped.front(), dropped.runs.len()), (None, 0));
+        dropped.drop_front();
+        assert_eq!(dropped.len(), 0);
     }
 }
