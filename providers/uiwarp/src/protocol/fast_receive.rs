@@ -2,11 +2,12 @@
 //! fits the oldest posted receive), the common case of small messages, checked and placed
 //! straight from the input bytes.
 //!
-//! It makes every check the general path (`receive.rs`) makes, in the same order of effect:
-//! versions, opcode and T bit, queue, MSN and message offset, STag, bounds and access, the
-//! receive's length and scatter list. It changes nothing before it knows the message is
-//! placed; whatever it does not take (a multi-segment message, another opcode, a failed
-//! check) goes the general way, which processes it, or reports the failure, from scratch.
+//! It makes every check the general path (`receive.rs`) makes: versions, opcode and T bit,
+//! queue, MSN and message offset, STag, bounds and access, the receive's length and scatter
+//! list. It changes no connection state until the message is placed (a scatter list that
+//! fails part way has written only what the general path then writes the same way);
+//! whatever it does not take (a multi-segment message, another opcode, a failed check) goes
+//! the general way, which processes it, or reports the failure, from scratch.
 
 use super::connection::{Connection, Phase};
 use super::memory::MemoryTable;
