@@ -11,7 +11,7 @@ use super::txqueue::TxQueue;
 use crate::wire::ddp::{queue, Opcode, Placement, SegmentRepr};
 use crate::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::wire::fpdu;
-use rdmasock_verbs::{RemoteKey, WcOpcode};
+use rdmasock_verbs::{RemoteKey, WcOpcode, WcStatus};
 
 /// What an [`InlineSend`] does.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -145,11 +145,29 @@ impl Connection {
         }
         true
     }
+
+    /// Marks send slot `seq` done because all its bytes are written. The common case, the
+    /// oldest slot unsignalled and still pending, leaves nothing to report: it is dropped at
+    /// once, without the search and the completion bookkeeping of [`Self::finish_send`].
+    pub(crate) fn finish_written_send(&mut self, seq: u64) {
+        match self.sq_slots.front() {
+            Some(front) if front.seq == seq && front.status.is_none() && !front.signaled => {
+                self.sq_slots.pop_front();
+                // Slots behind it that finished first (after a READ) may go now.
+                if self.sq_slots.front().is_some_and(|s| s.status.is_some()) {
+                    self.release_send_completions();
+                }
+            }
+            _ => self.finish_send(seq, WcStatus::Success, 0),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::config::Role;
+    use crate::protocol::connection::Phase;
     use crate::protocol::{
         connected_pair, Completion, Config, LocalSegment, RegionTable, SendOperation, SendWork,
     };
@@ -228,6 +246,51 @@ mod tests {
             wire,
             std::iter::from_fn(|| conn.poll_completion()).collect(),
         )
+    }
+
+    fn slot(seq: u64, opcode: WcOpcode, signaled: bool) -> SqSlot {
+        SqSlot {
+            seq,
+            wr_id: 100 + seq,
+            opcode,
+            signaled,
+            byte_len: 8,
+            status: None,
+            vendor_err: 0,
+        }
+    }
+
+    #[test]
+    fn written_requests_complete_in_order_behind_a_read() {
+        let mut conn = Connection::new(Config::default(), Role::Initiator, Phase::Established);
+        conn.sq_slots.extend([
+            slot(0, WcOpcode::RdmaWrite, false),
+            slot(1, WcOpcode::RdmaRead, true),
+            slot(2, WcOpcode::RdmaWrite, false),
+            slot(3, WcOpcode::Send, true),
+            slot(4, WcOpcode::RdmaWrite, false),
+        ]);
+        // The oldest, unsignalled, goes without a completion; the READ then holds the rest.
+        conn.finish_written_send(0);
+        conn.finish_written_send(2);
+        conn.finish_written_send(3);
+        assert!(conn.poll_completion().is_none());
+        assert_eq!(conn.sq_slots.len(), 4);
+        conn.finish_send(1, WcStatus::Success, 0);
+        let ids: Vec<u64> = std::iter::from_fn(|| conn.poll_completion())
+            .map(|c| c.completion.wr_id)
+            .collect();
+        assert_eq!(ids, [101, 103]);
+        assert_eq!(conn.sq_slots.len(), 1);
+        // A signalled request at the front still completes.
+        conn.sq_slots.push_back(slot(5, WcOpcode::Send, true));
+        conn.finish_written_send(4);
+        conn.finish_written_send(5);
+        assert_eq!(
+            conn.poll_completion().map(|c| c.completion.wr_id),
+            Some(105)
+        );
+        assert!(conn.sq_slots.is_empty());
     }
 
     #[test]

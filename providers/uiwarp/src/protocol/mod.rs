@@ -30,6 +30,7 @@
 mod config;
 mod connection;
 mod event;
+mod fast_receive;
 mod handshake;
 mod lean;
 mod memory;

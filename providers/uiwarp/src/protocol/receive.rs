@@ -76,6 +76,9 @@ impl Connection {
         }
         // The peer has spoken: the responder's first-FPDU hold is over.
         self.hold_until = None;
+        if self.whole_message_input(frame.ulpdu(), memory) {
+            return len;
+        }
         match self.segment_input(frame.ulpdu(), memory) {
             Ok(()) => len,
             Err(mut fault) => {
@@ -502,7 +505,7 @@ fn check_header(seg: &Segment<&[u8]>) -> Result<Header, Fault> {
 }
 
 /// Writes `data` at message offset `offset` of a receive's scatter list.
-fn scatter(
+pub(super) fn scatter(
     memory: &dyn MemoryTable,
     work: &super::work::RecvWork,
     mut offset: u64,

@@ -63,6 +63,26 @@ fn nth(first: &RecvWork, step: Step, n: u32) -> Option<RecvWork> {
     }
 }
 
+/// Whether `work` is the request `n` places after `first` when they follow by `step`: what
+/// comparing with [`nth`]'s request gives, without building it.
+fn is_nth(first: &RecvWork, step: Step, n: u32, work: &RecvWork) -> bool {
+    match step {
+        Step::Same => first == work,
+        Step::Next => {
+            let ([segment], [other]) = (&*first.segments, &*work.segments) else {
+                return false;
+            };
+            let Some(offset) = u64::from(segment.length).checked_mul(u64::from(n)) else {
+                return false;
+            };
+            first.wr_id.checked_add(u64::from(n)) == Some(work.wr_id)
+                && segment.addr.checked_add(offset) == Some(other.addr)
+                && other.length == segment.length
+                && other.lkey == segment.lkey
+        }
+    }
+}
+
 impl Run {
     /// Whether `work` continues this run (and by which step).
     fn continued_by(&self, work: &RecvWork) -> Option<Step> {
@@ -76,7 +96,7 @@ impl Run {
         steps
             .iter()
             .copied()
-            .find(|&step| nth(&self.first, step, self.count).as_ref() == Some(work))
+            .find(|&step| is_nth(&self.first, step, self.count, work))
     }
 }
 
@@ -116,6 +136,11 @@ impl RecvQueue {
         });
     }
 
+    /// The oldest request.
+    pub fn front(&self) -> Option<&RecvWork> {
+        self.runs.front().map(|run| &run.first)
+    }
+
     /// Takes the oldest request.
     pub fn pop_front(&mut self) -> Option<RecvWork> {
         let run = self.runs.front_mut()?;
@@ -127,6 +152,29 @@ impl RecvQueue {
                 Some(std::mem::replace(&mut run.first, next))
             }
             _ => self.runs.pop_front().map(|run| run.first),
+        }
+    }
+
+    /// Drops the oldest request (after [`RecvQueue::front`]): what [`RecvQueue::pop_front`]
+    /// does, with the run's next request made in place.
+    pub fn drop_front(&mut self) {
+        let Some(run) = self.runs.front_mut() else {
+            return;
+        };
+        self.len -= 1;
+        match run.step {
+            Some(step) if run.count > 1 => {
+                run.count -= 1;
+                if step == Step::Next {
+                    // The run holds request 1, so neither sum overflows (see `nth`).
+                    let segment = &mut run.first.segments[0];
+                    segment.addr += u64::from(segment.length);
+                    run.first.wr_id += 1;
+                }
+            }
+            _ => {
+                self.runs.pop_front();
+            }
         }
     }
 
@@ -188,6 +236,45 @@ mod tests {
     }
 
     #[test]
+    fn is_nth_agrees_with_building_the_request() {
+        let firsts = [
+            work(5, 0),
+            work(5, 4096),
+            work(u64::MAX - 1, u64::MAX - 100),
+        ];
+        let mut others: Vec<RecvWork> = firsts.to_vec();
+        others.extend([
+            work(6, 4160),
+            work(7, 4224),
+            work(6, 4096),
+            work(u64::MAX, u64::MAX - 36),
+        ]);
+        let mut other_key = work(6, 4160);
+        other_key.segments[0].lkey = rdmasock_verbs::LocalKey(8);
+        others.push(other_key);
+        let mut other_length = work(6, 4160);
+        other_length.segments[0].length = 32;
+        others.push(other_length);
+        let mut matches = 0;
+        for first in &firsts {
+            for step in [Step::Same, Step::Next] {
+                for n in [0, 1, 2, u32::MAX] {
+                    for other in &others {
+                        let built = nth(first, step, n).as_ref() == Some(other);
+                        assert_eq!(
+                            is_nth(first, step, n, other),
+                            built,
+                            "{first:?} {step:?} {n} {other:?}"
+                        );
+                        matches += usize::from(built);
+                    }
+                }
+            }
+        }
+        assert!(matches > 8, "the cases must include matches ({matches})");
+    }
+
+    #[test]
     fn a_thousand_identical_receives_hold_one_entry() {
         let mut q = RecvQueue::new();
         for _ in 0..1000 {
@@ -228,5 +315,31 @@ mod tests {
         assert_eq!(q.pop_front(), Some(slot(1)));
         let rest: Vec<RecvWork> = std::mem::take(&mut q).into_works().collect();
         assert_eq!(rest, posted[2..]);
+    }
+
+    #[test]
+    fn dropping_the_front_leaves_what_popping_it_does() {
+        let slot = |i: u64| {
+            let mut w = work(1_000 + i, 0x10_000 + 4 * i);
+            w.segments[0].length = 4;
+            w
+        };
+        let mut posted: Vec<RecvWork> = (0..5).map(slot).collect();
+        posted.extend([work(2, 0), work(2, 0), work(2, 0), slot(9), work(4, 4096)]);
+        let mut popped = RecvQueue::new();
+        let mut dropped = RecvQueue::new();
+        for w in &posted {
+            popped.push_back(w.clone());
+            dropped.push_back(w.clone());
+        }
+        for w in &posted {
+            assert_eq!(dropped.front(), Some(w));
+            assert_eq!(popped.pop_front().as_ref(), Some(w));
+            dropped.drop_front();
+            assert_eq!(dropped.len(), popped.len());
+        }
+        assert_eq!((dropped.front(), dropped.runs.len()), (None, 0));
+        dropped.drop_front();
+        assert_eq!(dropped.len(), 0);
     }
 }

@@ -6,7 +6,7 @@
 //! memory is read until then), not when its frames are made.
 
 use super::connection::Connection;
-use rdmasock_verbs::{RegisteredMemory, SendPiece, WcStatus};
+use rdmasock_verbs::{RegisteredMemory, SendPiece};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -197,7 +197,7 @@ impl TxQueue {
                 break;
             }
             self.sent.pop_front();
-            conn.finish_send(seq, WcStatus::Success, 0);
+            conn.finish_written_send(seq);
         }
     }
 
