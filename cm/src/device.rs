@@ -35,23 +35,18 @@ pub(crate) fn find_by_guid(
 }
 
 /// The single cached device with node GUID `guid`, when sysfs still shows it as cached.
-/// sysfs is read after the cache's lock is let go: connections set up at once on other
-/// threads do not wait for each other's reads.
 fn cached_by_guid(guid: u64) -> Option<DeviceInfo> {
-    let device = {
-        let cache = DISCOVERED.lock().unwrap_or_else(|p| p.into_inner());
-        let mut matching = cache
-            .as_ref()?
-            .devices
-            .iter()
-            .filter(|d| d.node_guid == guid);
-        let device = matching.next()?.clone();
-        if matching.next().is_some() {
-            return None;
-        }
-        device
-    };
-    still_present(&device).then_some(device)
+    let cache = DISCOVERED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut matching = cache
+        .as_ref()?
+        .devices
+        .iter()
+        .filter(|d| d.node_guid == guid);
+    let device = matching.next()?;
+    if matching.next().is_some() || !still_present(device) {
+        return None;
+    }
+    Some(device.clone())
 }
 
 /// Whether `device`'s sysfs directory still carries its GUID and its uverbs node still

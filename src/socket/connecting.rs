@@ -214,21 +214,12 @@ impl Connecting {
                 else {
                     return Ok(Step::Wait);
                 };
-                // The fd lives on in the socket (or closes with the resolution): it no longer
-                // wakes this connect's waiters.
+                // The fd lives on in the socket: it no longer wakes this connect's waiters.
                 let _ = self.watcher.delete(conn.endpoint.connect_fd());
-                let Stage::Handshake { mut conn, .. } =
-                    std::mem::replace(&mut self.stage, Stage::Over)
+                let Stage::Handshake { conn, .. } = std::mem::replace(&mut self.stage, Stage::Over)
                 else {
                     unreachable!("matched above");
                 };
-                // The endpoint is this connect's alone until the socket is made.
-                if let Some(endpoint) = Arc::get_mut(&mut conn.endpoint) {
-                    if let Err(e) = endpoint.settle() {
-                        let _ = conn.endpoint.disconnect(&conn.res.qp);
-                        return Err(e);
-                    }
-                }
                 finish(*conn, self.peer, &peer_data).map(Step::Connected)
             }
             Stage::Over => Err(io::Error::new(

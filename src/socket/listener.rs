@@ -170,32 +170,18 @@ impl RdmaListener {
             if let Some(e) = backlog.take_notice() {
                 return Err(e);
             }
-            // A connection that is ready goes out before any waiting request is answered:
-            // its client waits for it, and the answering thread takes the requests meanwhile.
+            while backlog.len() < most {
+                let Some(request) = self.cm.poll_request()? else {
+                    break;
+                };
+                if let Some(h) = answer(&self.opts, &self.failed, request)? {
+                    backlog.push(h)?;
+                }
+            }
             if let Some(h) = backlog.take_ready(first_frame_bound, &self.failed)? {
                 backlog.own_listen(self.cm.event_fd(), most)?;
                 drop(backlog);
                 return finish(h);
-            }
-            // None is ready: answer one waiting request here, outside the backlog's lock on a
-            // place held for it (as the answering thread does), so that the answering thread
-            // and the clones' accepts answer others at the same time; then look again.
-            if backlog.reserve(most) {
-                drop(backlog);
-                let answered = self
-                    .cm
-                    .poll_request()
-                    .and_then(|r| r.map(|r| answer(&self.opts, &self.failed, r)).transpose());
-                backlog = self.backlog();
-                backlog.release();
-                match answered? {
-                    Some(Some(h)) => {
-                        backlog.push(h)?;
-                        continue;
-                    }
-                    Some(None) => continue,
-                    None => {}
-                }
             }
             if self.nonblocking.load(Ordering::Relaxed) {
                 backlog.own_listen(self.cm.event_fd(), most)?;
@@ -277,13 +263,6 @@ fn record_failure(failed: &Mutex<Option<io::Error>>, peer: Option<SocketAddr>, e
 /// The socket of an established connection.
 fn finish(h: Handshake) -> io::Result<(RdmaSocket, SocketAddr)> {
     let (mut conn, peer) = h.finish();
-    // The endpoint is this accept's alone until the socket is made.
-    if let Some(endpoint) = Arc::get_mut(&mut conn.endpoint) {
-        if let Err(e) = endpoint.settle() {
-            let _ = conn.endpoint.disconnect(&conn.res.qp);
-            return Err(accept_failure(peer, e.kind(), e));
-        }
-    }
     conn.pump()?;
     let socket = RdmaSocket {
         shared: Arc::new(Shared::new(conn)?),

@@ -138,9 +138,6 @@ impl<H: EndpointHooks> CmEndpoint for WrappedEndpoint<H> {
     fn wake(&self) {
         self.0.wake()
     }
-    fn settle(&mut self) -> io::Result<()> {
-        self.0.settle()
-    }
     fn take_wake(&self) {
         self.0.take_wake()
     }

@@ -1,7 +1,6 @@
 //! The kernel's rdma_cm as a [`ConnectionManager`]: a connection's id lives on the process's
-//! event channel (read by the thread `rdmasock-cm`) once it is connected; a resolution, a
-//! listener and an answered request have a channel of their own, on which the connecting or
-//! accepting thread reads its handshake's events itself (see [`CmEndpoint::settle`]).
+//! event channel (read by the thread `rdmasock-cm`) once it has an endpoint; a resolution and a listener
+//! have a channel of their own.
 #![forbid(unsafe_code)]
 
 use super::process_channel::{self, Adoption};
@@ -126,7 +125,7 @@ impl Resolving for KernelResolving {
                 }
                 (true, CmEvent::RouteResolved) => {
                     let id = self.id.take().expect("checked above");
-                    return Ok(Some(Box::new(KernelEndpoint::on_own_channel(id))));
+                    return Ok(Some(Box::new(KernelEndpoint::new(id, true)?)));
                 }
                 (false, other) => return Err(id.event_error("ADDR_RESOLVED", other).into()),
                 (true, other) => return Err(id.event_error("ROUTE_RESOLVED", other).into()),
@@ -160,16 +159,12 @@ pub fn free_tcp_port_toward(dst: SocketAddr) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("a TCP socket's address is not an IP address"))
 }
 
-/// A kernel rdma_cm id on the process's channel, whose events arrive in its inbox; or, until
-/// [`settle`](CmEndpoint::settle), an active id still on its resolution's channel, whose events
-/// its caller reads there itself (no thread hop between the kernel's CONNECT_RESPONSE and the
-/// connecting thread).
+/// A kernel rdma_cm id on the process's channel; its events arrive in its inbox.
 #[derive(Debug)]
 struct KernelEndpoint {
     id: CmId,
-    /// The id's place on the process's channel, and its inbox; `None` while the id is on a
-    /// channel of its own.
-    adoption: Option<Adoption>,
+    /// The id's place on the process's channel, and its inbox.
+    adoption: Adoption,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
     /// The active side (made by resolving, not by a request).
@@ -185,64 +180,15 @@ impl KernelEndpoint {
             Ok(a) => (a.local, a.peer),
             Err(_) => (None, None),
         };
-        let adoption = Some(process_channel::adopt(&mut id)?);
+        let adoption = process_channel::adopt(&mut id)?;
         Ok(KernelEndpoint {
-            adoption,
-            ..Self::on_own_channel_as(id, local, peer, initiator)
-        })
-    }
-
-    /// The endpoint of a connection request's `id`, moved off its listener's channel onto a
-    /// channel of its own, where the answering side reads its handshake's events (ESTABLISHED)
-    /// itself until [`settle`](CmEndpoint::settle).
-    fn answering(mut id: CmId) -> io::Result<Self> {
-        let (local, peer) = match id.query_addr() {
-            Ok(a) => (a.local, a.peer),
-            Err(_) => (None, None),
-        };
-        let channel = EventChannel::open()?;
-        id.migrate(&channel)?;
-        Ok(Self::on_own_channel_as(id, local, peer, false))
-    }
-
-    /// The endpoint of a resolved active `id`, left on the channel it was resolved on until
-    /// [`settle`](CmEndpoint::settle).
-    fn on_own_channel(id: CmId) -> Self {
-        let (local, peer) = match id.query_addr() {
-            Ok(a) => (a.local, a.peer),
-            Err(_) => (None, None),
-        };
-        Self::on_own_channel_as(id, local, peer, true)
-    }
-
-    fn on_own_channel_as(
-        id: CmId,
-        local: Option<SocketAddr>,
-        peer: Option<SocketAddr>,
-        initiator: bool,
-    ) -> Self {
-        KernelEndpoint {
             id,
-            adoption: None,
+            adoption,
             local,
             peer,
             initiator,
             connect_timeout: Mutex::new(Duration::ZERO),
-        }
-    }
-
-    /// The id's next event, without blocking: from its inbox, or from its own channel.
-    fn next_event(&self) -> io::Result<Option<CmEvent>> {
-        if let Some(adoption) = &self.adoption {
-            return Ok(adoption.inbox().next());
-        }
-        // The channel is this id's alone (a resolution's); another id's event cannot come.
-        while let Some(ev) = self.id.channel().try_get_event()? {
-            if ev.id == self.id.token() {
-                return Ok(Some(ev.event));
-            }
-        }
-        Ok(None)
+        })
     }
 }
 
@@ -274,7 +220,7 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn poll_connect(&self, qp: &QueuePair) -> io::Result<Option<Vec<u8>>> {
-        match self.next_event()? {
+        match self.adoption.inbox().next() {
             Some(event) => Ok(Some(self.id.finish_connect_qp(qp, event)?.private_data)),
             None => Ok(None),
         }
@@ -298,7 +244,7 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn poll_accept(&self, qp: &QueuePair) -> io::Result<bool> {
-        if let Some(event) = self.next_event()? {
+        if let Some(event) = self.adoption.inbox().next() {
             return match event {
                 CmEvent::Established { .. } => {
                     self.id.note_established_qp(qp);
@@ -331,7 +277,7 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn poll_notice(&self) -> io::Result<Option<CmNotice>> {
-        while let Some(event) = self.next_event()? {
+        while let Some(event) = self.adoption.inbox().next() {
             match event {
                 CmEvent::Disconnected { .. } => return Ok(Some(CmNotice::Disconnected)),
                 CmEvent::DeviceRemoval => return Ok(Some(CmNotice::DeviceRemoved)),
@@ -343,33 +289,19 @@ impl CmEndpoint for KernelEndpoint {
     }
 
     fn event_fd(&self) -> BorrowedFd<'_> {
-        match &self.adoption {
-            Some(adoption) => adoption.inbox().fd(),
-            None => self.id.channel().as_fd(),
-        }
+        self.adoption.inbox().fd()
     }
 
     fn can_wake(&self) -> bool {
-        self.adoption.is_some()
+        true
     }
 
     fn wake(&self) {
-        if let Some(adoption) = &self.adoption {
-            adoption.inbox().wake();
-        }
+        self.adoption.inbox().wake();
     }
 
     fn take_wake(&self) {
-        if let Some(adoption) = &self.adoption {
-            adoption.inbox().take_wake();
-        }
-    }
-
-    fn settle(&mut self) -> io::Result<()> {
-        if self.adoption.is_none() {
-            self.adoption = Some(process_channel::adopt(&mut self.id)?);
-        }
-        Ok(())
+        self.adoption.inbox().take_wake();
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
@@ -427,7 +359,7 @@ impl CmListener for KernelListener {
             match ev.event {
                 CmEvent::ConnectRequest(request) => {
                     return Ok(Some(IncomingRequest {
-                        endpoint: Box::new(KernelEndpoint::answering(request.id)?),
+                        endpoint: Box::new(KernelEndpoint::new(request.id, false)?),
                         private_data: request.param.private_data,
                     }));
                 }

@@ -168,17 +168,6 @@ pub trait CmEndpoint: Send + Sync + fmt::Debug {
     fn wake(&self) {}
     /// Takes back a [`wake`](Self::wake); the fd stays readable while notices wait.
     fn take_wake(&self) {}
-    /// Called by the connection's owner once [`poll_connect`](Self::poll_connect) returned the
-    /// peer's data, or [`poll_accept`](Self::poll_accept) true, before the endpoint is shared:
-    /// the manager may move the connection's events to where an established connection's go,
-    /// which changes the [`event_fd`](Self::event_fd) (and [`can_wake`](Self::can_wake)). The
-    /// kernel manager's endpoints from [`Resolving::poll`] and [`CmListener::poll_request`]
-    /// read their handshake's events on a channel of their own, waking the connecting or
-    /// accepting thread directly, and move onto the process's channel here. Without it the
-    /// endpoint keeps working where it is.
-    fn settle(&mut self) -> io::Result<()> {
-        Ok(())
-    }
     /// The local address.
     fn local_addr(&self) -> Option<SocketAddr>;
     /// The peer's address.

@@ -3,11 +3,8 @@
 //! thread `rdmasock-cm` reads it and hands each event to its connection's [`Inbox`], whose
 //! eventfd is the connection's event fd.
 //!
-//! An id comes here ([`adopt`]) once its handshake is done on a channel of its own: the one it
-//! was resolved on (active side: the connecting thread reads its CONNECT_RESPONSE there
-//! itself, without a hop through this thread; a blocking resolution's endpoint comes right
-//! after the resolution), or one it moved to from its listener's (passive side: the
-//! accepting thread reads its ESTABLISHED there).
+//! An id comes here once it has a connection's endpoint ([`adopt`]): after its resolution on
+//! a channel of its own (active side), or straight from its listener's channel (passive side).
 //! Its inbox is entered under the id's number before MIGRATE_ID, so that no event of it can
 //! come before there is a place for it; the kernel moves the id's queued events along without
 //! waking a reader of the new channel, so the adopting thread reads the channel once itself.
