@@ -40,10 +40,16 @@ pub fn empty_reads_total() -> u64 {
     EMPTY_READS.load(Ordering::Relaxed)
 }
 
-/// Bytes asked of `poll_transmit` at a time.
-const TRANSMIT_CHUNK: usize = 256 * 1024;
-/// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
-const WRITE_SLICES: usize = 64;
+/// Bytes asked of `poll_transmit` at a time: enough for a stream's 1 MiB write and the
+/// write behind it, so that each goes to TCP in one `sendmsg` (on loopback, where an FPDU
+/// carries up to 64 KiB, a 1 MiB message is 16 FPDUs, about 65 slices). The payloads of
+/// registered memory are not copied, so the queue holds only their headers and CRCs.
+const TRANSMIT_CHUNK: usize = 2 * 1024 * 1024;
+/// Slices per sendmsg, at most: a 1 MiB message's frames on loopback and more (the
+/// kernel's limit is 1,024).
+const WRITE_SLICES: usize = 256;
+/// Slices of a middling queue (a few 64 KiB FPDUs, each a header, a payload and a CRC).
+const SOME_SLICES: usize = 64;
 /// The slices of a short queue (up to two messages' frames, the common case).
 const FEW_SLICES: usize = 8;
 /// Bytes the progress engine reads from one connection per turn, at most: then it turns to
@@ -340,8 +346,11 @@ impl Link {
                 }
             }
             // A message's frames are a few pieces: a short array spares initialising 64.
-            let written = if self.out.piece_count() <= FEW_SLICES {
+            let pieces = self.out.piece_count();
+            let written = if pieces <= FEW_SLICES {
                 write_pieces::<FEW_SLICES>(&self.socket, &mut self.out)
+            } else if pieces <= SOME_SLICES {
+                write_pieces::<SOME_SLICES>(&self.socket, &mut self.out)
             } else {
                 write_pieces::<WRITE_SLICES>(&self.socket, &mut self.out)
             };
