@@ -40,10 +40,16 @@ pub fn empty_reads_total() -> u64 {
     EMPTY_READS.load(Ordering::Relaxed)
 }
 
-/// Bytes asked of `poll_transmit` at a time.
-const TRANSMIT_CHUNK: usize = 256 * 1024;
-/// Slices per writev (payloads of up to 64 KiB FPDUs, each between a header and a CRC).
-const WRITE_SLICES: usize = 64;
+/// Bytes asked of `poll_transmit` at a time: enough for a stream's 1 MiB write and the
+/// write behind it, so that each goes to TCP in one `sendmsg` (on loopback, where an FPDU
+/// carries up to 64 KiB, a 1 MiB message is 16 FPDUs, about 65 slices). The payloads of
+/// registered memory are not copied, so the queue holds only their headers and CRCs.
+const TRANSMIT_CHUNK: usize = 2 * 1024 * 1024;
+/// Slices per sendmsg, at most: a 1 MiB message's frames on loopback and more (the
+/// kernel's limit is 1,024).
+const WRITE_SLICES: usize = 256;
+/// Slices of a middling queue (a few 64 KiB FPDUs, each a header, a payload and a CRC).
+const SOME_SLICES: usize = 64;
 /// The slices of a short queue (up to two messages' frames, the common case).
 const FEW_SLICES: usize = 8;
 /// Bytes the progress engine reads from one connection per turn, at most: then it turns to
@@ -87,6 +93,9 @@ pub(crate) struct Link {
     input_left: bool,
     /// How long the peer may leave what was sent unacknowledged (see [`Liveness`]).
     liveness: Option<Liveness>,
+    /// Writes to TCP that took bytes, for the tests.
+    #[cfg(test)]
+    writes: u64,
 }
 
 impl Link {
@@ -115,6 +124,8 @@ impl Link {
             held: Held::default(),
             input_left: false,
             liveness: None,
+            #[cfg(test)]
+            writes: 0,
         }
     }
 
@@ -340,8 +351,11 @@ impl Link {
                 }
             }
             // A message's frames are a few pieces: a short array spares initialising 64.
-            let written = if self.out.piece_count() <= FEW_SLICES {
+            let pieces = self.out.piece_count();
+            let written = if pieces <= FEW_SLICES {
                 write_pieces::<FEW_SLICES>(&self.socket, &mut self.out)
+            } else if pieces <= SOME_SLICES {
+                write_pieces::<SOME_SLICES>(&self.socket, &mut self.out)
             } else {
                 write_pieces::<WRITE_SLICES>(&self.socket, &mut self.out)
             };
@@ -349,6 +363,10 @@ impl Link {
                 Ok(n) => {
                     self.out.advance(n, &mut self.conn);
                     moved = true;
+                    #[cfg(test)]
+                    {
+                        self.writes += 1;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -650,5 +668,60 @@ mod tests {
         let mut got = [0u8; 10];
         receive.read_at(0, &mut got).unwrap();
         assert_eq!(&got, last_words);
+    }
+
+    /// A 512 KiB message from registered memory (what a stream's write posts at a time when
+    /// the reader frees half its ring) is framed whole and goes to TCP in one `sendmsg`: a
+    /// loopback socket's send buffer, autotuned for 64 KiB segments, has room for it.
+    #[test]
+    fn a_half_mebibyte_send_goes_to_tcp_in_one_write() {
+        use crate::protocol::{
+            connected_pair, Config, LocalSegment, RegionTable, Segments, SendOperation, SendWork,
+        };
+        use rdmasock_verbs::{AccessFlags, LocalKey, RegisteredMemory};
+
+        const LEN: usize = 512 << 10;
+        let mut ours_table = RegionTable::new();
+        let payload = Arc::new(RegisteredMemory::allocate(LEN).expect("512 KiB"));
+        let key = ours_table.register_range(payload.clone(), 0, LEN, AccessFlags::LOCAL_WRITE);
+        let peer_table = RegionTable::new();
+        // Loopback's MSS: FPDUs of up to 64 KiB, as a stream on loopback sends them.
+        let config = Config {
+            mulpdu: Config::mulpdu_for_mss(65483),
+            ..Config::default()
+        };
+        let (mut ours, _peer) = connected_pair(config, &ours_table, &peer_table);
+        let mut segments = Segments::new();
+        segments.push(LocalSegment {
+            addr: payload.addr(),
+            length: LEN as u32,
+            lkey: LocalKey(key),
+        });
+        ours.post_send(SendWork {
+            wr_id: 1,
+            op: SendOperation::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            segments,
+            small: None,
+            signaled: true,
+            fence: false,
+        })
+        .expect("a 512 KiB send");
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        client.set_nonblocking(true).unwrap();
+        let mut link = Link::new(ours, TcpStream::from_std(client), Token(0));
+        assert!(link.flush(&ours_table), "nothing written");
+        assert!(
+            link.out.is_empty(),
+            "{} bytes left unwritten",
+            link.out.len()
+        );
+        assert_eq!(link.writes, 1, "the frames took {} writes", link.writes);
+        drop(server);
     }
 }
