@@ -450,13 +450,7 @@ fn a_flush_after_disconnected_with_unfenced_bytes_waits_and_fails_with_the_break
 /// proved before the failure stay vouched for.
 #[test]
 fn a_failure_before_the_fence_leaves_the_bytes_unproven() {
-    let cfg = fencing_config();
-    let mut f = pair(cfg.clone(), cfg);
-    assert_eq!(f.sides[0].app_write(100), Ok(100));
-    assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
-    f.sides[0].drain_ops();
-    f.pump();
-    assert_eq!(f.sides[0].engine.flush(), Ok(()), "the fence proved them");
+    let mut f = fenced_pair_after_a_proved_flush();
     assert_eq!(f.sides[0].app_write(100), Ok(100));
     complete_undelivered(&mut f, 0);
     f.sides[0].engine.on_receive_failed(WrId(1 << 63), None);
@@ -465,16 +459,22 @@ fn a_failure_before_the_fence_leaves_the_bytes_unproven() {
     assert!(f.sides[0].engine.undelivered().is_some());
 
     // Everything fenced, then the failure: nothing is unproven.
+    let mut f = fenced_pair_after_a_proved_flush();
+    f.sides[0].engine.on_receive_failed(WrId(1 << 63), None);
+    assert_eq!(f.sides[0].engine.undelivered(), None);
+    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+}
+
+/// A fencing pair whose side 0 wrote 100 bytes and flushed them, the fence proving them.
+fn fenced_pair_after_a_proved_flush() -> Fabric {
     let cfg = fencing_config();
     let mut f = pair(cfg.clone(), cfg);
     assert_eq!(f.sides[0].app_write(100), Ok(100));
     assert_eq!(f.sides[0].engine.flush(), Err(StreamError::WouldBlock));
     f.sides[0].drain_ops();
     f.pump();
-    assert_eq!(f.sides[0].engine.flush(), Ok(()));
-    f.sides[0].engine.on_receive_failed(WrId(1 << 63), None);
-    assert_eq!(f.sides[0].engine.undelivered(), None);
-    assert_eq!(f.sides[0].engine.flush(), Ok(()));
+    assert_eq!(f.sides[0].engine.flush(), Ok(()), "the fence proved them");
+    f
 }
 
 /// Write+send mode (iWARP) with placement fences asked for.
