@@ -37,8 +37,10 @@ filters=""; [ $# -gt 0 ] && filters=$(printf ' %q' "$@")
 cd "$ROOT"
 
 echo "two-hosts: building tests/$test_name.rs and the rc_pingpong example" >&2
-cargo build --example rc_pingpong || { echo "two-hosts: cargo build --example rc_pingpong failed" >&2; exit 125; }
-bin=$(cargo test --no-run --test "$test_name" --message-format=json-render-diagnostics \
+# the VM suite's build (tests/vm/run.sh): the same packages and features, so nothing is rebuilt
+build=(--workspace --features rdmasock/tokio)
+cargo build "${build[@]}" --example rc_pingpong || { echo "two-hosts: cargo build --example rc_pingpong failed" >&2; exit 125; }
+bin=$(cargo test "${build[@]}" --no-run --test "$test_name" --message-format=json-render-diagnostics \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -n "$bin" ] && [ -x "$bin" ] || { echo "two-hosts: the test binary was not built" >&2; exit 125; }
 
