@@ -290,6 +290,17 @@ impl Backlog {
         self.deferred.take()
     }
 
+    /// What the listener's last handle lets go of when it is dropped: the handshakes under
+    /// way and the devices kept open. Taken out rather than left to the backlog's own drop,
+    /// which comes later when the answering thread is serving the listener at that moment:
+    /// the devices close as soon as the listener and its connections are gone.
+    pub(crate) fn let_go(&mut self) -> (Vec<Handshake>, Vec<Arc<OpenDevice>>) {
+        (
+            std::mem::take(&mut self.handshakes),
+            std::mem::take(&mut self.devices),
+        )
+    }
+
     /// Adds an answered request.
     pub(crate) fn push(&mut self, mut h: Handshake) -> io::Result<()> {
         let device = &h.conn.res.device;

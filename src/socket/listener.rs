@@ -58,6 +58,10 @@ impl Drop for RdmaListener {
                 Arc::clone(&self.backlog),
                 Arc::clone(&self.answering),
             ));
+        } else if Arc::strong_count(&self.answering) == 1 {
+            // The last handle: its handshakes and kept devices go now, outside the lock.
+            let held = self.backlog().let_go();
+            drop(held);
         }
     }
 }
