@@ -54,7 +54,28 @@ impl Connection {
         if !self.engine.has_ops() {
             return Ok(());
         }
+        if self.engine.only_receives() {
+            return self.post_queued_receives();
+        }
         self.post_ops_with(Lend::NONE)
+    }
+
+    /// [`Connection::post_ops`] when only receive reposts are queued (the deferred reposts
+    /// that a read's or a write's progress posts): each straight to the provider, in order,
+    /// without the batch's arrays.
+    fn post_queued_receives(&mut self) -> io::Result<()> {
+        while let Some(&Op::PostRecv {
+            wr_id,
+            message_slot,
+        }) = self.engine.peek_op()
+        {
+            self.engine.pop_op();
+            if let Err(e) = self.post_recv(wr_id, message_slot) {
+                self.post_failed(&e);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// [`Connection::post_ops`], with the payloads of `lend`'s messages taken from the
