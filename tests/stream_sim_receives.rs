@@ -111,7 +111,8 @@ fn deferred_receive_reposts_on_random_schedules_without_rnr() {
 
 /// Small writes posted the short way (`StreamEngine::write_inline`), ahead of queued
 /// receive reposts and without the send ring, on random schedules, with and without RNR and
-/// receive deferral: every byte arrives in order, whatever mix of short and queued writes
+/// receive deferral, in plain and in write+send mode (a WRITE and its SEND, posted
+/// together): every byte arrives in order, whatever mix of short and queued writes
 /// each side makes, and no ring byte the short way skipped is ever sent (the fabric would
 /// deliver stale bytes and the check would fail).
 #[test]
@@ -124,6 +125,7 @@ fn inline_writes_on_random_schedules() {
         let cfg = small_config()
             .signal_interval(1 + (seed % 5) as u16)
             .inline_threshold(16 + 40 * (seed % 3) as u32)
+            .write_with_send(seed % 4 >= 2)
             .build()
             .unwrap();
         let mut f = fabric::Fabric::connect(

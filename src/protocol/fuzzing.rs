@@ -8,9 +8,9 @@
 #![forbid(unsafe_code)]
 
 use super::{
-    ByteOrder, CopySpan, Hello, HelloError, LocalRegions, Message, Op, Payload, Received,
-    RemoteSge, RingChange, StreamConfig, StreamEngine, WrId, CONTROL_SLOTS, FENCE_READ_LEN,
-    HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
+    ByteOrder, CopySpan, Hello, HelloError, InlineMessage, LocalRegions, Message, Op, Payload,
+    Received, RemoteSge, RingChange, StreamConfig, StreamEngine, WrId, CONTROL_SLOTS,
+    FENCE_READ_LEN, HELLO_LEN, SGE_LEN, TARGET_LIST_LEN,
 };
 use std::collections::VecDeque;
 use std::net::Shutdown;
@@ -517,7 +517,17 @@ pub fn engine(data: &[u8]) -> Reached {
                     );
                     assert!(!w.wr_id.is_receive(), "{w:?}");
                     d.check_remote(w.remote_addr, w.rkey, buf_len);
-                    d.sends.push_back((w.wr_id, w.signaled));
+                    match w.message {
+                        InlineMessage::Immediate(_) => d.sends.push_back((w.wr_id, w.signaled)),
+                        InlineMessage::Send { wr_id, word } => {
+                            assert!(d.cfg.write_with_send() && !wr_id.is_receive(), "{w:?}");
+                            assert_eq!(wr_id.seq(), w.wr_id.seq() + 1, "{w:?}");
+                            let data = Message::Data(buf_len as u32).encode();
+                            assert_eq!(word, d.peer_order.word_bytes(data), "{w:?}");
+                            d.sends.push_back((w.wr_id, false));
+                            d.sends.push_back((wr_id, w.signaled));
+                        }
+                    }
                     assert!(
                         d.sends.len() <= usize::from(d.cfg.send_queue_depth()),
                         "more sends posted than the send queue holds"

@@ -1,30 +1,48 @@
 //! The short way for a lone small write: one data message whose bytes go inline from the
 //! caller's buffer, handed to the driver at once instead of through the op queue (see
-//! [`StreamEngine::write_inline`]); and the same for a small iowrite, one plain RDMA WRITE
+//! [`StreamEngine::write_inline`]), as an RDMA WRITE WITH IMMEDIATE or, in write+send mode,
+//! an RDMA WRITE and the 4-byte SEND of its message word, chained; and the same for a small iowrite, one plain RDMA WRITE
 //! into the peer's mapped window (see [`StreamEngine::iowrite_inline`]), as rsocket's
 //! `riowrite` posts one inline from the caller's buffer.
 #![forbid(unsafe_code)]
 
-use super::engine::{Phase, StreamEngine};
+use super::engine::{Pending, Phase, StreamEngine};
 use super::msg::Message;
 use super::op::WrId;
 
-/// One data message for the driver to post now, as an inline RDMA WRITE WITH IMMEDIATE of
-/// the caller's bytes (all of them, in one scatter/gather entry) to `remote_addr` with
-/// `rkey` and immediate data `imm`, signalled when `signaled` says so.
+/// One data message for the driver to post now: an inline RDMA WRITE of the caller's bytes
+/// (all of them, in one scatter/gather entry) to `remote_addr` with `rkey`, which carries
+/// the message word as its immediate data or is followed by a SEND of it (see
+/// [`InlineMessage`]). The last work request is signalled when `signaled` says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InlineWrite {
-    /// The work request id (feed its completion to
+    /// The RDMA WRITE's work request id (feed its completion, if one comes, to
     /// [`StreamEngine::on_send_completion`]).
     pub wr_id: WrId,
     /// Where in the peer's receive ring the bytes go.
     pub remote_addr: u64,
     /// The peer's receive ring's remote key.
     pub rkey: u32,
-    /// The message word (the data length), as the immediate data.
-    pub imm: u32,
-    /// Whether the work request asks for a completion.
+    /// How the message word (the data length) reaches the peer.
+    pub message: InlineMessage,
+    /// Whether the last work request (the WRITE WITH IMMEDIATE, or the SEND) asks for a
+    /// completion; in write+send mode the WRITE never does.
     pub signaled: bool,
+}
+
+/// How an [`InlineWrite`] tells the peer of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InlineMessage {
+    /// The WRITE is an RDMA WRITE WITH IMMEDIATE with this immediate data.
+    Immediate(u32),
+    /// Write+send mode: the WRITE is a plain unsignalled RDMA WRITE, and right after it in
+    /// the same chain goes an inline SEND of `word` with work request id `wr_id`.
+    Send {
+        /// The SEND's work request id.
+        wr_id: WrId,
+        /// The SEND's payload: the message word in the peer's byte order.
+        word: [u8; 4],
+    },
 }
 
 /// One iowrite for the driver to post now, as an inline plain RDMA WRITE of the caller's
@@ -57,22 +75,24 @@ impl StreamEngine {
     }
 
     /// [`write`](Self::write) of all `len` bytes as one message sent inline, when it can go
-    /// now, ahead of what is queued: `len` is 1 to the inline threshold, the mode is plain
-    /// (no write+send), the stream is open for writing, a message can be sent
+    /// now, ahead of what is queued: `len` is 1 to the inline threshold, the stream is open
+    /// for writing, a message can be sent
     /// ([`Readiness::writable`](super::Readiness)), the bytes fit the send ring, one transfer
     /// and the current destination without using it up, and nothing but receive reposts
     /// ([`Op::PostRecv`](super::Op::PostRecv)) waits in [`pop_op`](Self::pop_op) (they may go after it).
     ///
-    /// Returns the work request, which the engine counts as posted: post it at once (before
-    /// the queued ops), with the caller's bytes inline; their send-ring space is reserved but
-    /// not written, as no one reads it. `None` when any condition fails: nothing changed,
-    /// and `write` does what is possible.
+    /// Returns the work requests, which the engine counts as posted: post them at once
+    /// (before the queued ops), with the caller's bytes inline; their send-ring space is
+    /// reserved but not written, as no one reads it. In write+send mode the WRITE and its
+    /// SEND are one entry of the record of posted sends, as the queued way's two entries
+    /// would be retired together (the WRITE is unsignalled); a failed completion of either
+    /// retires it. `None` when any condition fails: nothing changed, and `write` does what
+    /// is possible.
     #[inline]
     pub fn write_inline(&mut self, len: usize) -> Option<InlineWrite> {
         let destination = self.target[self.target_index].length as usize;
         let fits = len > 0
             && len <= self.cfg.inline_threshold as usize
-            && !self.cfg.write_with_send
             && self.error.is_none()
             && self.phase == Phase::Connected
             && self.writable
@@ -86,14 +106,46 @@ impl StreamEngine {
         }
         self.advance_send_head(len);
         let (dest, signaled) = self.take_data_slot(len);
-        let wr_id = self.track(false, len, false, signaled);
+        let msg = Message::Data(len as u32).encode();
+        let (wr_id, message) = if self.cfg.write_with_send {
+            let (write, send) = self.track_message_pair(len, signaled);
+            let word = self.peer_order.word_bytes(msg);
+            (write, InlineMessage::Send { wr_id: send, word })
+        } else {
+            let wr_id = self.track(false, len, false, signaled);
+            (wr_id, InlineMessage::Immediate(msg))
+        };
         Some(InlineWrite {
             wr_id,
             remote_addr: dest.addr,
             rkey: dest.key,
-            imm: Message::Data(len as u32).encode(),
+            message,
             signaled,
         })
+    }
+
+    /// Records a data message's unsignalled WRITE and its SEND (write+send mode) as one
+    /// entry covering both: what [`track`](Self::track) records for each, summed (two
+    /// send-queue slots, `bytes` of send ring, the current message). Returns the two ids.
+    #[inline]
+    fn track_message_pair(&mut self, bytes: usize, signaled: bool) -> (WrId, WrId) {
+        let first = self.next_seq;
+        let seq = first + 1;
+        self.next_seq += 2;
+        self.unfenced = true;
+        self.pending.push_back(Pending {
+            seq,
+            first,
+            iowrites: 0,
+            sqes: 2,
+            ctrl: 0,
+            bytes,
+            disconnect: false,
+            message: self.sseq_no,
+            signaled,
+            fence: false,
+        });
+        (WrId::send(first), WrId::send(seq))
     }
 
     /// [`iowrite`](Self::iowrite) of all `len` bytes as one WRITE sent inline, when it can

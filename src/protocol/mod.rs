@@ -85,7 +85,7 @@ pub use hello::{
     Hello, HelloError, FENCE_READ_LEN, FLAG_ANSWERS_FENCE, FLAG_BIG_ENDIAN, FLAG_IOMAP,
     FLAG_RDMASOCK, HELLO_LEN, HELLO_VERSION,
 };
-pub use inline_write::{InlineIowrite, InlineWrite};
+pub use inline_write::{InlineIowrite, InlineMessage, InlineWrite};
 pub use iomap::{
     iomap_scale, iomap_size_from_scale, IomapEntry, IOMAP_ENTRY_LEN, MAX_IOMAP_ENTRIES,
 };

@@ -16,6 +16,7 @@ use crate::protocol::{
     CopySpan, Hello, Readiness, RingChange, StreamEngine, StreamError, RECV_DEFER_MAX,
 };
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,10 @@ pub(crate) struct Connection {
     /// When a stream that waits for its flushed receives after the connection manager's
     /// DISCONNECTED gives up on a device that does not flush them (see `flush_tick`).
     flush_due: Option<Instant>,
+    /// Whether `flush_due` is set, readable without the connection's lock: a tokio task
+    /// about to wait looks at it before taking the lock for the bound
+    /// (`Shared::flush_bound`), which almost every stream never has.
+    flush_bound_set: Arc<AtomicBool>,
     pub(crate) scratch_offset: usize,
     keepalive_due: Option<Instant>,
     /// When the rings' idle timer next runs (see `ring_idle_tick`).
@@ -81,6 +86,7 @@ impl Connection {
             cm_closed: false,
             disconnect_started: false,
             flush_due: None,
+            flush_bound_set: Arc::new(AtomicBool::new(false)),
             scratch_offset,
             nonblocking: false,
             read_timeout: None,
@@ -217,11 +223,25 @@ impl Connection {
         self.engine.on_cm_disconnected();
         self.drain_cq()?;
         if self.engine.awaits_flush() && self.flush_due.is_none() {
-            self.flush_due = Some(Instant::now() + self.opts.close_timeout);
+            self.set_flush_due(Some(Instant::now() + self.opts.close_timeout));
             // The readiness hub times registered sockets: have it look at this one.
             super::readiness::keepalive_changed();
         }
         Ok(())
+    }
+
+    /// Sets (or clears) the bound of [`flush_tick`](Self::flush_tick), and the flag that
+    /// says whether there is one.
+    fn set_flush_due(&mut self, due: Option<Instant>) {
+        self.flush_due = due;
+        self.flush_bound_set.store(due.is_some(), Ordering::Release);
+    }
+
+    /// The flag that says whether [`flush_tick`](Self::flush_tick) has a bound to keep,
+    /// shared with whoever reads it without the lock.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn flush_bound_flag(&self) -> Arc<AtomicBool> {
+        self.flush_bound_set.clone()
     }
 
     /// The bound on the wait for the flushed receives after the connection manager's
@@ -231,14 +251,14 @@ impl Connection {
     pub(crate) fn flush_tick(&mut self) -> Option<Duration> {
         let due = self.flush_due?;
         if !self.engine.awaits_flush() {
-            self.flush_due = None;
+            self.set_flush_due(None);
             return None;
         }
         let now = Instant::now();
         if now < due {
             return Some(due - now);
         }
-        self.flush_due = None;
+        self.set_flush_due(None);
         let message = if self.res.srq.is_some() {
             // The receives of a shared receive queue are not flushed: only the peer's
             // DISCONNECT message could have ended the wait.

@@ -10,7 +10,7 @@
 
 use super::conn::Connection;
 use super::lend::Lend;
-use crate::protocol::{InlineIowrite, InlineWrite, Op, Payload, StreamError, WrId};
+use crate::protocol::{InlineIowrite, InlineMessage, InlineWrite, Op, Payload, StreamError, WrId};
 use crate::verbs::{
     MemoryRegion, RecvRequest, RemoteKey, ScatterGather, SendFlags, SendOp, SendRequest,
 };
@@ -54,7 +54,28 @@ impl Connection {
         if !self.engine.has_ops() {
             return Ok(());
         }
+        if self.engine.only_receives() {
+            return self.post_queued_receives();
+        }
         self.post_ops_with(Lend::NONE)
+    }
+
+    /// [`Connection::post_ops`] when only receive reposts are queued (the deferred reposts
+    /// that a read's or a write's progress posts): each straight to the provider, in order,
+    /// without the batch's arrays.
+    fn post_queued_receives(&mut self) -> io::Result<()> {
+        while let Some(&Op::PostRecv {
+            wr_id,
+            message_slot,
+        }) = self.engine.peek_op()
+        {
+            self.engine.pop_op();
+            if let Err(e) = self.post_recv(wr_id, message_slot) {
+                self.post_failed(&e);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// [`Connection::post_ops`], with the payloads of `lend`'s messages taken from the
@@ -123,19 +144,56 @@ impl Connection {
     }
 
     /// Posts the message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
-    /// made of `bytes` as one inline RDMA WRITE WITH IMMEDIATE, without the op queue, the
-    /// batch arrays or a ring copy: a ping-pong's small reply reaches the doorbell with the
-    /// least work. The receive reposts queued before it go with the next progress pass.
+    /// made of `bytes` as one inline RDMA WRITE WITH IMMEDIATE, or in write+send mode as an
+    /// inline RDMA WRITE and the inline SEND of its message word chained (one doorbell),
+    /// without the op queue, the batch arrays or a ring copy: a ping-pong's small reply
+    /// reaches the doorbell with the least work. The receive reposts queued before it go
+    /// with the next progress pass.
     #[inline]
     pub(crate) fn post_inline_write(
         &mut self,
         message: InlineWrite,
         bytes: &[u8],
     ) -> Result<(), StreamError> {
-        let send = PreparedSend::inline_write(message);
         let sge = [ScatterGather::borrowed(bytes)];
-        self.submit(Work::Sends(&[send.request(&sge, true)]))
-            .map_err(|e| self.post_failed(&e))
+        let posted = match message.message {
+            InlineMessage::Immediate(imm) => {
+                let send = PreparedSend::inline_write(
+                    message,
+                    SendOp::RdmaWriteWithImm {
+                        remote_addr: message.remote_addr,
+                        rkey: RemoteKey(message.rkey),
+                        imm,
+                    },
+                );
+                self.submit(Work::Sends(&[send.request(&sge, true)]))
+            }
+            InlineMessage::Send { wr_id, word } => {
+                let write = PreparedSend {
+                    signaled: false,
+                    ..PreparedSend::inline_write(
+                        message,
+                        SendOp::RdmaWrite {
+                            remote_addr: message.remote_addr,
+                            rkey: RemoteKey(message.rkey),
+                        },
+                    )
+                };
+                let send = PreparedSend {
+                    wr_id,
+                    op: SendOp::Send,
+                    payload: Payload::Empty,
+                    inline: true,
+                    signaled: message.signaled,
+                };
+                let word_sge = [ScatterGather::borrowed(&word)];
+                self.submit(Work::Sends(&[
+                    write.request(&sge, true),
+                    send.request(&word_sge, true),
+                ]))
+            }
+        };
+        posted.map_err(|e| self.post_failed(&e))
     }
 
     /// Posts the iowrite [`StreamEngine::iowrite_inline`](crate::protocol::StreamEngine::iowrite_inline)
@@ -355,17 +413,13 @@ impl PreparedSend {
         signaled: false,
     };
 
-    /// The message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
-    /// made: an inline RDMA WRITE WITH IMMEDIATE whose bytes are the caller's.
+    /// The WRITE of the message [`StreamEngine::write_inline`](crate::protocol::StreamEngine::write_inline)
+    /// made, as `op` (with or without immediate data): inline, its bytes the caller's.
     #[inline(always)]
-    fn inline_write(message: InlineWrite) -> PreparedSend {
+    fn inline_write(message: InlineWrite, op: SendOp) -> PreparedSend {
         PreparedSend {
             wr_id: message.wr_id,
-            op: SendOp::RdmaWriteWithImm {
-                remote_addr: message.remote_addr,
-                rkey: RemoteKey(message.rkey),
-                imm: message.imm,
-            },
+            op,
             payload: Payload::Empty,
             inline: true,
             signaled: message.signaled,

@@ -17,7 +17,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
@@ -55,6 +55,10 @@ pub(crate) struct Shared {
     pub(crate) ready: ReadyFds,
     /// Callers blocked on `conn`'s lock right now.
     contenders: AtomicU32,
+    /// Whether the connection keeps a bound on a wait for flushed receives (see
+    /// [`flush_bound`](Self::flush_bound)), set and cleared under the lock.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    flush_bound_set: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -65,7 +69,9 @@ impl Shared {
         if let Some(t) = super::options::liveness_timeout(conn.opts.keepalive) {
             endpoint.set_liveness_timeout(Some(t))?;
         }
+        let flush_bound_set = conn.flush_bound_flag();
         Ok(Shared {
+            flush_bound_set,
             conn: Mutex::new(conn),
             cond: Condvar::new(),
             cq_channel,
@@ -516,9 +522,14 @@ impl Shared {
 
     /// The bound on a wait for flushed receives after DISCONNECTED, for a waiter that no
     /// readiness thread ticks (a tokio stream without keepalive): how long until it, `None`
-    /// when nothing waits; at the bound the stream fails, and every waiter is told.
+    /// when nothing waits; at the bound the stream fails, and every waiter is told. Without
+    /// a bound (the flag, set under the lock) it returns at once, without the lock: a task
+    /// calls this each time it is about to wait.
     #[cfg(feature = "tokio")]
     pub(crate) fn flush_bound(&self) -> Option<Duration> {
+        if !self.flush_bound_set.load(Ordering::Acquire) {
+            return None;
+        }
         let mut g = self.lock();
         let next = g.flush_tick();
         if next == Some(Duration::ZERO) {

@@ -4,8 +4,8 @@
 
 use super::{base, Completion, Fnv, Kind, Posted, Source, Stream, RECV_KEY, TARGET_KEY};
 use rdmasock::protocol::{
-    CopySpan, LocalRegions, Op, Payload, Received, RingChange, StreamConfig, StreamEngine,
-    StreamError, WrId, RECV_DEFER_MAX, SGE_LEN,
+    CopySpan, InlineMessage, LocalRegions, Op, Payload, Received, RingChange, StreamConfig,
+    StreamEngine, StreamError, WrId, RECV_DEFER_MAX, SGE_LEN,
 };
 use std::collections::VecDeque;
 
@@ -318,14 +318,28 @@ impl Side {
         let ring = &mut self.send_ring;
         let r = if let Some(w) = inline {
             // The caller's bytes, captured as the provider copies an inline send's.
+            let (kind, signaled) = match w.message {
+                InlineMessage::Immediate(imm) => (Kind::WriteImm(imm), w.signaled),
+                InlineMessage::Send { .. } => (Kind::Write, false),
+            };
             self.sq.push_back(Posted {
-                kind: Kind::WriteImm(w.imm),
+                kind,
                 wr_id: w.wr_id,
                 source: Source::Captured(src[..n].to_vec()),
                 remote_addr: w.remote_addr,
                 rkey: w.rkey,
-                signaled: w.signaled,
+                signaled,
             });
+            if let InlineMessage::Send { wr_id, word } = w.message {
+                self.sq.push_back(Posted {
+                    kind: Kind::Send,
+                    wr_id,
+                    source: Source::Captured(word.to_vec()),
+                    remote_addr: 0,
+                    rkey: 0,
+                    signaled: w.signaled,
+                });
+            }
             self.inline_written += 1;
             Ok(n)
         } else {
