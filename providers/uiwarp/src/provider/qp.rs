@@ -498,8 +498,13 @@ impl QpOps for UiwarpQp {
                 },
             }
         }
-        // Receive completions of a flushed queue go out now.
-        if st.link.is_some() {
+        // Receive completions of a flushed queue go out now (a receive posted to a live
+        // connection completes nothing and changes nothing else the dispatch reports).
+        if st
+            .link
+            .as_ref()
+            .is_some_and(|link| !link.conn.completions.is_empty())
+        {
             if let Ok(engine) = driver::engine() {
                 self.endpoint.dispatch(&mut st, engine);
             }
