@@ -7,7 +7,8 @@ use crate::driver::UiwarpCq;
 use crate::driver::{self, Endpoint};
 use crate::memory::{InlinePool, QpMemory, RegionSet};
 use crate::protocol::{
-    LocalSegment, MemoryTable, ProtocolError, RecvWork, SendOperation, SendWork, SmallPayload,
+    InlineSend, LocalSegment, MemoryTable, ProtocolError, RecvWork, SendOperation, SendWork,
+    SmallPayload,
 };
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
@@ -147,15 +148,15 @@ impl UiwarpQp {
         if lent.is_empty() {
             // The inline pool's gather buffer stages payloads read from registered memory.
             let mut staged = std::mem::take(&mut st.inline.gather);
+            let mut chain = [InlineSend::EMPTY; lean::LEAN_CHAIN];
             let framed = self
-                .inline_chain(wrs, &mut staged)
-                .is_some_and(|(chain, bytes)| {
-                    let chain = &chain[..wrs.len()];
-                    !self.endpoint.would_hold(&st, bytes, chain.len())
+                .inline_chain(wrs, &mut staged, &mut chain)
+                .is_some_and(|bytes| {
+                    !self.endpoint.would_hold(&st, bytes, wrs.len())
                         && st
                             .link
                             .as_mut()
-                            .is_some_and(|link| link.post_inline_chain(chain))
+                            .is_some_and(|link| link.post_inline_chain(&chain[..wrs.len()]))
                 });
             st.inline.gather = staged;
             if framed {
