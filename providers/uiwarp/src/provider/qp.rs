@@ -451,6 +451,19 @@ impl QpOps for UiwarpQp {
     fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
         let mut st = self.endpoint.lock();
         for (index, wr) in wrs.iter().enumerate() {
+            // One scatter entry on a connection (a socket's repost): no work request built
+            // unless it starts a run of the receive queue.
+            if let (Some(link), [entry]) = (st.link.as_mut(), wr.sg_list) {
+                let segment = LocalSegment {
+                    addr: entry.addr(),
+                    length: entry.length(),
+                    lkey: entry.lkey(),
+                };
+                if let Err(e) = link.conn.post_recv_parts(wr.wr_id, &[segment]) {
+                    return Err(self.post_error(index, wr.wr_id, e));
+                }
+                continue;
+            }
             let work = RecvWork::from_request(wr);
             if work.segments.len() > self.endpoint.caps.max_recv_sge as usize {
                 return Err(PostError {
