@@ -501,8 +501,10 @@ impl Endpoint {
         }
         self.backlog
             .store(link.queued_bytes() as u64, Ordering::Relaxed);
-        let consumed = st.posted_sends - link.conn.unsent_send_requests() as u64;
-        st.inline.release_before(consumed);
+        if !st.inline.is_empty() {
+            let consumed = st.posted_sends - link.conn.unsent_send_requests() as u64;
+            st.inline.release_before(consumed);
+        }
         let mut changed = false;
         while let Some(ev) = link.conn.poll_event() {
             match ev {
