@@ -200,6 +200,12 @@ impl InlinePool {
         result
     }
 
+    /// Whether it holds no copy (the lean path and borrowed payloads make none).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Drops the payloads of requests posted before `consumed` (their bytes are framed).
     pub(crate) fn release_before(&mut self, consumed: u64) {
         while self.entries.front().is_some_and(|e| e.post_seq < consumed) {

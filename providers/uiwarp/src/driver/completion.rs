@@ -369,22 +369,33 @@ impl UiwarpCq {
     /// Adds a completion; raises the channel event if armed for it. `solicited`: a receive of
     /// a SEND with solicited event (errors wake a solicited-only arm too, as in the kernel).
     pub(crate) fn push(&self, completion: WorkCompletion, solicited: bool) {
+        self.push_all(std::iter::once((completion, solicited)));
+    }
+
+    /// Adds completions, each with whether it is `solicited` (see [`push`](Self::push)), in
+    /// order under one hold of the lock: a connection hands over all it has at once. The
+    /// first that an armed queue is armed for disarms it and raises the channel event, once
+    /// all are in; the rest find the queue disarmed, as one by one.
+    pub(crate) fn push_all(&self, completions: impl Iterator<Item = (WorkCompletion, bool)>) {
         let mut s = self.state.lock().expect("cq lock");
-        s.queue.push_back(completion);
-        let wake = match s.armed {
-            Some(false) => true,
-            Some(true) => solicited || WcStatus::from_raw(completion.status) != WcStatus::Success,
-            None => false,
-        };
+        let mut wake = false;
+        for (completion, solicited) in completions {
+            s.queue.push_back(completion);
+            wake |= match s.armed {
+                Some(false) => true,
+                Some(true) => {
+                    solicited || WcStatus::from_raw(completion.status) != WcStatus::Success
+                }
+                None => false,
+            };
+            if wake && s.armed.is_some() {
+                s.armed = None;
+                self.armed.store(false, Ordering::Relaxed);
+            }
+        }
+        drop(s);
         if wake {
-            s.armed = None;
-            self.armed.store(false, Ordering::Relaxed);
-            drop(s);
-            if let Some(c) = self
-                .channel
-                .as_ref()
-                .and_then(|c| c.as_any().downcast_ref::<UiwarpChannel>())
-            {
+            if let Some(c) = self.channel() {
                 c.signal(self.cookie);
             }
         }
@@ -547,66 +558,4 @@ pub(crate) fn uiwarp_cq(cq: &Arc<dyn CqOps>) -> &UiwarpCq {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-
-    fn readable(fd: BorrowedFd<'_>) -> bool {
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        poll(&mut fds, PollTimeout::ZERO).expect("poll") == 1
-    }
-
-    #[test]
-    fn the_eventfd_is_readable_exactly_while_an_event_or_a_notice_waits() {
-        let channel = UiwarpChannel::new().expect("a channel");
-        let (notice, whole) = (channel.notice_fd(), channel.fd());
-        assert!(!readable(notice) && !readable(whole));
-        channel.raise_notice();
-        assert!(readable(notice) && readable(whole), "a raised notice");
-        channel.signal(7);
-        assert_eq!(channel.pop(), Some(7));
-        assert!(
-            readable(notice),
-            "the event is taken; the notice still waits"
-        );
-        channel.raise_notice();
-        channel.lower_notice();
-        assert!(readable(notice), "another QP's notice still waits");
-        channel.lower_notice();
-        assert!(!readable(notice) && !readable(whole), "nothing waits");
-        channel.signal(8);
-        assert!(readable(notice) && readable(whole), "an event");
-        channel.lower_notice();
-        assert!(readable(notice), "a lower with none raised takes nothing");
-        assert_eq!(channel.pop(), Some(8));
-        assert!(!readable(notice) && !readable(whole));
-    }
-
-    #[test]
-    fn a_wake_lasts_until_taken_back_whatever_events_are_taken() {
-        let channel = UiwarpChannel::new().expect("a channel");
-        assert!(channel.can_wake());
-        channel.wake();
-        assert!(readable(channel.fd()), "woken");
-        assert_eq!(
-            channel.get_event().expect("no error"),
-            None,
-            "a wake is no event"
-        );
-        assert!(
-            readable(channel.fd()),
-            "another thread's get_event leaves the wake"
-        );
-        channel.signal(3);
-        assert_eq!(channel.get_event().expect("no error"), Some(3));
-        assert!(readable(channel.fd()), "so does taking an event");
-        channel.take_wake();
-        assert!(!readable(channel.fd()), "taken back");
-        channel.signal(4);
-        channel.wake();
-        channel.take_wake();
-        assert!(readable(channel.fd()), "the event still waits");
-        assert_eq!(channel.get_event().expect("no error"), Some(4));
-        assert!(!readable(channel.fd()));
-    }
-}
+mod tests;

@@ -496,18 +496,15 @@ impl Endpoint {
         let Some(link) = st.link.as_mut() else {
             return;
         };
-        while let Some(c) = link.conn.poll_completion() {
-            let mut wc = c.completion;
-            wc.qp_num = self.qpn;
-            match c.queue {
-                WorkQueue::Send => uiwarp_cq(&self.send_cq).push(wc, false),
-                WorkQueue::Receive => uiwarp_cq(&self.recv_cq).push(wc, c.solicited),
-            }
+        if !link.conn.completions.is_empty() {
+            self.hand_over_completions(&mut link.conn);
         }
         self.backlog
             .store(link.queued_bytes() as u64, Ordering::Relaxed);
-        let consumed = st.posted_sends - link.conn.unsent_send_requests() as u64;
-        st.inline.release_before(consumed);
+        if !st.inline.is_empty() {
+            let consumed = st.posted_sends - link.conn.unsent_send_requests() as u64;
+            st.inline.release_before(consumed);
+        }
         let mut changed = false;
         while let Some(ev) = link.conn.poll_event() {
             match ev {
@@ -562,6 +559,27 @@ impl Endpoint {
         }
         if changed {
             self.changed.notify_all();
+        }
+    }
+
+    /// Moves the connection's completions into the CQs, in order: with one CQ for both
+    /// queues (the socket's), all under one hold of its lock.
+    fn hand_over_completions(&self, conn: &mut crate::protocol::Connection) {
+        let qpn = self.qpn;
+        let mut completions = std::iter::from_fn(|| conn.poll_completion()).map(|c| {
+            let mut wc = c.completion;
+            wc.qp_num = qpn;
+            (c.queue, wc, c.queue == WorkQueue::Receive && c.solicited)
+        });
+        if Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            uiwarp_cq(&self.send_cq).push_all(completions.map(|(_, wc, s)| (wc, s)));
+            return;
+        }
+        for (queue, wc, solicited) in completions.by_ref() {
+            match queue {
+                WorkQueue::Send => uiwarp_cq(&self.send_cq).push(wc, false),
+                WorkQueue::Receive => uiwarp_cq(&self.recv_cq).push(wc, solicited),
+            }
         }
     }
 }

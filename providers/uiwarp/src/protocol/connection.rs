@@ -266,17 +266,9 @@ impl Connection {
     /// Posts a receive work request; in the error state it completes at once with
     /// `WorkRequestFlushError`.
     pub fn post_recv(&mut self, work: RecvWork) -> Result<(), ProtocolError> {
-        if matches!(self.phase, Phase::Error) {
-            self.push_recv_completion(work.wr_id, WcStatus::WorkRequestFlushError, 0, 0, false, 0);
-            return Ok(());
+        if self.admit_recv(work.wr_id)? {
+            self.rq.push_back(work);
         }
-        if self.rq.len() + usize::from(self.rx_send.is_some()) >= self.config.max_recv_requests {
-            return Err(ProtocolError::QueueFull {
-                queue: "receive",
-                depth: self.config.max_recv_requests,
-            });
-        }
-        self.rq.push_back(work);
         Ok(())
     }
 

@@ -7,17 +7,49 @@
 //! list. It changes no connection state until the message is placed (a scatter list that
 //! fails part way has written only what the general path then writes the same way);
 //! whatever it does not take (a multi-segment message, another opcode, a failed check) goes
-//! the general way, which processes it, or reports the failure, from scratch.
+//! the general way, which processes it, or reports the failure, from scratch. Reposting a
+//! receive that continues the receive queue's last run builds no work request.
 
 use super::connection::{Connection, Phase};
 use super::memory::MemoryTable;
 use super::receive::scatter;
+use super::{LocalSegment, ProtocolError};
 use crate::wire::ddp::{
     queue, Opcode, Segment, DDP_VERSION, RDMAP_VERSION, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use rdmasock_verbs::{AccessFlags, RemoteKey, WcStatus};
 
 impl Connection {
+    /// [`Connection::post_recv`] of the request of `wr_id` and `segments`, which builds no
+    /// [`RecvWork`](super::RecvWork) when the request continues the last run of the receive
+    /// queue (a stream socket's reposts).
+    pub fn post_recv_parts(
+        &mut self,
+        wr_id: u64,
+        segments: &[LocalSegment],
+    ) -> Result<(), ProtocolError> {
+        if self.admit_recv(wr_id)? {
+            self.rq.push_back_parts(wr_id, segments);
+        }
+        Ok(())
+    }
+
+    /// Before a receive is queued: `false` when the connection is in error (the request
+    /// completes flushed at once), an error when the queue is full, else `true`.
+    pub(super) fn admit_recv(&mut self, wr_id: u64) -> Result<bool, ProtocolError> {
+        if matches!(self.phase, Phase::Error) {
+            self.push_recv_completion(wr_id, WcStatus::WorkRequestFlushError, 0, 0, false, 0);
+            return Ok(false);
+        }
+        if self.rq.len() + usize::from(self.rx_send.is_some()) >= self.config.max_recv_requests {
+            return Err(ProtocolError::QueueFull {
+                queue: "receive",
+                depth: self.config.max_recv_requests,
+            });
+        }
+        Ok(true)
+    }
+
     /// Places `ulpdu`, a CRC-checked FPDU's, when it is a whole RDMA WRITE or plain SEND
     /// on an established connection with no message in progress, and every check passes.
     /// Returns `false`, having changed nothing but receive memory the general path writes

@@ -63,19 +63,20 @@ fn nth(first: &RecvWork, step: Step, n: u32) -> Option<RecvWork> {
     }
 }
 
-/// Whether `work` is the request `n` places after `first` when they follow by `step`: what
-/// comparing with [`nth`]'s request gives, without building it.
-fn is_nth(first: &RecvWork, step: Step, n: u32, work: &RecvWork) -> bool {
+/// Whether the request of `wr_id` and `segments` is the request `n` places after `first`
+/// when they follow by `step`: what comparing with [`nth`]'s request gives, without
+/// building either.
+fn is_nth(first: &RecvWork, step: Step, n: u32, wr_id: u64, segments: &[LocalSegment]) -> bool {
     match step {
-        Step::Same => first == work,
+        Step::Same => first.wr_id == wr_id && *first.segments == *segments,
         Step::Next => {
-            let ([segment], [other]) = (&*first.segments, &*work.segments) else {
+            let ([segment], [other]) = (&*first.segments, segments) else {
                 return false;
             };
             let Some(offset) = u64::from(segment.length).checked_mul(u64::from(n)) else {
                 return false;
             };
-            first.wr_id.checked_add(u64::from(n)) == Some(work.wr_id)
+            first.wr_id.checked_add(u64::from(n)) == Some(wr_id)
                 && segment.addr.checked_add(offset) == Some(other.addr)
                 && other.length == segment.length
                 && other.lkey == segment.lkey
@@ -84,19 +85,18 @@ fn is_nth(first: &RecvWork, step: Step, n: u32, work: &RecvWork) -> bool {
 }
 
 impl Run {
-    /// Whether `work` continues this run (and by which step).
-    fn continued_by(&self, work: &RecvWork) -> Option<Step> {
+    /// Whether the request of `wr_id` and `segments` continues this run (and by which step).
+    fn continued_by(&self, wr_id: u64, segments: &[LocalSegment]) -> Option<Step> {
         if self.count == u32::MAX {
             return None;
         }
-        let steps = match self.step {
-            Some(step) => &[step][..],
-            None => &[Step::Same, Step::Next][..],
-        };
-        steps
-            .iter()
-            .copied()
-            .find(|&step| is_nth(&self.first, step, self.count, work))
+        let continues = |step| is_nth(&self.first, step, self.count, wr_id, segments);
+        match self.step {
+            Some(step) => continues(step).then_some(step),
+            None => [Step::Same, Step::Next]
+                .into_iter()
+                .find(|&step| continues(step)),
+        }
     }
 }
 
@@ -121,14 +121,40 @@ impl RecvQueue {
 
     /// Appends `work` after every request held.
     pub fn push_back(&mut self, work: RecvWork) {
-        self.len += 1;
-        if let Some(run) = self.runs.back_mut() {
-            if let Some(step) = run.continued_by(&work) {
-                run.step = Some(step);
-                run.count += 1;
-                return;
-            }
+        if !self.continue_run(work.wr_id, &work.segments) {
+            self.start_run(work);
         }
+    }
+
+    /// Appends the request of `wr_id` and `segments` after every request held: what
+    /// [`push_back`](Self::push_back) of that request does, building a [`RecvWork`] only
+    /// when it does not continue the last run.
+    pub fn push_back_parts(&mut self, wr_id: u64, segments: &[LocalSegment]) {
+        if !self.continue_run(wr_id, segments) {
+            self.start_run(RecvWork {
+                wr_id,
+                segments: segments.iter().copied().collect(),
+            });
+        }
+    }
+
+    /// Counts the request of `wr_id` and `segments` into the last run if it continues it.
+    fn continue_run(&mut self, wr_id: u64, segments: &[LocalSegment]) -> bool {
+        let Some(run) = self.runs.back_mut() else {
+            return false;
+        };
+        let Some(step) = run.continued_by(wr_id, segments) else {
+            return false;
+        };
+        run.step = Some(step);
+        run.count += 1;
+        self.len += 1;
+        true
+    }
+
+    /// Appends `work` as a run of its own.
+    fn start_run(&mut self, work: RecvWork) {
+        self.len += 1;
         self.runs.push_back(Run {
             first: work,
             count: 1,
@@ -236,6 +262,30 @@ mod tests {
     }
 
     #[test]
+    fn posting_by_parts_queues_what_posting_the_request_queues() {
+        let posted = [
+            work(1, 0),
+            work(1, 0),
+            work(2, 4096),
+            work(3, 4160),
+            work(4, 4224),
+            work(9, 0),
+            work(9, 0),
+            work(10, 64),
+        ];
+        let (mut whole, mut parts) = (RecvQueue::new(), RecvQueue::new());
+        for w in &posted {
+            whole.push_back(w.clone());
+            parts.push_back_parts(w.wr_id, &w.segments);
+            assert_eq!(parts.len(), whole.len());
+            assert_eq!(parts.runs.len(), whole.runs.len());
+        }
+        assert_eq!(parts.runs.len(), 4, "the same runs: {:?}", parts.runs);
+        let parts: Vec<RecvWork> = parts.into_works().collect();
+        assert_eq!(parts, posted);
+    }
+
+    #[test]
     fn is_nth_agrees_with_building_the_request() {
         let firsts = [
             work(5, 0),
@@ -262,7 +312,7 @@ mod tests {
                     for other in &others {
                         let built = nth(first, step, n).as_ref() == Some(other);
                         assert_eq!(
-                            is_nth(first, step, n, other),
+                            is_nth(first, step, n, other.wr_id, &other.segments),
                             built,
                             "{first:?} {step:?} {n} {other:?}"
                         );

@@ -7,7 +7,8 @@ use crate::driver::UiwarpCq;
 use crate::driver::{self, Endpoint};
 use crate::memory::{InlinePool, QpMemory, RegionSet};
 use crate::protocol::{
-    LocalSegment, MemoryTable, ProtocolError, RecvWork, SendOperation, SendWork, SmallPayload,
+    InlineSend, LocalSegment, MemoryTable, ProtocolError, RecvWork, SendOperation, SendWork,
+    SmallPayload,
 };
 use rdmasock_verbs::provider::{CqOps, QpOps};
 use rdmasock_verbs::qp_attr::{QpAttrMask, QpAttributes, QpCapabilities, QpInitAttributes};
@@ -147,15 +148,15 @@ impl UiwarpQp {
         if lent.is_empty() {
             // The inline pool's gather buffer stages payloads read from registered memory.
             let mut staged = std::mem::take(&mut st.inline.gather);
+            let mut chain = [InlineSend::EMPTY; lean::LEAN_CHAIN];
             let framed = self
-                .inline_chain(wrs, &mut staged)
-                .is_some_and(|(chain, bytes)| {
-                    let chain = &chain[..wrs.len()];
-                    !self.endpoint.would_hold(&st, bytes, chain.len())
+                .inline_chain(wrs, &mut staged, &mut chain)
+                .is_some_and(|bytes| {
+                    !self.endpoint.would_hold(&st, bytes, wrs.len())
                         && st
                             .link
                             .as_mut()
-                            .is_some_and(|link| link.post_inline_chain(chain))
+                            .is_some_and(|link| link.post_inline_chain(&chain[..wrs.len()]))
                 });
             st.inline.gather = staged;
             if framed {
@@ -450,6 +451,19 @@ impl QpOps for UiwarpQp {
     fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> std::result::Result<(), PostError> {
         let mut st = self.endpoint.lock();
         for (index, wr) in wrs.iter().enumerate() {
+            // One scatter entry on a connection (a socket's repost): no work request built
+            // unless it starts a run of the receive queue.
+            if let (Some(link), [entry]) = (st.link.as_mut(), wr.sg_list) {
+                let segment = LocalSegment {
+                    addr: entry.addr(),
+                    length: entry.length(),
+                    lkey: entry.lkey(),
+                };
+                if let Err(e) = link.conn.post_recv_parts(wr.wr_id, &[segment]) {
+                    return Err(self.post_error(index, wr.wr_id, e));
+                }
+                continue;
+            }
             let work = RecvWork::from_request(wr);
             if work.segments.len() > self.endpoint.caps.max_recv_sge as usize {
                 return Err(PostError {
@@ -498,8 +512,13 @@ impl QpOps for UiwarpQp {
                 },
             }
         }
-        // Receive completions of a flushed queue go out now.
-        if st.link.is_some() {
+        // Receive completions of a flushed queue go out now (a receive posted to a live
+        // connection completes nothing and changes nothing else the dispatch reports).
+        if st
+            .link
+            .as_ref()
+            .is_some_and(|link| !link.conn.completions.is_empty())
+        {
             if let Ok(engine) = driver::engine() {
                 self.endpoint.dispatch(&mut st, engine);
             }

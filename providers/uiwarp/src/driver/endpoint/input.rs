@@ -53,8 +53,10 @@ impl Endpoint {
     /// Whether a thread may sleep on a completion channel of this QP: one of its completion
     /// queues is armed and has a channel, which the engine raises when bytes arrive for a
     /// sleeper that does not watch the socket itself (see [`watch_input`](Self::watch_input)).
+    /// One look when both queues are one CQ (the socket's).
     pub(crate) fn attended(&self) -> bool {
-        st_attended(&self.recv_cq) || st_attended(&self.send_cq)
+        st_attended(&self.recv_cq)
+            || (!Arc::ptr_eq(&self.send_cq, &self.recv_cq) && st_attended(&self.send_cq))
     }
 
     /// On the engine thread, when an input edge finds a queue of this QP armed with a

@@ -10,16 +10,18 @@ use rdmasock_verbs::{AccessFlags, SendFlags, SendOp, SendRequest};
 pub(super) const LEAN_CHAIN: usize = 4;
 
 impl UiwarpQp {
-    /// `wrs` as a chain for the lean path (see `Connection::post_inline_chain`) with its
-    /// payload bytes, when every request is an inline SEND or RDMA WRITE within the QP's
-    /// limits: a payload of one borrowed entry is framed from the caller's bytes, any other
-    /// is gathered into `staged` first (cleared; registered entries read as the general path
-    /// reads them). `None` sends them the general way, which also says what is wrong with one.
+    /// `wrs` as a chain for the lean path (see `Connection::post_inline_chain`), written
+    /// into the front of `chain`, and its payload bytes, when every request is an inline SEND
+    /// or RDMA WRITE within the QP's limits: a payload of one borrowed entry is framed from
+    /// the caller's bytes, any other is gathered into `staged` first (cleared; registered
+    /// entries read as the general path reads them). `None` sends them the general way,
+    /// which also says what is wrong with one.
     pub(super) fn inline_chain<'a>(
         &self,
         wrs: &[SendRequest<'a>],
         staged: &'a mut Vec<u8>,
-    ) -> Option<([InlineSend<'a>; LEAN_CHAIN], u64)> {
+        chain: &mut [InlineSend<'a>; LEAN_CHAIN],
+    ) -> Option<u64> {
         if wrs.is_empty() || wrs.len() > LEAN_CHAIN {
             return None;
         }
@@ -62,7 +64,6 @@ impl UiwarpQp {
         }
         drop(regions);
         let staged: &'a [u8] = staged;
-        let mut chain = [InlineSend::EMPTY; LEAN_CHAIN];
         let mut bytes = 0;
         for (i, wr) in wrs.iter().enumerate() {
             let (start, len) = ranges[i];
@@ -84,6 +85,6 @@ impl UiwarpQp {
                 fence: wr.flags.contains(SendFlags::FENCE),
             };
         }
-        Some((chain, bytes))
+        Some(bytes)
     }
 }
