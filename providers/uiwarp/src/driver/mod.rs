@@ -16,7 +16,8 @@
 //! sleeper watches the socket). A thread that sleeps on a channel serving one queue pair
 //! polls the socket beside the channel's eventfd (its input watch, taken before it arms):
 //! the engine leaves input to it as to a spinner, and it reads the bytes itself once woken
-//! (a tokio stream holds such a watch for its life, its reactor watching the socket).
+//! (a tokio stream holds such a watch for its life, its reactor watching the socket); the
+//! backstop takes such a socket back only after a few looks in a row found no read.
 //! A thread that waits on the eventfd alone (the socket layer's readiness thread) is
 //! woken by the engine, which raises the channel on each arrival while a queue is armed;
 //! that thread reads the bytes itself (the backstop reads them if none does). The engine
