@@ -185,12 +185,13 @@ fn main() {
         .build()
         .expect("the tokio runtime");
     let ip = a.vm.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    let rows = if a.vm.is_some() {
+    let all = if a.vm.is_some() {
         workloads::vm_rows()
     } else {
         workloads::host_rows()
     };
-    let rows: Vec<_> = rows
+    let names: Vec<String> = all.iter().map(|r| r.workload.name()).collect();
+    let rows: Vec<_> = all
         .into_iter()
         .filter(|r| {
             a.only
@@ -199,7 +200,11 @@ fn main() {
         })
         .collect();
     if rows.is_empty() {
-        eprintln!("bench_tokio: no workload's name contains {:?}", a.only);
+        eprintln!(
+            "bench_tokio: --only {:?} matches no workload; the workloads here: {}",
+            a.only.as_deref().unwrap_or_default(),
+            names.join("; ")
+        );
         std::process::exit(2);
     }
     if a.ours_only.is_some() && a.markdown.is_some() {
