@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! bench_tokio [--rounds R] [--iters N] [--requests N] [--megabytes M] [--ring BYTES]
-//!             [--markdown FILE]
+//!             [--only TEXT] [--side ours|against] [--markdown FILE]
 //! bench_tokio --vm [IP] [same options]
 //! ```
 //! Build with `--release --features tokio`. On the host (the default): RdmaStream over the
@@ -18,6 +18,9 @@
 //! `--ring BYTES` lets the RdmaStreams' rings grow to BYTES each way instead of the default
 //! largest size (1 MiB on the userspace provider, 128 KiB on a kernel device), to measure
 //! what a deeper window gives a stream whose writer waits for the reader to free ring space.
+//! `--only TEXT` runs only the rows whose workload name contains TEXT (`--only "64
+//! connections"`); `--side ours` or `--side against` runs only RdmaStream's or only the
+//! other side's runs of each row (to profile or count one side's work; no ratio is printed).
 //! Each row runs `R` rounds (default 5), baseline and RdmaStream back to back, each round
 //! on fresh connections; the table gives each side's median and range, the ratio of the
 //! medians, and the median of each round's own ratio ("paired"). `--markdown FILE` also
@@ -48,6 +51,10 @@ struct Args {
     megabytes: usize,
     /// `--ring`: the RdmaStreams' largest ring, each way.
     ring: Option<usize>,
+    /// `--only`: the rows whose workload name contains this.
+    only: Option<String>,
+    /// `--side`: run only RdmaStream (`Some(true)`) or only the other side (`Some(false)`).
+    ours_only: Option<bool>,
     markdown: Option<PathBuf>,
     /// The options given, for the markdown section (without `--markdown FILE`).
     command_line: String,
@@ -61,6 +68,8 @@ fn args() -> Result<Args, String> {
         requests: 20_000,
         megabytes: 256,
         ring: None,
+        only: None,
+        ours_only: None,
         markdown: None,
         command_line: String::new(),
     };
@@ -99,6 +108,25 @@ fn args() -> Result<Args, String> {
                 a.ring = Some(ring);
                 ring
             }
+            "--only" => {
+                let text = it.next().ok_or("--only needs a workload name's part")?;
+                a.only = Some(text.clone());
+                shown.push(format!("--only {text:?}"));
+                continue;
+            }
+            "--side" => {
+                a.ours_only = match it.next().as_deref() {
+                    Some("ours") => Some(true),
+                    Some("against") => Some(false),
+                    other => {
+                        return Err(format!(
+                            "--side needs \"ours\" or \"against\", not {other:?}"
+                        ))
+                    }
+                };
+                shown.push(format!("--side {}", side_word(a.ours_only)));
+                continue;
+            }
             "--markdown" => {
                 a.markdown = Some(it.next().ok_or("--markdown needs a file")?.into());
                 continue;
@@ -121,6 +149,15 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// `--side`'s word for a choice.
+fn side_word(ours_only: Option<bool>) -> &'static str {
+    match ours_only {
+        Some(true) => "ours",
+        Some(false) => "against",
+        None => "both",
+    }
+}
+
 /// rxe0's address: `RDMA_VM_RXE_IP` (set in the VM by tests/vm/run.sh), else the device's.
 fn rxe_address() -> Result<IpAddr, String> {
     match std::env::var("RDMA_VM_RXE_IP") {
@@ -137,7 +174,8 @@ fn main() {
         Err(e) => {
             eprintln!(
                 "bench_tokio: {e}\nusage: bench_tokio [--vm [IP]] [--rounds R] [--iters N] \
-                 [--requests N] [--megabytes M] [--ring BYTES] [--markdown FILE]"
+                 [--requests N] [--megabytes M] [--ring BYTES] [--only TEXT] \
+                 [--side ours|against] [--markdown FILE]"
             );
             std::process::exit(2);
         }
@@ -147,11 +185,32 @@ fn main() {
         .build()
         .expect("the tokio runtime");
     let ip = a.vm.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    let rows = if a.vm.is_some() {
+    let all = if a.vm.is_some() {
         workloads::vm_rows()
     } else {
         workloads::host_rows()
     };
+    let names: Vec<String> = all.iter().map(|r| r.workload.name()).collect();
+    let rows: Vec<_> = all
+        .into_iter()
+        .filter(|r| {
+            a.only
+                .as_ref()
+                .is_none_or(|o| r.workload.name().contains(o.as_str()))
+        })
+        .collect();
+    if rows.is_empty() {
+        eprintln!(
+            "bench_tokio: --only {:?} matches no workload; the workloads here: {}",
+            a.only.as_deref().unwrap_or_default(),
+            names.join("; ")
+        );
+        std::process::exit(2);
+    }
+    if a.ours_only.is_some() && a.markdown.is_some() {
+        eprintln!("bench_tokio: --side runs one side, which makes no table for --markdown");
+        std::process::exit(2);
+    }
     let sizes = workloads::Sizes {
         iters: a.iters,
         requests: a.requests,
@@ -175,20 +234,37 @@ fn main() {
     for row in rows {
         let (mut base, mut ours) = (Vec::new(), Vec::new());
         for _ in 0..a.rounds {
-            base.push(workloads::measure(
-                &runtime,
-                ip,
-                row.workload,
-                row.against,
-                &sizes,
-            ));
-            ours.push(workloads::measure(
-                &runtime,
-                ip,
-                row.workload,
-                Side::Stream,
-                &sizes,
-            ));
+            if a.ours_only != Some(true) {
+                base.push(workloads::measure(
+                    &runtime,
+                    ip,
+                    row.workload,
+                    row.against,
+                    &sizes,
+                ));
+            }
+            if a.ours_only != Some(false) {
+                ours.push(workloads::measure(
+                    &runtime,
+                    ip,
+                    row.workload,
+                    Side::Stream,
+                    &sizes,
+                ));
+            }
+        }
+        if a.ours_only.is_some() {
+            let (side, runs) = match a.ours_only {
+                Some(true) => (Side::Stream, ours),
+                _ => (row.against, base),
+            };
+            println!(
+                "{:<34} {:<22} {:>24}",
+                row.workload.name(),
+                side.name(),
+                Summary::of(runs).text(1)
+            );
+            continue;
         }
         let paired = Summary::of(ours.iter().zip(&base).map(|(o, b)| o / b).collect()).median;
         let (base, ours) = (Summary::of(base), Summary::of(ours));

@@ -17,7 +17,8 @@
 //! wakes the task directly, and the task's next attempt reads the bytes (every attempt that
 //! would block takes the channel's events first, which reads the socket until it would
 //! block). Nothing waits for the task meanwhile: while no task reads, the engine takes the
-//! socket back within its backstop and moves the bytes as before, raising the channel.
+//! socket back within a few of its backstops (a few milliseconds) and moves the bytes as
+//! before, raising the channel.
 #![forbid(unsafe_code)]
 
 use crate::socket::{RdmaSocket, Shared};

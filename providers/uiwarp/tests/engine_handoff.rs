@@ -4,7 +4,8 @@
 //! a side whose application never calls in is answered); a thread that sleeps on a channel
 //! is woken by the engine's raise of the channel, and reads the socket itself; a sleeper
 //! that also polls the socket (the channel's input watch) wakes on arrivals with no engine
-//! wake-up at all, and the engine takes the socket back once it is gone.
+//! wake-up at all, and the engine takes the socket back once it is gone, or after a few
+//! backstops in a row in which nothing read it while the watch stayed.
 
 mod loopback;
 
@@ -227,6 +228,21 @@ fn a_sleeper_that_watches_the_socket_wakes_on_arrivals_without_the_engine() {
         Some(p.b.cq.cookie())
     );
     assert_eq!(poll_ok(&p.b.cq).wr_id, 7);
+}
+
+/// A sleeper that holds the channel's input watch for good (as a tokio stream does for its
+/// life) while its application stops calling in: the engine leaves the input to it for a
+/// few backstops, then takes the socket back and answers RDMA READs to that side alone, as
+/// an RNIC would, round after round (each READ is a new arrival that the watch would leave
+/// unread).
+#[test]
+fn the_engine_answers_reads_while_a_watcher_that_never_reads_holds_the_input() {
+    let p = pair();
+    let watch = p.b.channel.watch_input().expect("one QP: its socket");
+    for round in 0..10u64 {
+        read_from_b(&p, round);
+    }
+    drop(watch);
 }
 
 /// One completion queue shared by many queue pairs: a thread spinning on it (which checks a

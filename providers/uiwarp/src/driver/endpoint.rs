@@ -116,6 +116,8 @@ pub struct Endpoint {
     /// the engine leaves the socket to them.
     app_reads: AtomicU64,
     app_reads_seen: AtomicU64,
+    /// Quiet backstops in a row while watched (see [`Endpoint::read_by_application`]).
+    quiet_looks: AtomicU32,
     /// The engine stopped watching the socket for input, leaving it to a spinner (see
     /// [`Endpoint::leave_input`]); arming a queue with a channel takes it back.
     input_left: AtomicBool,
@@ -216,6 +218,7 @@ impl Endpoint {
             polled_at: AtomicU64::new(0),
             app_reads: AtomicU64::new(0),
             app_reads_seen: AtomicU64::new(0),
+            quiet_looks: AtomicU32::new(0),
             input_left: AtomicBool::new(false),
             input_watchers: AtomicU32::new(0),
             engine_events: AtomicU64::new(0),

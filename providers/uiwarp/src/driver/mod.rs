@@ -16,7 +16,8 @@
 //! sleeper watches the socket). A thread that sleeps on a channel serving one queue pair
 //! polls the socket beside the channel's eventfd (its input watch, taken before it arms):
 //! the engine leaves input to it as to a spinner, and it reads the bytes itself once woken
-//! (a tokio stream holds such a watch for its life, its reactor watching the socket).
+//! (a tokio stream holds such a watch for its life, its reactor watching the socket); the
+//! backstop takes such a socket back only after a few looks in a row found no read.
 //! A thread that waits on the eventfd alone (the socket layer's readiness thread) is
 //! woken by the engine, which raises the channel on each arrival while a queue is armed;
 //! that thread reads the bytes itself (the backstop reads them if none does). The engine
@@ -34,6 +35,7 @@ mod liveness;
 mod notice;
 pub mod pcap;
 mod pending;
+mod timers;
 
 pub(crate) use cm::close_endpoint;
 pub use cm::{accepted, disconnect, endpoint, Rejected, UiwarpListener, UiwarpRequest};
@@ -52,6 +54,7 @@ use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
+use timers::Timers;
 
 const WAKER: Token = Token(0);
 /// Timer keys with this bit are the engine's backstops for deferred input (see
@@ -117,7 +120,7 @@ pub(crate) struct Engine {
     registry: Registry,
     waker: Waker,
     targets: Mutex<Targets>,
-    timers: Mutex<TokenMap<Instant>>,
+    timers: Mutex<Timers>,
     /// Connections whose read budget ran out with bytes perhaps left: the engine reads them
     /// again after the events at hand (see [`Engine::resume`]).
     resume: Mutex<Vec<Token>>,
@@ -149,7 +152,7 @@ fn start() -> io::Result<Arc<Engine>> {
             map: TokenMap::default(),
             next: 1,
         }),
-        timers: Mutex::new(TokenMap::default()),
+        timers: Mutex::new(Timers::new()),
         resume: Mutex::new(Vec::new()),
         thread: OnceLock::new(),
     });
@@ -188,9 +191,9 @@ impl Engine {
             .map
             .remove(&token.0);
         let mut timers = self.timers.lock().expect("engine timers");
-        timers.remove(&token.0);
-        timers.remove(&(token.0 | BACKSTOP_BIT));
-        timers.remove(&(token.0 | HOLD_BIT));
+        for key in [token.0, token.0 | BACKSTOP_BIT, token.0 | HOLD_BIT] {
+            timers.set(key, None);
+        }
     }
 
     pub(crate) fn register(
@@ -217,13 +220,7 @@ impl Engine {
 
     /// Sets (or clears) when `token`'s target wants `on_timer`.
     pub(crate) fn set_timer(&self, token: Token, at: Option<Instant>) {
-        let mut timers = self.timers.lock().expect("engine timers");
-        let before = timers.get(&token.0).copied();
-        match at {
-            Some(t) => timers.insert(token.0, t),
-            None => timers.remove(&token.0),
-        };
-        drop(timers);
+        let before = self.timers.lock().expect("engine timers").set(token.0, at);
         let on_engine = self.thread.get() == Some(&std::thread::current().id());
         if at.is_some() && at != before && !on_engine {
             // The engine computes its poll timeout before it sleeps: wake it to recompute.
@@ -231,28 +228,28 @@ impl Engine {
         }
     }
 
-    /// Arms the engine's own look at `token`'s endpoint [`BACKSTOP`] from now (kept apart
-    /// from the connection's timers), unless one is armed.
+    /// Arms the engine's own look at `token`'s endpoint [`BACKSTOP`] from now, rounded up to
+    /// the timers' tick so that the backstops of many connections come due together (kept
+    /// apart from the connection's timers), unless one is armed.
     fn set_backstop(&self, token: Token) {
-        let at = Instant::now() + BACKSTOP;
-        self.timers
-            .lock()
-            .expect("engine timers")
-            .entry(token.0 | BACKSTOP_BIT)
-            .or_insert(at);
+        self.timers.lock().expect("engine timers").arm_backstop(
+            token.0 | BACKSTOP_BIT,
+            Instant::now(),
+            BACKSTOP,
+        );
     }
 
     /// [`set_backstop`](Self::set_backstop) from an application thread: wakes the engine to
     /// take the new timer into its poll timeout when there was none.
     pub(crate) fn set_backstop_from_outside(&self, token: Token) {
-        let at = Instant::now() + BACKSTOP;
-        let mut timers = self.timers.lock().expect("engine timers");
-        if timers.contains_key(&(token.0 | BACKSTOP_BIT)) {
-            return;
+        let armed = self.timers.lock().expect("engine timers").arm_backstop(
+            token.0 | BACKSTOP_BIT,
+            Instant::now(),
+            BACKSTOP,
+        );
+        if armed {
+            let _ = self.waker.wake();
         }
-        timers.insert(token.0 | BACKSTOP_BIT, at);
-        drop(timers);
-        let _ = self.waker.wake();
     }
 
     /// Has the engine read `token`'s endpoint again once it has handled the events at hand
@@ -302,14 +299,14 @@ impl Engine {
 
     fn run(self: Arc<Self>, mut poll: Poll) {
         let mut events = Events::with_capacity(256);
+        let mut due: Vec<usize> = Vec::new();
         loop {
-            let timeout = {
-                let timers = self.timers.lock().expect("engine timers");
-                timers
-                    .values()
-                    .min()
-                    .map(|t| t.saturating_duration_since(Instant::now()))
-            };
+            let timeout = self
+                .timers
+                .lock()
+                .expect("engine timers")
+                .earliest()
+                .map(|t| t.saturating_duration_since(Instant::now()));
             // Round up so that a timer is not polled a hair early, over and over.
             let mut timeout = timeout.map(|t| t + Duration::from_micros(100));
             if !self.resume.lock().expect("engine resume").is_empty() {
@@ -384,16 +381,15 @@ impl Engine {
                 });
             }
             let now = Instant::now();
-            let due: Vec<usize> = {
-                let timers = self.timers.lock().expect("engine timers");
-                timers
-                    .iter()
-                    .filter(|(_, t)| **t <= now)
-                    .map(|(k, _)| *k)
-                    .collect()
-            };
-            for key in due {
-                self.timers.lock().expect("engine timers").remove(&key);
+            // Taken out all at once, before any runs: a timer that one sets again, however
+            // soon, waits for the next turn (the events first).
+            {
+                let mut timers = self.timers.lock().expect("engine timers");
+                while let Some(key) = timers.pop_due(now) {
+                    due.push(key);
+                }
+            }
+            for key in due.drain(..) {
                 let backstop = key & BACKSTOP_BIT != 0;
                 let hold = key & HOLD_BIT != 0;
                 let token = Token(key & !(BACKSTOP_BIT | HOLD_BIT));
