@@ -9,7 +9,9 @@
 //! the peer's target list). A sender, plain rsocket too, uses each entry it is given in
 //! full, in the order given, before the next, and takes address, key and length from the
 //! entry itself: so a new ring is announced by advertising its halves like any other, and
-//! nothing else on the wire changes. The one rule is when: the engine stops advertising
+//! nothing else on the wire changes (the new ring's first entry may be shorter than a half:
+//! it starts where the stream's offset falls in the ring, see
+//! [`StreamEngine::install_recv_ring`]). The one rule is when: the engine stops advertising
 //! halves of the current ring, and advertises the new one only once the peer has written
 //! every byte it was given in the old. Then the peer holds no entry into the old ring (it
 //! used them all up) and no write aimed there is in flight (all arrived): it writes there
@@ -92,7 +94,7 @@ impl StreamEngine {
     /// take them first ([`reads_old_recv_ring`](Self::reads_old_recv_ring)). The driver
     /// keeps the old ring while [`holds_old_recv_ring`](Self::holds_old_recv_ring), and may
     /// deregister it as soon as that is false. Both halves of the new ring are advertised at
-    /// once.
+    /// once, the first from where the stream's offset falls in the ring to that half's end.
     pub fn install_recv_ring(&mut self, addr: u64, rkey: u32, len: usize) {
         if self.ring_change() != Some(RingChange::Receive(len)) {
             self.fail(StreamError::Protocol(format!(
