@@ -4,7 +4,7 @@
 //! ```text
 //! bench_zero_copy [--sizes 65536,1048576] [--megabytes M] [--depth D] [--rounds R]
 //!                 [--device NAME] [--recv-ring BYTES] [--ring-min BYTES]
-//!                 [--signal-interval N] [--event-mode] [--verbose]
+//!                 [--max-transfer BYTES] [--signal-interval N] [--event-mode] [--verbose]
 //! ```
 //! Build with `--release`. For each message size (default 64 KiB and 1 MiB) and each of
 //! `R` rounds (default 3), a client thread writes `M` MiB (default 64) to a server thread
@@ -26,8 +26,10 @@
 //! default largest size (128 KiB on a kernel device).
 //!
 //! To find where time goes: `--ring-min BYTES` starts each receive ring at BYTES instead of
-//! the default smallest size (equal to the largest: a fixed ring), `--signal-interval N` and
-//! `--event-mode` set those socket options, and `--verbose` prints one `ROUND` line per
+//! the default smallest size (equal to the largest: a fixed ring), `--max-transfer BYTES`
+//! (the largest single WRITE, 64 KiB by default: with a larger `--recv-ring` a message can
+//! fill a larger half with one WRITE), `--signal-interval N` and `--event-mode` set those
+//! socket options, and `--verbose` prints one `ROUND` line per
 //! round with the writer's user and system CPU time per MiB and both threads' wait counters
 //! (waits, naps, naps that overslept, sleeps on the completion channel).
 
@@ -53,6 +55,7 @@ struct Args {
     device: Option<String>,
     recv_ring: Option<usize>,
     ring_min: Option<usize>,
+    max_transfer: Option<u32>,
     signal_interval: Option<u16>,
     event_mode: bool,
     verbose: bool,
@@ -67,6 +70,7 @@ fn args() -> Args {
         device: None,
         recv_ring: None,
         ring_min: None,
+        max_transfer: None,
         signal_interval: None,
         event_mode: false,
         verbose: false,
@@ -76,7 +80,8 @@ fn args() -> Args {
         eprintln!(
             "bench_zero_copy: {what}\nusage: bench_zero_copy [--sizes 65536,1048576] \
              [--megabytes M] [--depth D] [--rounds R] [--device NAME] [--recv-ring BYTES] \
-             [--ring-min BYTES] [--signal-interval N] [--event-mode] [--verbose]"
+             [--ring-min BYTES] [--max-transfer BYTES] [--signal-interval N] [--event-mode] \
+             [--verbose]"
         );
         std::process::exit(2)
     };
@@ -97,6 +102,12 @@ fn args() -> Args {
             "--device" => a.device = Some(value()),
             "--recv-ring" => a.recv_ring = Some(number(value())),
             "--ring-min" => a.ring_min = Some(number(value())),
+            "--max-transfer" => {
+                a.max_transfer = Some(
+                    u32::try_from(number(value()))
+                        .unwrap_or_else(|_| usage("--max-transfer above 4294967295")),
+                )
+            }
             "--signal-interval" => {
                 a.signal_interval = Some(
                     u16::try_from(number(value()))
@@ -270,6 +281,9 @@ fn main() {
     if a.recv_ring.is_some() || a.ring_min.is_some() {
         let largest = a.recv_ring.unwrap_or(KERNEL_RING);
         opts = opts.recv_ring_range(a.ring_min.unwrap_or(DEFAULT_RING_MIN).min(largest), largest);
+    }
+    if let Some(bytes) = a.max_transfer {
+        opts = opts.max_transfer(bytes);
     }
     if let Some(n) = a.signal_interval {
         opts = opts.signal_interval(n);
