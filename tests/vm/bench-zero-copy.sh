@@ -17,9 +17,20 @@
 # time (write_registered). Prints one table per CPU setting: MiB/s of each, the ratios
 # zero-copy / ib_write_bw (target >= 0.95) and zero-copy / copy (target >= 1.1 at 1 MiB),
 # the writing thread's CPU time per MiB (user + system) of the copying and the zero-copy
-# socket with their ratio, and the zero-copy writer's blocking waits per MiB (each one a
-# wait for the reader to give back a receive-ring half). With --recv-ring BYTES the
-# sockets' receive rings grow up to BYTES instead of their default largest size.
+# socket with their ratio, the zero-copy writer's blocking waits per MiB (each one a
+# wait for the reader to give back a receive-ring half), and the zero-copy reader's CPU time
+# per MiB (its copy out of the ring and its waits). With --recv-ring BYTES the sockets'
+# receive rings grow up to BYTES instead of their default largest size.
+#
+# What the floor measures: ib_write_bw -R's client posts -n RDMA WRITEs of SIZE bytes into
+# one buffer of the server's, keeping up to its TX depth in flight (128, or -n when that is
+# smaller: 64 at 1 MiB) and asking a completion for every one (its CQ moderation is 1 at
+# these counts), and reports the bytes over the time from its first post to its last
+# completion ("BW average"); the server only waits for the end (busy-polling, as the socket's
+# reader may). No receive is consumed and no buffer is given back: the stream's writer
+# instead has at most its peer's receive ring in flight (two halves of 64 KiB by default)
+# and each message consumes a receive at the reader. Both move the same bytes in messages
+# of the same size.
 #
 # With --markdown FILE each table also replaces its section of FILE (normally
 # docs/BENCHMARKS.md, between <!-- bench-zero-copy:begin --> and <!-- bench-zero-copy:end -->,
@@ -89,20 +100,20 @@ if [ "${1:-}" = --guest ]; then
   [ -z "$recv_ring" ] || ring_args=(--recv-ring "$recv_ring")
   out=$(timeout 1800 "$ours" --device rxe0 --sizes "$(echo $sizes | tr ' ' ,)" \
     --megabytes "$megabytes" --rounds "$rounds" "${ring_args[@]}" 2>&1) || { echo "bench: bench_zero_copy failed:" >&2; echo "$out" >&2; status=1; }
-  echo "$out" | awk '$1 == "RESULT" && $2 == "bw" { print $3, $4, $5, $6, $7 }' >> "$results"
+  echo "$out" | awk '$1 == "RESULT" && $2 == "bw" { print $3, $4, $5, $6, $7, $8 }' >> "$results"
   echo "zero-copy writes on rxe0 (RDMASOCK_VM_CPU=${RDMASOCK_VM_CPU:-max}${recv_ring:+, receive rings up to $recv_ring bytes}): best of $rounds rounds of $megabytes MiB, ib_write_bw's too"
   awk '
     $1 == "floor" { floor[$2] = $3; sizes[$2] = 1; next }
-    { bw[$1, $2] = $3; cpu[$1, $2] = $4; waits[$1, $2] = $5; sizes[$2] = 1 }
+    { bw[$1, $2] = $3; cpu[$1, $2] = $4; waits[$1, $2] = $5; reader[$1, $2] = $6; sizes[$2] = 1 }
     END {
-      printf "%9s %12s %10s %10s %10s %9s %9s %12s %12s %11s %12s\n", "size", "ib_write_bw", "copy", "zero-copy", "zc-block", "zc/floor", "zc/copy", "copy us/MiB", "zc us/MiB", "CPU zc/copy", "zc waits/MiB"
+      printf "%9s %12s %10s %10s %10s %9s %9s %12s %12s %11s %12s %12s\n", "size", "ib_write_bw", "copy", "zero-copy", "zc-block", "zc/floor", "zc/copy", "copy us/MiB", "zc us/MiB", "CPU zc/copy", "zc waits/MiB", "zc rd us/MiB"
       for (s in sizes) {
         f = floor[s]; c = bw["copy", s]; z = bw["zero-copy", s]; b = bw["zero-copy-blocking", s]
-        printf "%9d %12s %10s %10s %10s %9s %9s %12s %12s %11s %12s\n", s, f, c, z, b,
+        printf "%9d %12s %10s %10s %10s %9s %9s %12s %12s %11s %12s %12s\n", s, f, c, z, b,
           (f > 0 ? sprintf("%.2f", z / f) : "-"), (c > 0 ? sprintf("%.2f", z / c) : "-"),
           cpu["copy", s], cpu["zero-copy", s],
           (cpu["copy", s] > 0 ? sprintf("%.2f", cpu["zero-copy", s] / cpu["copy", s]) : "-"),
-          waits["zero-copy", s]
+          waits["zero-copy", s], reader["zero-copy", s]
       }
     }' "$results" | sort -n -k1,1   # the header (not a number) sorts first
   echo "targets: zc/floor >= 0.95 at 64 KiB and 1 MiB; zc/copy >= 1.10 at 1 MiB"
