@@ -31,6 +31,18 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// A helper process (dumpcap, a TCP echo server) that is killed and reaped when the test
+/// ends, failed or not: one left running would hold the test binary's stdout or stderr open,
+/// and whatever reads that output to its end (the VM suite's `tee`) would wait for ever.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The VM's rxe0 address; panics (loudly) outside the VM or without rxe0.
 fn vm_ip() -> IpAddr {
     vm_support::device_ip("rxe0")
@@ -252,15 +264,19 @@ fn capture_rsocket_and_ours_on_siw() {
     std::fs::create_dir_all(&dir).expect("capture directory");
     let file = dir.join("rsocket.pcapng");
     let filter = format!("tcp port {theirs} or tcp port {ours}");
-    let mut dumpcap = Command::new("dumpcap")
-        .args(["-i", "lo", "-q", "-f", &filter, "-w"])
-        .arg(&file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start dumpcap (package tshark)");
+    let mut dumpcap = Reaped(
+        Command::new("dumpcap")
+            .args(["-i", "lo", "-q", "-f", &filter, "-w"])
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start dumpcap (package tshark)"),
+    );
     // dumpcap says "Capturing on 'lo'" once the capture runs.
     let mut said = String::new();
-    let mut err = dumpcap.stderr.take().expect("dumpcap stderr");
+    let mut err = dumpcap.0.stderr.take().expect("dumpcap stderr");
     let mut byte = [0u8; 1];
     while !said.contains("Capturing on") {
         let n = err.read(&mut byte).expect("read dumpcap's stderr");
@@ -302,11 +318,11 @@ fn capture_rsocket_and_ours_on_siw() {
         thread::sleep(Duration::from_millis(200));
     }
     let stopped = Command::new("kill")
-        .args(["-INT", &dumpcap.id().to_string()])
+        .args(["-INT", &dumpcap.0.id().to_string()])
         .status()
         .expect("signal dumpcap");
     assert!(stopped.success(), "kill -INT dumpcap");
-    let status = dumpcap.wait().expect("wait for dumpcap");
+    let status = dumpcap.0.wait().expect("wait for dumpcap");
     assert!(status.success(), "dumpcap: {status}");
 
     let text = decode_iwarp(&file);
@@ -435,14 +451,17 @@ fn std_tcp_program_under_preload_falls_back_to_kernel_tcp() {
     let port = 18478u16;
     let bytes = 300_000u64;
     let before = packets();
-    let mut server = Command::new(&bin)
-        .args(["server", &port.to_string()])
-        .env("LD_PRELOAD", PRELOAD)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start tcp_echo server");
+    let mut server = Reaped(
+        Command::new(&bin)
+            .args(["server", &port.to_string()])
+            .env("LD_PRELOAD", PRELOAD)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start tcp_echo server"),
+    );
     let mut line = String::new();
-    let mut out = server.stdout.take().expect("server stdout");
+    let mut out = server.0.stdout.take().expect("server stdout");
     let mut byte = [0u8; 1];
     while !line.contains('\n') {
         let n = out.read(&mut byte).expect("read tcp_echo server's stdout");
@@ -454,8 +473,7 @@ fn std_tcp_program_under_preload_falls_back_to_kernel_tcp() {
         .env("LD_PRELOAD", PRELOAD)
         .output()
         .expect("run tcp_echo client");
-    server.kill().expect("stop tcp_echo server");
-    let _ = server.wait();
+    drop(server);
     let said = String::from_utf8_lossy(&client.stdout);
     assert!(
         client.status.success() && said.contains(&format!("echoed {bytes} bytes")),
