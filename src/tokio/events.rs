@@ -62,6 +62,9 @@ struct Watch {
     /// The timer of a wait for flushed receives after DISCONNECTED (see
     /// [`Shared::flush_bound`]), while one runs.
     flush_timer: Mutex<Option<Pin<Box<Sleep>>>>,
+    /// `flush_timer` holds a timer (set under its lock): a wait without a bound and without
+    /// a timer to drop takes no lock.
+    flush_timer_set: AtomicBool,
     /// The last [`Readiness::drive`] of a read returned `Pending`: the next one reads the
     /// input first if its edge came (see there).
     waited: AtomicBool,
@@ -102,6 +105,7 @@ impl Watch {
                 .transpose()?,
             input_ended: AtomicBool::new(false),
             flush_timer: Mutex::new(None),
+            flush_timer_set: AtomicBool::new(false),
             waited: AtomicBool::new(false),
         })
     }
@@ -299,18 +303,23 @@ impl Readiness {
     /// is set to wake the task at the bound. No readiness thread ticks a stream without
     /// keepalive, so a device that never flushes would leave the task waiting for ever.
     fn flush_bound_passed(&self, cx: &mut Context<'_>, watch: &Watch) -> bool {
+        let bound = self.shared.flush_bound();
+        if bound.is_none() && !watch.flush_timer_set.load(Ordering::Acquire) {
+            return false;
+        }
         let mut timer = watch
             .flush_timer
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(left) = self.shared.flush_bound() else {
-            *timer = None;
-            return false;
+        let left = match bound {
+            Some(left) if !left.is_zero() => left,
+            _ => {
+                *timer = None;
+                watch.flush_timer_set.store(false, Ordering::Release);
+                return bound.is_some();
+            }
         };
-        if left.is_zero() {
-            *timer = None;
-            return true;
-        }
+        watch.flush_timer_set.store(true, Ordering::Release);
         let deadline = ::tokio::time::Instant::now() + left;
         let sleep = timer.get_or_insert_with(|| Box::pin(::tokio::time::sleep_until(deadline)));
         if sleep.deadline() != deadline {
