@@ -222,7 +222,9 @@ impl Readiness {
     ///
     /// The attempt comes before the look at the fds, so a stream in full flow makes no look
     /// at all, except in a read after a `Pending`, which first takes the input if its edge
-    /// came (the bytes that woke the task are still in the socket); bytes that came before
+    /// came (the bytes that woke the task are still in the socket), and otherwise looks at
+    /// the other fds and the flush bound and stays `Pending` without an attempt when none
+    /// had its edge (nothing that could let the read go on came); bytes that came before
     /// the stream was registered show as the input's edge (registering reports what is
     /// there). A ready guard is cleared only after an attempt that came after its edge found
     /// nothing, except the input's: it is cleared at once, and the input read until a read
@@ -246,14 +248,34 @@ impl Readiness {
             // whatever woke the task. (The waker this registers is the one the wait
             // registered.) A writer waits for room, which its own completions give as well
             // as the input: it attempts first.
+            let mut input_edge = false;
             if let Some(input) = watch.input.as_ref() {
                 if !watch.input_ended.load(Ordering::Relaxed) {
                     if let Poll::Ready(guard) = input.poll_read_ready(cx) {
                         seen[INPUT] = Some(guard?);
+                        input_edge = true;
                         if let Err(e) = self.take_input(watch, way, &mut seen) {
                             return Poll::Ready(Err(e));
                         }
                     }
+                }
+            }
+            if !input_edge {
+                // Polled again with no arrival (a task polled for another reason, a
+                // `select!`): unless another of the fds had its edge since the wait, or its
+                // flush bound passed, the attempt would find what the one before the wait
+                // found, and every change that could let the read go on comes with one of
+                // those edges (the wait's guarantee). Wait on without an attempt.
+                seen = match watch.poll(cx, way) {
+                    Ok(guards) => guards,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                if seen.iter().all(Option::is_none) && !self.flush_bound_passed(cx, watch) {
+                    watch.waited.store(true, Ordering::Relaxed);
+                    return Poll::Pending;
+                }
+                if let Err(e) = self.take_input(watch, way, &mut seen) {
+                    return Poll::Ready(Err(e));
                 }
             }
         }
