@@ -165,9 +165,20 @@ impl Connection {
 
     /// Takes the completion channel's events and arms the queue, so that the next completion
     /// wakes the channel; then polls once more (the lost-wakeup race). Returns whether events
-    /// were taken or that last poll made progress.
+    /// were taken or that last poll made progress. Every caller has just made progress (polled
+    /// the queue).
+    ///
+    /// Where a tokio stream watches the input and the queue is still armed from an earlier
+    /// wait with no event taken since, only the connection manager's notices are looked at:
+    /// every completion since that arming raised an event (none did), the caller's progress
+    /// polled what came before it, and a queue armed since holds no post back (the provider
+    /// holds posts only while its queues are unarmed) nor leaves the input to anyone but the
+    /// stream, which reads it on its edges.
     pub(crate) fn arm(&mut self) -> io::Result<bool> {
         let took = self.take_events()?;
+        if self.completions.armed && self.completions.input_edges_watched {
+            return self.take_notices();
+        }
         if !self.completions.armed {
             self.res.cq.req_notify(false)?;
             self.completions.armed = true;

@@ -117,7 +117,14 @@ impl Connection {
     /// connection-manager notices, starts the disconnect when the stream is done, sends a due
     /// keepalive. Returns whether anything happened.
     pub(crate) fn pump(&mut self) -> io::Result<bool> {
-        let mut progress = self.progress()?;
+        let progress = self.progress()?;
+        Ok(self.take_notices()? || progress)
+    }
+
+    /// The notice half of [`pump`](Self::pump): takes the connection manager's notices and
+    /// acts on them; whether there were any.
+    pub(crate) fn take_notices(&mut self) -> io::Result<bool> {
+        let mut progress = false;
         let mut notices = Vec::new();
         while let Some(notice) = self.endpoint.poll_notice()? {
             notices.push(notice);

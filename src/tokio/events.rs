@@ -63,6 +63,9 @@ struct Watch {
     /// The timer of a wait for flushed receives after DISCONNECTED (see
     /// [`Shared::flush_bound`]), while one runs.
     flush_timer: Mutex<Option<Pin<Box<Sleep>>>>,
+    /// `flush_timer` holds a timer (set under its lock): a wait without a bound and without
+    /// a timer to drop takes no lock.
+    flush_timer_set: AtomicBool,
     /// The last [`Readiness::drive`] of a read returned `Pending`: the next one reads the
     /// input first if its edge came (see there).
     waited: AtomicBool,
@@ -103,6 +106,7 @@ impl Watch {
                 .transpose()?,
             input_ended: AtomicBool::new(false),
             flush_timer: Mutex::new(None),
+            flush_timer_set: AtomicBool::new(false),
             waited: AtomicBool::new(false),
         })
     }
@@ -219,7 +223,9 @@ impl Readiness {
     ///
     /// The attempt comes before the look at the fds, so a stream in full flow makes no look
     /// at all, except in a read after a `Pending`, which first takes the input if its edge
-    /// came (the bytes that woke the task are still in the socket); bytes that came before
+    /// came (the bytes that woke the task are still in the socket), and otherwise looks at
+    /// the other fds and the flush bound and stays `Pending` without an attempt when none
+    /// had its edge (nothing that could let the read go on came); bytes that came before
     /// the stream was registered show as the input's edge (registering reports what is
     /// there). A ready guard is cleared only after an attempt that came after its edge found
     /// nothing, except the input's: it is cleared at once, and the input read until a read
@@ -243,14 +249,34 @@ impl Readiness {
             // whatever woke the task. (The waker this registers is the one the wait
             // registered.) A writer waits for room, which its own completions give as well
             // as the input: it attempts first.
+            let mut input_edge = false;
             if let Some(input) = watch.input.as_ref() {
                 if !watch.input_ended.load(Ordering::Relaxed) {
                     if let Poll::Ready(guard) = input.poll_read_ready(cx) {
                         seen[INPUT] = Some(guard?);
+                        input_edge = true;
                         if let Err(e) = self.take_input(watch, way, &mut seen) {
                             return Poll::Ready(Err(e));
                         }
                     }
+                }
+            }
+            if !input_edge {
+                // Polled again with no arrival (a task polled for another reason, a
+                // `select!`): unless another of the fds had its edge since the wait, or its
+                // flush bound passed, the attempt would find what the one before the wait
+                // found, and every change that could let the read go on comes with one of
+                // those edges (the wait's guarantee). Wait on without an attempt.
+                seen = match watch.poll(cx, way) {
+                    Ok(guards) => guards,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                if seen.iter().all(Option::is_none) && !self.flush_bound_passed(cx, watch) {
+                    watch.waited.store(true, Ordering::Relaxed);
+                    return Poll::Pending;
+                }
+                if let Err(e) = self.take_input(watch, way, &mut seen) {
+                    return Poll::Ready(Err(e));
                 }
             }
         }
@@ -300,18 +326,23 @@ impl Readiness {
     /// is set to wake the task at the bound. No readiness thread ticks a stream without
     /// keepalive, so a device that never flushes would leave the task waiting for ever.
     fn flush_bound_passed(&self, cx: &mut Context<'_>, watch: &Watch) -> bool {
+        let bound = self.shared.flush_bound();
+        if bound.is_none() && !watch.flush_timer_set.load(Ordering::Acquire) {
+            return false;
+        }
         let mut timer = watch
             .flush_timer
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(left) = self.shared.flush_bound() else {
-            *timer = None;
-            return false;
+        let left = match bound {
+            Some(left) if !left.is_zero() => left,
+            _ => {
+                *timer = None;
+                watch.flush_timer_set.store(false, Ordering::Release);
+                return bound.is_some();
+            }
         };
-        if left.is_zero() {
-            *timer = None;
-            return true;
-        }
+        watch.flush_timer_set.store(true, Ordering::Release);
         let deadline = ::tokio::time::Instant::now() + left;
         let sleep = timer.get_or_insert_with(|| Box::pin(::tokio::time::sleep_until(deadline)));
         if sleep.deadline() != deadline {
