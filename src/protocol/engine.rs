@@ -126,9 +126,6 @@ pub struct StreamEngine {
     pub(crate) rbuf_queued: usize,
     pub(crate) rbuf_avail: usize,
     pub(crate) rbuf_free_offset: usize,
-    /// Data bytes the peer has written into our receive rings over the connection (wrapping):
-    /// a new ring starts at this stream offset's place in it (see `install_recv_ring`).
-    pub(crate) received_total: u64,
     pub(crate) rseq_no: u16,
     pub(crate) rseq_comp: u16,
     pub(crate) next_msg_slot: u32,
@@ -205,7 +202,6 @@ impl StreamEngine {
             rbuf_queued: 0,
             rbuf_avail: half,
             rbuf_free_offset: half,
-            received_total: 0,
             rseq_no: 0,
             rseq_comp: cfg.recv_queue_depth / 2,
             next_msg_slot: 0,

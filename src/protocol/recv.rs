@@ -147,7 +147,6 @@ impl StreamEngine {
         }
         self.rmsg.push_back(len as u32);
         self.rbuf_queued += len;
-        self.received_total = self.received_total.wrapping_add(len as u64);
         if self.rbuf_queued == advertised {
             // The peer has used every byte it was given: it waits for us.
             self.peer_filled_recv_ring();
@@ -373,13 +372,10 @@ impl StreamEngine {
         // rsocket sends the un-truncated sum; the receiver compares it in 16 bits.
         let msg = Message::Sgl(u32::from(self.rseq_no) + u32::from(rq)).encode();
         if self.rbuf_avail >= half && self.recv_resize.is_none() {
-            // Up to the end of the half: a full half, except the first entry of a ring that
-            // started inside one (see `install_recv_ring`).
-            let entry = half - self.rbuf_free_offset % half;
             let sge = RemoteSge::new(
                 self.local.recv_ring_addr + self.rbuf_free_offset as u64,
                 self.local.recv_ring_rkey,
-                entry as u32,
+                half as u32,
             );
             let payload = Payload::Small {
                 bytes: sge.encode(self.peer_order),
@@ -390,8 +386,8 @@ impl StreamEngine {
             let inline = self.cfg.inline_threshold as usize >= SGE_LEN;
             let rkey = self.remote_sgl.key;
             self.post_write_msg(payload, msg, addr, rkey, inline, true, true, 0);
-            self.rbuf_avail -= entry;
-            self.rbuf_free_offset = (self.rbuf_free_offset + entry) % self.rring_len;
+            self.rbuf_avail -= half;
+            self.rbuf_free_offset = (self.rbuf_free_offset + half) % self.rring_len;
             self.remote_sge = (self.remote_sge + 1) % self.remote_sgl.length;
         } else {
             self.post_ctrl_message(msg, false);

@@ -9,9 +9,7 @@
 //! the peer's target list). A sender, plain rsocket too, uses each entry it is given in
 //! full, in the order given, before the next, and takes address, key and length from the
 //! entry itself: so a new ring is announced by advertising its halves like any other, and
-//! nothing else on the wire changes (the new ring's first entry may be shorter than a half:
-//! it starts where the stream's offset falls in the ring, see
-//! [`StreamEngine::install_recv_ring`]). The one rule is when: the engine stops advertising
+//! nothing else on the wire changes. The one rule is when: the engine stops advertising
 //! halves of the current ring, and advertises the new one only once the peer has written
 //! every byte it was given in the old. Then the peer holds no entry into the old ring (it
 //! used them all up) and no write aimed there is in flight (all arrived): it writes there
@@ -94,7 +92,7 @@ impl StreamEngine {
     /// take them first ([`reads_old_recv_ring`](Self::reads_old_recv_ring)). The driver
     /// keeps the old ring while [`holds_old_recv_ring`](Self::holds_old_recv_ring), and may
     /// deregister it as soon as that is false. Both halves of the new ring are advertised at
-    /// once, the first from where the stream's offset falls in the ring to that half's end.
+    /// once.
     pub fn install_recv_ring(&mut self, addr: u64, rkey: u32, len: usize) {
         if self.ring_change() != Some(RingChange::Receive(len)) {
             self.fail(StreamError::Protocol(format!(
@@ -108,17 +106,9 @@ impl StreamEngine {
         self.old_queued = self.rbuf_queued;
         self.rbuf_queued = 0;
         self.rring_len = len;
-        // The stream's next byte goes where its offset falls in the new ring, so that ring
-        // halves begin at stream offsets that are multiples of the half: a writer of
-        // messages of half the ring (or of multiples of it) fills one half with one RDMA
-        // WRITE, as it did from the connection's start, instead of splitting every message
-        // across two halves from the offset at which the ring changed. The bytes before that
-        // place stay free, counted in `rbuf_avail`, and the first entry advertised ends at
-        // the half's end.
-        let start = (self.received_total % len as u64) as usize;
-        self.rbuf_offset = start;
+        self.rbuf_offset = 0;
         self.rbuf_avail = len;
-        self.rbuf_free_offset = start;
+        self.rbuf_free_offset = 0;
         self.recv_resize = None;
         self.update_credits();
     }
@@ -215,98 +205,5 @@ impl StreamEngine {
         self.send_resize = Some(self.cfg.send_ring);
         self.completion_wanted = true;
         self.signal_last_send();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::protocol::{
-        ByteOrder, Hello, LocalRegions, Message, Op, Payload, Received, RemoteSge, RingChange,
-        StreamConfig, StreamEngine, WrId,
-    };
-
-    /// A connected engine whose receive ring grows from 16 KiB to 128 KiB, and the receives
-    /// it posted.
-    fn connected() -> (StreamEngine, Vec<WrId>) {
-        let cfg = StreamConfig::builder()
-            .recv_ring_range(16 * 1024, 128 * 1024)
-            .build()
-            .unwrap();
-        let local = LocalRegions {
-            recv_ring_addr: 0x1000,
-            recv_ring_rkey: 1,
-            target_list_addr: 0x9000,
-            target_list_rkey: 2,
-        };
-        let mut e = StreamEngine::new(cfg, local);
-        let mut receives = Vec::new();
-        let drain = |e: &mut StreamEngine, receives: &mut Vec<WrId>| {
-            while let Some(op) = e.pop_op() {
-                if let Op::PostRecv { wr_id, .. } = op {
-                    receives.push(wr_id);
-                }
-            }
-        };
-        drain(&mut e, &mut receives);
-        let mut peer = e.hello();
-        peer.data_buf = RemoteSge::new(0x10_0000, 7, 64 * 1024);
-        e.on_connected(&Hello::parse(&peer.to_bytes()).unwrap())
-            .unwrap();
-        drain(&mut e, &mut receives);
-        (e, receives)
-    }
-
-    /// The receive-ring entries (address, length) the engine queued for the peer.
-    fn advertised(e: &mut StreamEngine) -> Vec<(u64, u32)> {
-        let mut entries = Vec::new();
-        while let Some(op) = e.pop_op() {
-            if let Op::WriteWithImm {
-                payload: Payload::Small { bytes, len, .. },
-                ..
-            } = op
-            {
-                let sge = RemoteSge::decode(&bytes[..usize::from(len)], ByteOrder::native());
-                let sge = sge.expect("a buffer update");
-                entries.push((sge.addr, sge.length));
-            }
-        }
-        entries
-    }
-
-    #[test]
-    fn a_new_receive_ring_starts_where_the_stream_offset_falls_in_it() {
-        let (mut e, receives) = connected();
-        let mut receives = receives.into_iter();
-        let mut data = |e: &mut StreamEngine, len: u32| {
-            let imm = Message::Data(len).encode();
-            e.on_receive(receives.next().unwrap(), Received::Immediate(imm), &[0; 32]);
-        };
-        // The peer fills the 16 KiB ring's two 8 KiB halves: the ring is to grow.
-        data(&mut e, 8 * 1024);
-        data(&mut e, 8 * 1024);
-        assert_eq!(e.read(16 * 1024, |_| {}), Ok(16 * 1024));
-        assert_eq!(e.ring_change(), Some(RingChange::Receive(128 * 1024)));
-        advertised(&mut e);
-        e.install_recv_ring(0x40_0000, 9, 128 * 1024);
-        // The stream is 16 KiB in: its next byte goes 16 KiB into the new ring, the first
-        // entry ends with the first half, and the second is the whole second half.
-        assert_eq!(
-            advertised(&mut e),
-            [
-                (0x40_0000 + 16 * 1024, 48 * 1024),
-                (0x40_0000 + 64 * 1024, 64 * 1024)
-            ]
-        );
-        data(&mut e, 48 * 1024);
-        data(&mut e, 64 * 1024);
-        let mut spans = Vec::new();
-        assert_eq!(
-            e.read(112 * 1024, |c| spans.push((c.ring_offset, c.len))),
-            Ok(112 * 1024)
-        );
-        assert_eq!(spans, [(16 * 1024, 48 * 1024), (64 * 1024, 64 * 1024)]);
-        // Both used up: the ring's halves go back whole, the first half first (the second
-        // waits for a control slot: no send completed here).
-        assert_eq!(advertised(&mut e).first(), Some(&(0x40_0000, 64 * 1024)));
     }
 }
